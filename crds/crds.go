@@ -1,0 +1,71 @@
+// Package crds holds Quartermaster's custom resources: the Go types in the
+// per-group packages below it, and the CRD manifests that controller-gen
+// generates from them into bases/ (`make generate`, never edited by hand).
+package crds
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	servicecatalogv1alpha1 "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
+)
+
+//go:embed bases/*.yaml
+var manifests embed.FS
+
+// AddToScheme registers every Quartermaster kind with a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	for _, add := range []func(*runtime.Scheme) error{
+		osbv1alpha1.AddToScheme,
+		resourcev1alpha1.AddToScheme,
+		primazav1alpha1.AddToScheme,
+		servicecatalogv1alpha1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewScheme returns a scheme with the built-in Kubernetes kinds, the CRD
+// kinds and every Quartermaster kind: what each of qm's clients needs.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(AddToScheme(s))
+	return s
+}
+
+// Definitions returns the generated CustomResourceDefinitions, which qm
+// installs itself so that the binary needs no files beside it.
+func Definitions() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	paths, err := fs.Glob(manifests, "bases/*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(paths))
+	for _, p := range paths {
+		raw, err := manifests.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(raw, crd); err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", p, err)
+		}
+		out = append(out, crd)
+	}
+	return out, nil
+}

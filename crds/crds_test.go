@@ -1,0 +1,430 @@
+package crds_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func TestDefinitionsCoverEveryKind(t *testing.T) {
+	defs, err := crds.Definitions()
+	require.NoError(t, err)
+	var kinds []string
+	for _, d := range defs {
+		kinds = append(kinds, d.Spec.Group+"/"+d.Spec.Names.Kind)
+		assert.Equal(t, d.Spec.Names.Kind == "UsageKind", d.Spec.Scope == "Cluster", "%s scope", d.Name)
+		for _, v := range d.Spec.Versions {
+			assert.NotNil(t, v.Subresources, "%s has a status subresource", d.Name)
+			var cols []string
+			for _, c := range v.AdditionalPrinterColumns {
+				cols = append(cols, c.Name)
+			}
+			assert.Contains(t, cols, "Age", "%s printer columns", d.Name)
+			status := v.Schema.OpenAPIV3Schema.Properties["status"].Properties
+			assert.Contains(t, status, "observedGeneration", "%s status", d.Name)
+			assert.Contains(t, status, "conditions", "%s status", d.Name)
+		}
+	}
+	slices.Sort(kinds)
+	assert.Equal(t, []string{
+		"osb.servicefabrik.io/SFPlan",
+		"osb.servicefabrik.io/SFService",
+		"osb.servicefabrik.io/SFServiceBinding",
+		"osb.servicefabrik.io/SFServiceInstance",
+		"primaza.io/RegisteredService",
+		"primaza.io/ServiceCatalog",
+		"primaza.io/ServiceClaim",
+		"resource.servicefabrik.io/SFCluster",
+		"servicecatalog.kyma-project.io/ServiceBindingUsage",
+		"servicecatalog.kyma-project.io/UsageKind",
+	}, kinds)
+}
+
+// TestSeedExamplesAreAccepted applies every YAML example of the seeds and
+// checks that the API server kept every field of it: a field the CRDs do not
+// know would be pruned silently, and a user's manifest would lose it.
+func TestSeedExamplesAreAccepted(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns := kube.Namespace(t)
+	err := kube.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "interoperator"}})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+
+	files, err := filepath.Glob("testdata/seeds/*.yaml")
+	require.NoError(t, err)
+	require.Len(t, files, 11, "one fixture file per example group of the seeds")
+
+	applied := 0
+	for _, file := range files {
+		for i, obj := range readObjects(t, file) {
+			t.Run(filepath.Base(file)+"#"+obj.GetKind()+"/"+obj.GetName(), func(t *testing.T) {
+				want := obj.DeepCopy()
+				namespaced, err := kube.Client.IsObjectNamespaced(obj)
+				require.NoError(t, err, "document %d of %s", i, file)
+				if namespaced && obj.GetNamespace() == "" {
+					obj.SetNamespace(ns)
+				}
+				err = kube.Client.Patch(ctx, obj, client.Apply, client.FieldOwner("seed-test"), client.ForceOwnership)
+				require.NoError(t, err, "the API server rejected document %d of %s", i, file)
+
+				got := &unstructured.Unstructured{}
+				got.SetGroupVersionKind(obj.GroupVersionKind())
+				require.NoError(t, kube.Client.Get(ctx, client.ObjectKeyFromObject(obj), got))
+				for field, value := range want.Object {
+					if field == "apiVersion" || field == "kind" || field == "metadata" || field == "status" {
+						continue
+					}
+					assertKept(t, field, normalize(t, value), normalize(t, got.Object[field]))
+				}
+				assert.Equal(t, want.GetLabels(), got.GetLabels(), "labels")
+				assert.Equal(t, want.GetFinalizers(), got.GetFinalizers(), "finalizers")
+			})
+			applied++
+		}
+	}
+	assert.Equal(t, 19, applied, "documents applied")
+
+	// Defaults the seeds state are applied by the API server.
+	var rs unstructured.Unstructured
+	rs.SetAPIVersion("primaza.io/v1alpha1")
+	rs.SetKind("RegisteredService")
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "service-1"}, &rs))
+	minutes, _, _ := unstructured.NestedInt64(rs.Object, "spec", "healthcheck", "container", "minutes")
+	assert.EqualValues(t, 5, minutes, "health-check minutes default to 5")
+}
+
+// TestValidationRejectsBadResources checks that the rules the seeds state are
+// enforced by the API server, with messages that point at the field.
+func TestValidationRejectsBadResources(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+
+	cases := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{
+			name: "health check every 0 minutes",
+			yaml: registeredService(`
+  healthcheck:
+    container:
+      image: alpine
+      minutes: 0`, `
+  - name: port
+    value: "5432"`),
+			want: []string{"spec.healthcheck.container.minutes", "should be greater than or equal to 1"},
+		},
+		{
+			name: "endpoint definition with both a value and a secret",
+			yaml: registeredService("", `
+  - name: password
+    value: hunter2
+    valueFromSecret:
+      name: db
+      key: password`),
+			want: []string{"spec.serviceEndpointDefinition[0]", "exactly one of value or valueFromSecret must be set"},
+		},
+		{
+			name: "endpoint definition with neither a value nor a secret",
+			yaml: registeredService("", `
+  - name: password`),
+			want: []string{"spec.serviceEndpointDefinition[0]", "exactly one of value or valueFromSecret must be set"},
+		},
+		{
+			name: "registered service without a class identity",
+			yaml: `
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {name: no-identity}
+spec:
+  serviceEndpointDefinition:
+  - {name: port, value: "5432"}`,
+			want: []string{"spec.serviceClassIdentity", "Required value"},
+		},
+		{
+			name: "environment constraint with a doubled exclusion",
+			yaml: registeredService(`
+  constraints:
+    environments: ["!!prod"]`, `
+  - {name: port, value: "5432"}`),
+			want: []string{"spec.constraints.environments[0]", "should match"},
+		},
+		{
+			name: "plan template with an unknown action",
+			yaml: plan(`
+  - action: destroy
+    type: gotemplate
+    content: "{}"`),
+			want: []string{"spec.templates[0].action", `Unsupported value: "destroy"`, `"provision"`, `"clusterSelector"`},
+		},
+		{
+			name: "plan template of an unknown type",
+			yaml: plan(`
+  - action: provision
+    type: jsonnet
+    content: "{}"`),
+			want: []string{"spec.templates[0].type", `Unsupported value: "jsonnet"`},
+		},
+		{
+			name: "plan template with both a url and content",
+			yaml: plan(`
+  - action: provision
+    type: gotemplate
+    url: https://example.com/t.yaml
+    content: "{}"`),
+			want: []string{"spec.templates[0]", "exactly one of url, content or contentEncoded must be set"},
+		},
+		{
+			name: "plan template without a body",
+			yaml: plan(`
+  - action: provision
+    type: gotemplate`),
+			want: []string{"spec.templates[0]", "exactly one of url, content or contentEncoded must be set"},
+		},
+		{
+			name: "plan template fetched over ftp",
+			yaml: plan(`
+  - action: provision
+    type: helm
+    url: ftp://example.com/chart.tgz`),
+			want: []string{"spec.templates[0].url", "should match '^https?://'"},
+		},
+		{
+			name: "plan without a service",
+			yaml: `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {name: orphan}
+spec: {name: orphan, id: orphan, description: d}`,
+			want: []string{"spec.serviceId", "Required value"},
+		},
+		{
+			name: "usage kind without a resource version",
+			yaml: `
+apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: UsageKind
+metadata: {name: versionless}
+spec:
+  labelsPath: spec.template.metadata.labels
+  resource: {group: apps, kind: Deployment}`,
+			want: []string{"spec.resource.version", "Required value"},
+		},
+		{
+			name: "claim naming its application both by name and by selector",
+			yaml: `
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: both}
+spec:
+  serviceClassIdentity: [{name: type, value: psqlserver}]
+  serviceEndpointDefinitionKeys: [host]
+  application:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: app
+    selector: {matchLabels: {app: app}}`,
+			want: []string{"spec.application", "exactly one of name or selector must be set"},
+		},
+		{
+			name: "instance without a plan",
+			yaml: `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceInstance
+metadata: {name: planless}
+spec: {serviceId: s}`,
+			want: []string{"spec.planId", "Required value"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := decode(t, tc.yaml)
+			if namespaced, _ := kube.Client.IsObjectNamespaced(obj); namespaced {
+				obj.SetNamespace(ns)
+			}
+			err := kube.Client.Create(context.Background(), obj)
+			require.Error(t, err, "the API server accepted a bad %s", obj.GetKind())
+			require.True(t, apierrors.IsInvalid(err), "want 422 Invalid, got %v", err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+// TestStatusIsASubresource checks that state is written through the status
+// subresource only, and that it takes only the seed's operation states.
+func TestStatusIsASubresource(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns := kube.Namespace(t)
+
+	obj := decode(t, `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceInstance
+metadata: {name: status-test}
+spec: {serviceId: s, planId: p}
+status: {state: succeeded}`)
+	obj.SetNamespace(ns)
+	require.NoError(t, kube.Client.Create(ctx, obj))
+	_, found, _ := unstructured.NestedString(obj.Object, "status", "state")
+	assert.False(t, found, "status given on create is dropped")
+
+	patch := []byte(`{"status":{"state":"in progress","description":"rendering"}}`)
+	require.NoError(t, kube.Client.Status().Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)))
+	state, _, _ := unstructured.NestedString(obj.Object, "status", "state")
+	assert.Equal(t, "in progress", state)
+	assert.EqualValues(t, 1, obj.GetGeneration(), "a status write does not bump the generation")
+
+	bad := []byte(`{"status":{"state":"done"}}`)
+	err := kube.Client.Status().Patch(ctx, obj, client.RawPatch("application/merge-patch+json", bad))
+	require.True(t, apierrors.IsInvalid(err), "want 422 Invalid, got %v", err)
+	assert.Contains(t, err.Error(), `status.state: Unsupported value: "done"`)
+	assert.Contains(t, err.Error(), `"in_queue"`)
+}
+
+// TestKubectlShowsState checks what `kubectl get` prints, with the kubectl
+// that `make tools` builds.
+func TestKubectlShowsState(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns := kube.Namespace(t)
+
+	obj := decode(t, `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceInstance
+metadata: {name: kubectl-test}
+spec: {serviceId: svc-1, planId: plan-1}`)
+	obj.SetNamespace(ns)
+	require.NoError(t, kube.Client.Create(ctx, obj))
+	patch := []byte(`{"status":{"state":"in progress"}}`)
+	require.NoError(t, kube.Client.Status().Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)))
+
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, kube.Kubeconfig, 0o600))
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(testenv.BinDir(), "kubectl"),
+		"--kubeconfig", kubeconfig, "get", "sfserviceinstances", "-n", ns).CombinedOutput()
+	require.NoError(t, err, string(out))
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, 2, string(out))
+	assert.Equal(t, []string{"NAME", "STATE", "SERVICE", "PLAN", "AGE"}, strings.Fields(lines[0]))
+	assert.Equal(t, []string{"kubectl-test", "in", "progress", "svc-1", "plan-1"}, strings.Fields(lines[1])[:5])
+}
+
+func registeredService(extraSpec, endpoints string) string {
+	return `
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {generateName: bad-}
+spec:
+  serviceClassIdentity:
+  - {name: type, value: psqlserver}
+  serviceEndpointDefinition:` + endpoints + extraSpec
+}
+
+func plan(templates string) string {
+	return `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {generateName: bad-}
+spec:
+  name: bad
+  id: bad
+  description: a plan the API server must refuse
+  serviceId: svc
+  templates:` + templates
+}
+
+// readObjects decodes every YAML document of a file; a document of comments only is skipped.
+func readObjects(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err, "decoding %s", path)
+		if len(obj) == 0 {
+			continue
+		}
+		out = append(out, &unstructured.Unstructured{Object: obj})
+	}
+}
+
+func decode(t *testing.T, doc string) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	require.NoError(t, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096).Decode(&obj.Object))
+	return obj
+}
+
+// normalize makes YAML- and server-decoded values comparable: numbers become
+// float64 either way.
+func normalize(t *testing.T, v any) any {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out any
+	require.NoError(t, json.Unmarshal(raw, &out))
+	return out
+}
+
+// assertKept fails for every value of want that got does not hold. A null in
+// want needs nothing: the API server drops nulls.
+func assertKept(t *testing.T, path string, want, got any) {
+	t.Helper()
+	switch w := want.(type) {
+	case nil:
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !assert.True(t, ok, "%s: stored as %T, want an object", path, got) {
+			return
+		}
+		for k, v := range w {
+			assertKept(t, path+"."+k, v, g[k])
+		}
+	case []any:
+		g, ok := got.([]any)
+		if !assert.True(t, ok, "%s: stored as %T, want a list", path, got) || !assert.Len(t, g, len(w), path) {
+			return
+		}
+		for i := range w {
+			assertKept(t, path+"["+strconv.Itoa(i)+"]", w[i], g[i])
+		}
+	default:
+		assert.Equal(t, want, got, "%s was not stored as given (pruned or changed)", path)
+	}
+}

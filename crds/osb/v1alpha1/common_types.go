@@ -1,0 +1,37 @@
+package v1alpha1
+
+// OperationState is the state of the operation last requested on an
+// SFServiceInstance or SFServiceBinding. The strings are the inter-operator's
+// (seed 003), so clients written for it read them unchanged.
+// +kubebuilder:validation:Enum=in_queue;update;delete;"in progress";succeeded;failed
+type OperationState string
+
+const (
+	// StateInQueue marks a request recorded by the broker and not yet picked up.
+	StateInQueue OperationState = "in_queue"
+	// StateUpdate asks for the instance to be rendered and applied again.
+	StateUpdate OperationState = "update"
+	// StateDelete asks for the instance or binding to be removed.
+	StateDelete OperationState = "delete"
+	// StateInProgress marks an operation a workflow is working on.
+	StateInProgress OperationState = "in progress"
+	// StateSucceeded marks an operation that completed.
+	StateSucceeded OperationState = "succeeded"
+	// StateFailed marks an operation that ended with an error.
+	StateFailed OperationState = "failed"
+)
+
+// Terminal reports whether no workflow is working on the operation any more.
+func (s OperationState) Terminal() bool {
+	return s == StateSucceeded || s == StateFailed
+}
+
+// Source names one Kubernetes object that an instance or binding created or
+// reads its status from.
+type Source struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}

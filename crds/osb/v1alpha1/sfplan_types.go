@@ -1,0 +1,150 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TemplateAction is the operation a plan template serves.
+// +kubebuilder:validation:Enum=provision;bind;unbind;sources;status;clusterSelector
+type TemplateAction string
+
+const (
+	ActionProvision       TemplateAction = "provision"
+	ActionBind            TemplateAction = "bind"
+	ActionUnbind          TemplateAction = "unbind"
+	ActionSources         TemplateAction = "sources"
+	ActionStatus          TemplateAction = "status"
+	ActionClusterSelector TemplateAction = "clusterSelector"
+)
+
+// TemplateType is the engine that renders a plan template.
+// +kubebuilder:validation:Enum=gotemplate;helm
+type TemplateType string
+
+const (
+	TemplateGo   TemplateType = "gotemplate"
+	TemplateHelm TemplateType = "helm"
+)
+
+// TemplateSpec is one template of a plan. Its body comes from exactly one of
+// url, content and contentEncoded.
+// +kubebuilder:validation:XValidation:rule="[has(self.url), has(self.content), has(self.contentEncoded)].filter(x, x).size() == 1",message="exactly one of url, content or contentEncoded must be set"
+type TemplateSpec struct {
+	Action TemplateAction `json:"action"`
+	Type   TemplateType   `json:"type"`
+	// URL is where the template (or, for helm, the chart archive) is fetched from.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^https?://`
+	URL string `json:"url,omitempty"`
+	// Content is the template in line.
+	// +optional
+	Content string `json:"content,omitempty"`
+	// ContentEncoded is the template, or for helm a chart .tgz, in base64.
+	// +optional
+	ContentEncoded string `json:"contentEncoded,omitempty"`
+}
+
+// MaintenanceInfo is the OSB maintenance_info of a plan.
+type MaintenanceInfo struct {
+	// Version is a semantic version.
+	// +kubebuilder:validation:MinLength=1
+	Version string `json:"version"`
+	// +optional
+	Description string `json:"description,omitempty"`
+}
+
+// ManagerSpec says how Quartermaster runs a plan's operations.
+type ManagerSpec struct {
+	// Async makes provision, update and deprovision asynchronous OSB operations.
+	// +optional
+	Async bool `json:"async,omitempty"`
+	// AsyncBinding makes bind and unbind asynchronous OSB operations.
+	// +optional
+	AsyncBinding bool `json:"asyncBinding,omitempty"`
+}
+
+// SFPlanSpec is an OSB plan, as served by /v2/catalog, plus the templates
+// that map each OSB action to Kubernetes resources.
+type SFPlanSpec struct {
+	// Name is the OSB plan name.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// ID is the OSB plan_id.
+	// +kubebuilder:validation:MinLength=1
+	ID string `json:"id"`
+	// +kubebuilder:validation:MinLength=1
+	Description string `json:"description"`
+	// ServiceID is the OSB service_id of the SFService this plan belongs to.
+	// +kubebuilder:validation:MinLength=1
+	ServiceID string `json:"serviceId"`
+	// Metadata is the OSB plan metadata, served as given.
+	// +optional
+	Metadata *apiextensionsv1.JSON `json:"metadata,omitempty"`
+	// +optional
+	Free *bool `json:"free,omitempty"`
+	// +optional
+	Bindable *bool `json:"bindable,omitempty"`
+	// PlanUpdatable is served as the OSB plan_updateable.
+	// +optional
+	PlanUpdatable *bool `json:"planUpdatable,omitempty"`
+	// AutoUpdateInstances re-renders every instance of the plan when the plan changes.
+	// +optional
+	AutoUpdateInstances bool `json:"autoUpdateInstances,omitempty"`
+	// +optional
+	MaintenanceInfo *MaintenanceInfo `json:"maintenance_info,omitempty"`
+	// MaximumPollingDuration is how long, in seconds, an operation may stay in progress.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaximumPollingDuration *int64 `json:"maximum_polling_duration,omitempty"`
+	// Schemas are the OSB JSON schemas for instance and binding parameters.
+	// +optional
+	Schemas *apiextensionsv1.JSON `json:"schemas,omitempty"`
+	// +optional
+	Manager *ManagerSpec `json:"manager,omitempty"`
+	// Context is handed to the templates as .plan.spec.context. It is never served to OSB clients.
+	// +optional
+	Context *apiextensionsv1.JSON `json:"context,omitempty"`
+	// +optional
+	// +listType=atomic
+	Templates []TemplateSpec `json:"templates,omitempty"`
+}
+
+// SFPlanStatus is what Quartermaster observed of an SFPlan.
+type SFPlanStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SFPlan registers one OSB plan of an SFService.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sfp,categories=quartermaster
+// +kubebuilder:printcolumn:name="Plan",type=string,JSONPath=`.spec.name`
+// +kubebuilder:printcolumn:name="ID",type=string,JSONPath=`.spec.id`
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.serviceId`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SFPlan struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SFPlanSpec   `json:"spec"`
+	Status SFPlanStatus `json:"status,omitempty"`
+}
+
+// SFPlanList is a list of SFPlan.
+// +kubebuilder:object:root=true
+type SFPlanList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SFPlan `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SFPlan{}, &SFPlanList{})
+}

@@ -1,0 +1,94 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SFServiceBindingSpec records an OSB bind request.
+type SFServiceBindingSpec struct {
+	// ID is the OSB binding_id. The object's name is derived from it.
+	// +kubebuilder:validation:MinLength=1
+	ID string `json:"id"`
+	// InstanceID is the name of the SFServiceInstance the binding belongs to.
+	// +kubebuilder:validation:MinLength=1
+	InstanceID string `json:"instanceId"`
+	// ServiceID is the OSB service_id.
+	// +kubebuilder:validation:MinLength=1
+	ServiceID string `json:"serviceId"`
+	// PlanID is the OSB plan_id.
+	// +kubebuilder:validation:MinLength=1
+	PlanID string `json:"planId"`
+	// BindResource is the OSB bind_resource of the request.
+	// +optional
+	BindResource *apiextensionsv1.JSON `json:"bindResource,omitempty"`
+	// Context is the OSB context object of the request.
+	// +optional
+	Context *apiextensionsv1.JSON `json:"context,omitempty"`
+	// Parameters are the OSB parameters of the request.
+	// +optional
+	Parameters *apiextensionsv1.JSON `json:"parameters,omitempty"`
+	// AcceptsIncomplete records whether the client accepts an asynchronous bind.
+	// +optional
+	AcceptsIncomplete bool `json:"acceptsIncomplete,omitempty"`
+}
+
+// BindingResponse points at the credentials of a binding.
+type BindingResponse struct {
+	// SecretRef is the name of the Secret, next to the binding, that holds its credentials.
+	// +optional
+	SecretRef string `json:"secretRef,omitempty"`
+}
+
+// SFServiceBindingStatus is what a user and the OSB last_operation see.
+type SFServiceBindingStatus struct {
+	// +optional
+	State OperationState `json:"state,omitempty"`
+	// +optional
+	Description string `json:"description,omitempty"`
+	// +optional
+	Error string `json:"error,omitempty"`
+	// +optional
+	Response BindingResponse `json:"response,omitempty"`
+	// Resources lists every object the binding's templates applied.
+	// +optional
+	// +listType=atomic
+	Resources []Source `json:"resources,omitempty"`
+	// AppliedSpec is the spec of the last operation that succeeded.
+	// +optional
+	AppliedSpec *SFServiceBindingSpec `json:"appliedSpec,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SFServiceBinding is one binding of an SFServiceInstance.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sfsb,categories=quartermaster
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.spec.instanceId`
+// +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.status.response.secretRef`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SFServiceBinding struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SFServiceBindingSpec   `json:"spec"`
+	Status SFServiceBindingStatus `json:"status,omitempty"`
+}
+
+// SFServiceBindingList is a list of SFServiceBinding.
+// +kubebuilder:object:root=true
+type SFServiceBindingList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SFServiceBinding `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SFServiceBinding{}, &SFServiceBindingList{})
+}

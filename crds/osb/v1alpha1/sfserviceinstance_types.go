@@ -1,0 +1,100 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SFServiceInstanceSpec records an OSB provision or update request.
+type SFServiceInstanceSpec struct {
+	// InstanceID is the OSB instance_id. The object's name is derived from it.
+	// +optional
+	InstanceID string `json:"instanceId,omitempty"`
+	// ServiceID is the OSB service_id.
+	// +kubebuilder:validation:MinLength=1
+	ServiceID string `json:"serviceId"`
+	// PlanID is the OSB plan_id.
+	// +kubebuilder:validation:MinLength=1
+	PlanID string `json:"planId"`
+	// Context is the OSB context object of the request.
+	// +optional
+	Context *apiextensionsv1.JSON `json:"context,omitempty"`
+	// +optional
+	OrganizationGUID string `json:"organizationGuid,omitempty"`
+	// +optional
+	SpaceGUID string `json:"spaceGuid,omitempty"`
+	// Parameters are the OSB parameters of the request.
+	// +optional
+	Parameters *apiextensionsv1.JSON `json:"parameters,omitempty"`
+	// PreviousValues is the OSB previous_values of an update request.
+	// +optional
+	PreviousValues *apiextensionsv1.JSON `json:"previousValues,omitempty"`
+	// MaintenanceInfo is the OSB maintenance_info the instance is asked to run with.
+	// +optional
+	MaintenanceInfo *MaintenanceInfo `json:"maintenance_info,omitempty"`
+	// ClusterID is the name of the SFCluster the instance is scheduled on.
+	// +optional
+	ClusterID string `json:"clusterId,omitempty"`
+}
+
+// SFServiceInstanceStatus is what a user and the OSB last_operation see.
+type SFServiceInstanceStatus struct {
+	// State of the operation last requested.
+	// +optional
+	State OperationState `json:"state,omitempty"`
+	// +optional
+	Description string `json:"description,omitempty"`
+	// +optional
+	Error string `json:"error,omitempty"`
+	// +optional
+	DashboardURL string `json:"dashboardUrl,omitempty"`
+	// InstanceUsable is the OSB instance_usable of a failed update or deprovision.
+	// +optional
+	InstanceUsable *bool `json:"instanceUsable,omitempty"`
+	// UpdateRepeatable is the OSB update_repeatable of a failed update.
+	// +optional
+	UpdateRepeatable *bool `json:"updateRepeatable,omitempty"`
+	// Resources lists every object the instance's templates applied.
+	// +optional
+	// +listType=atomic
+	Resources []Source `json:"resources,omitempty"`
+	// AppliedSpec is the spec of the last operation that succeeded.
+	// +optional
+	AppliedSpec *SFServiceInstanceSpec `json:"appliedSpec,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SFServiceInstance is one service instance, created by the OSB API or by kubectl.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sfsi,categories=quartermaster
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.serviceId`
+// +kubebuilder:printcolumn:name="Plan",type=string,JSONPath=`.spec.planId`
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterId`,priority=1
+// +kubebuilder:printcolumn:name="Description",type=string,JSONPath=`.status.description`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SFServiceInstance struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SFServiceInstanceSpec   `json:"spec"`
+	Status SFServiceInstanceStatus `json:"status,omitempty"`
+}
+
+// SFServiceInstanceList is a list of SFServiceInstance.
+// +kubebuilder:object:root=true
+type SFServiceInstanceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SFServiceInstance `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SFServiceInstance{}, &SFServiceInstanceList{})
+}

@@ -1,0 +1,109 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ClaimState is where a ServiceClaim stands.
+// +kubebuilder:validation:Enum=Pending;Resolved;Invalid
+type ClaimState string
+
+const (
+	// ClaimPending: no available RegisteredService matches yet.
+	ClaimPending ClaimState = "Pending"
+	// ClaimResolved: a RegisteredService is held and its credentials injected.
+	ClaimResolved ClaimState = "Resolved"
+	// ClaimInvalid: the claim can never be resolved as written.
+	ClaimInvalid ClaimState = "Invalid"
+)
+
+// ApplicationSelector names the workloads that receive a claim's credentials,
+// by name or by label selector.
+// +kubebuilder:validation:XValidation:rule="has(self.name) != has(self.selector)",message="exactly one of name or selector must be set"
+type ApplicationSelector struct {
+	// +kubebuilder:validation:MinLength=1
+	APIVersion string `json:"apiVersion"`
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// EnvVar projects one service endpoint definition key into an environment variable.
+type EnvVar struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// +kubebuilder:validation:MinLength=1
+	Key string `json:"key"`
+}
+
+// ServiceClaimSpec asks for a RegisteredService of a class, for an application.
+type ServiceClaimSpec struct {
+	// ServiceClassIdentity must be a subset of the claimed service's identity.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=map
+	// +listMapKey=name
+	ServiceClassIdentity []ServiceClassIdentityItem `json:"serviceClassIdentity"`
+	// ServiceEndpointDefinitionKeys are the keys the claimed service must provide.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=set
+	ServiceEndpointDefinitionKeys []string `json:"serviceEndpointDefinitionKeys"`
+	// EnvironmentTag is the environment the claim is made from; it is matched
+	// against the service's constraints.
+	// +optional
+	EnvironmentTag string `json:"environmentTag,omitempty"`
+	// +optional
+	Application *ApplicationSelector `json:"application,omitempty"`
+	// Envs project endpoint definition keys as environment variables.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Envs []EnvVar `json:"envs,omitempty"`
+}
+
+// ServiceClaimStatus says which service, if any, resolved the claim.
+type ServiceClaimStatus struct {
+	// +optional
+	State ClaimState `json:"state,omitempty"`
+	// ClaimID identifies this claim on the RegisteredService it holds.
+	// +optional
+	ClaimID string `json:"claimID,omitempty"`
+	// RegisteredService is the name of the service held.
+	// +optional
+	RegisteredService string `json:"registeredService,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ServiceClaim claims a RegisteredService for an application.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=claim,categories=quartermaster
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.status.registeredService`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ServiceClaim struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ServiceClaimSpec   `json:"spec"`
+	Status ServiceClaimStatus `json:"status,omitempty"`
+}
+
+// ServiceClaimList is a list of ServiceClaim.
+// +kubebuilder:object:root=true
+type ServiceClaimList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ServiceClaim `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ServiceClaim{}, &ServiceClaimList{})
+}

@@ -1,0 +1,79 @@
+// Package devserver runs the Temporal CLI's development server (bin/temporal,
+// built by `make tools`) with Quartermaster's search attributes registered.
+// `qm dev` runs it with SQLite persistence and the Web UI; the integration
+// tests run it in memory, headless, on a free port.
+package devserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/quartermaster/qm/workflows"
+)
+
+// Options configure a dev server.
+type Options struct {
+	// Path is the temporal CLI binary.
+	Path string
+	// DBFile keeps history in SQLite across restarts; empty keeps it in memory.
+	DBFile string
+	// Address is the frontend's host:port; empty picks a free port on localhost.
+	Address string
+	// UIPort serves the Web UI; 0 runs headless.
+	UIPort int
+	// Namespace is registered at start; empty means "default".
+	Namespace string
+	// Out receives the server's output; nil discards it.
+	Out io.Writer
+	// Logger is used by the returned client; nil uses slog's default.
+	Logger *slog.Logger
+}
+
+// Start starts the dev server and returns once it accepts clients.
+func Start(ctx context.Context, opts Options) (*testsuite.DevServer, error) {
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	var attrs []temporal.SearchAttributeUpdate
+	for _, key := range workflows.SearchAttributeKeys() {
+		attrs = append(attrs, key.ValueSet(""))
+	}
+	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath: opts.Path,
+		ClientOptions: &client.Options{
+			HostPort:  opts.Address,
+			Namespace: opts.Namespace,
+			Logger:    log.NewStructuredLogger(opts.Logger),
+		},
+		DBFilename:       opts.DBFile,
+		EnableUI:         opts.UIPort != 0,
+		UIPort:           uiPort(opts.UIPort),
+		LogLevel:         "warn",
+		LogFormat:        "json",
+		SearchAttributes: temporal.NewSearchAttributes(attrs...),
+		Stdout:           opts.Out,
+		Stderr:           opts.Out,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting the Temporal dev server %s: %w", opts.Path, err)
+	}
+	return srv, nil
+}
+
+func uiPort(p int) string {
+	if p == 0 {
+		return ""
+	}
+	return strconv.Itoa(p)
+}

@@ -1,0 +1,175 @@
+// Package testenv gives integration tests a real Kubernetes API server and a
+// real Temporal dev server, each started at most once per test binary and
+// only if a test asks for it. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+//
+// and in a test:
+//
+//	kube := testenv.Kubernetes(t)   // kube.Client, kube.Config
+//	tc := testenv.Temporal(t)       // a client of the dev server
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/controlplane"
+	"github.com/quartermaster/qm/internal/devserver"
+)
+
+// Cluster is the shared API server of a test binary.
+type Cluster struct {
+	Config *rest.Config
+	Client ctrlclient.Client
+	// Kubeconfig reaches the API server as Config does, for kubectl.
+	Kubeconfig []byte
+}
+
+var (
+	kubeOnce sync.Once
+	kubeCP   *controlplane.ControlPlane
+	cluster  *Cluster
+	kubeErr  error
+
+	temporalOnce sync.Once
+	temporalSrv  *testsuite.DevServer
+	temporalErr  error
+)
+
+// Main runs the tests of a package and then stops the servers they started.
+func Main(m *testing.M) {
+	code := m.Run()
+	if temporalSrv != nil {
+		temporalSrv.Client().Close()
+		if err := temporalSrv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: stopping the Temporal dev server:", err)
+		}
+	}
+	if kubeCP != nil {
+		if err := kubeCP.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: stopping the control plane:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// BinDir is where `make tools` puts kube-apiserver, etcd and temporal:
+// $QM_BIN_DIR, or bin/ at the root of the module.
+func BinDir() string {
+	if dir := os.Getenv("QM_BIN_DIR"); dir != "" {
+		return dir
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "bin"
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "bin")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "bin"
+		}
+		dir = parent
+	}
+}
+
+// requireTool fails the test, with the command that fixes it, when a tool is
+// missing. Integration tests never skip: a missing tool is a broken set-up.
+func requireTool(t testing.TB, name string) string {
+	t.Helper()
+	path := filepath.Join(BinDir(), name)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("%s is missing: run `make tools` (make test does it for you)", path)
+	}
+	return path
+}
+
+// Kubernetes returns the shared API server, with every CRD installed.
+func Kubernetes(t testing.TB) *Cluster {
+	t.Helper()
+	requireTool(t, "kube-apiserver")
+	requireTool(t, "etcd")
+	kubeOnce.Do(func() {
+		kubeCP, kubeErr = controlplane.Start(controlplane.Options{BinDir: BinDir()})
+		if kubeErr != nil {
+			return
+		}
+		var c ctrlclient.Client
+		c, kubeErr = ctrlclient.New(kubeCP.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
+		cluster = &Cluster{Config: kubeCP.Config, Client: c, Kubeconfig: kubeCP.Kubeconfig}
+	})
+	if kubeErr != nil {
+		t.Fatalf("starting the test API server: %v", kubeErr)
+	}
+	return cluster
+}
+
+// Namespace creates a namespace named after the test. Namespaces are not
+// deleted: a bare API server has no controller to finalize them.
+func (c *Cluster) Namespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: namespacePrefix(t.Name())}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Client.Create(ctx, ns); err != nil {
+		t.Fatalf("creating a namespace: %v", err)
+	}
+	return ns.Name
+}
+
+func namespacePrefix(testName string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(testName) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteRune('-')
+		}
+	}
+	p := strings.Trim(b.String(), "-")
+	if len(p) > 40 {
+		p = p[:40]
+	}
+	return strings.TrimRight(p, "-") + "-"
+}
+
+// Temporal returns a client of the shared dev server (in memory, headless,
+// with Quartermaster's search attributes).
+func Temporal(t testing.TB) client.Client {
+	t.Helper()
+	path := requireTool(t, "temporal")
+	temporalOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		temporalSrv, temporalErr = devserver.Start(ctx, devserver.Options{Path: path})
+	})
+	if temporalErr != nil {
+		t.Fatalf("starting the Temporal dev server: %v", temporalErr)
+	}
+	return temporalSrv.Client()
+}
+
+// TemporalAddress is the host:port of the shared dev server.
+func TemporalAddress(t testing.TB) string {
+	t.Helper()
+	Temporal(t)
+	return temporalSrv.FrontendHostPort()
+}
