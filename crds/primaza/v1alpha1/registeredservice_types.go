@@ -93,7 +93,7 @@ type RegisteredServiceSpec struct {
 	// service is Available as soon as it is registered.
 	// +optional
 	HealthCheck *HealthCheck `json:"healthcheck,omitempty"`
-	// SLA names the service level the service offers.
+	// SLA names the service level the service offers, e.g. "gold".
 	// +optional
 	SLA string `json:"sla,omitempty"`
 }

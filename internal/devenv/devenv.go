@@ -1,0 +1,292 @@
+// Package devenv runs the whole of Quartermaster on one machine (`qm dev`,
+// started by `make run`): a real Kubernetes control plane, the Temporal dev
+// server with its Web UI, and the worker, watcher and API in one process.
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/controlplane"
+	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/starter"
+	"github.com/quartermaster/qm/worker"
+	"github.com/quartermaster/qm/workflows"
+)
+
+// Options configure `qm dev`.
+type Options struct {
+	// BinDir holds kube-apiserver, etcd and temporal.
+	BinDir string
+	// DataDir keeps etcd's data, Temporal's SQLite file, the kubeconfig and logs.
+	DataDir string
+	// KubePort is the embedded API server's port.
+	KubePort int
+	// TemporalPort and UIPort are the embedded Temporal frontend and Web UI ports.
+	TemporalPort, UIPort int
+	// Listen is the API's listen address.
+	Listen string
+	// Kubeconfig, when set, names an existing cluster to use instead of the embedded one.
+	Kubeconfig string
+	// TemporalAddress, when set, names an existing Temporal to use instead of the dev server.
+	TemporalAddress string
+	// Namespace is the Temporal namespace.
+	Namespace string
+	// Out receives what a person at the terminal reads.
+	Out io.Writer
+	// Logger receives the components' logs.
+	Logger *slog.Logger
+}
+
+// Run starts everything, prints where to find it, and stops everything when
+// ctx is done. It returns early with an error naming what could not start.
+func Run(ctx context.Context, o Options) error {
+	if err := os.MkdirAll(filepath.Join(o.DataDir, "logs"), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", o.DataDir, err)
+	}
+
+	// Fail before starting anything if a fixed port is taken: the messages of
+	// the child processes would be far less clear.
+	apiLn, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("the OSB API cannot listen on %s (is another qm running?): %w", o.Listen, err)
+	}
+	defer apiLn.Close()
+	if o.Kubeconfig == "" {
+		if err := portFree(o.KubePort, "Kubernetes API server"); err != nil {
+			return err
+		}
+	}
+	if o.TemporalAddress == "" {
+		if err := portFree(o.TemporalPort, "Temporal frontend"); err != nil {
+			return err
+		}
+		if err := portFree(o.UIPort, "Temporal Web UI"); err != nil {
+			return err
+		}
+	}
+
+	kubeCfg, kubeconfigPath, stopKube, err := startKubernetes(o)
+	if err != nil {
+		return err
+	}
+	defer stopKube()
+
+	tc, uiURL, stopTemporal, err := startTemporal(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer stopTemporal()
+
+	kube, err := ctrlclient.New(kubeCfg, ctrlclient.Options{Scheme: crds.NewScheme()})
+	if err != nil {
+		return fmt.Errorf("creating a Kubernetes client: %w", err)
+	}
+	watcher, err := starter.NewWatcher(kubeCfg, tc, starter.WatcherOptions{})
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return worker.Run(gctx, tc, kube) })
+	g.Go(func() error { return watcher.Start(gctx) })
+	g.Go(func() error { return (&api.Server{Kube: kube}).Serve(gctx, apiLn) })
+
+	g.Go(func() error {
+		if _, err := selfCheck(gctx, tc); err != nil {
+			return err
+		}
+		kubectl := filepath.Join(o.BinDir, "kubectl")
+		fmt.Fprintf(o.Out, "\nQuartermaster is running.\n\n")
+		for _, line := range [][2]string{
+			{"OSB API", "http://" + apiLn.Addr().String()},
+			{"Temporal UI", uiURL},
+			{"Temporal", fmt.Sprintf("%s (namespace %q, task queue %q)", o.temporalAddress(), o.Namespace, workflows.TaskQueue)},
+			{"Kubernetes", kubeCfg.Host},
+			{"kubeconfig", kubeconfigPath},
+			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get crds"},
+			{"logs", filepath.Join(o.DataDir, "logs")},
+			{"self-check", "the worker sees every CRD established (workflow " + selfCheckID + ")"},
+		} {
+			fmt.Fprintf(o.Out, "  %-13s %s\n", line[0], line[1])
+		}
+		fmt.Fprintf(o.Out, "\nPress Ctrl-C to stop. State is kept in %s for the next start.\n", o.DataDir)
+		return nil
+	})
+
+	err = g.Wait()
+	fmt.Fprintln(o.Out, "\nStopping Quartermaster...")
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func (o Options) temporalAddress() string {
+	if o.TemporalAddress != "" {
+		return o.TemporalAddress
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(o.TemporalPort))
+}
+
+// startKubernetes connects to o.Kubeconfig, or starts the embedded control
+// plane and writes its kubeconfig under the data directory.
+func startKubernetes(o Options) (*rest.Config, string, func(), error) {
+	if o.Kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("reading kubeconfig %s: %w", o.Kubeconfig, err)
+		}
+		if err := controlplane.InstallCRDs(cfg); err != nil {
+			return nil, "", nil, err
+		}
+		return cfg, o.Kubeconfig, func() {}, nil
+	}
+
+	logFile, err := os.OpenFile(filepath.Join(o.DataDir, "logs", "controlplane.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	fmt.Fprintf(o.Out, "Starting kube-apiserver and etcd (data in %s)...\n", filepath.Join(o.DataDir, "etcd"))
+	cp, err := controlplane.Start(controlplane.Options{
+		BinDir:  o.BinDir,
+		DataDir: filepath.Join(o.DataDir, "etcd"),
+		Port:    o.KubePort,
+		Out:     logFile,
+	})
+	if err != nil {
+		logFile.Close()
+		return nil, "", nil, fmt.Errorf("%w (see %s)", err, logFile.Name())
+	}
+	path, err := filepath.Abs(filepath.Join(o.DataDir, "kubeconfig"))
+	if err == nil {
+		err = os.WriteFile(path, cp.Kubeconfig, 0o600)
+	}
+	if err != nil {
+		_ = cp.Stop()
+		logFile.Close()
+		return nil, "", nil, fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	stop := func() {
+		if err := cp.Stop(); err != nil {
+			o.Logger.Warn("stopping the control plane", "error", err)
+		}
+		logFile.Close()
+	}
+	return cp.Config, path, stop, nil
+}
+
+// startTemporal connects to o.TemporalAddress, or starts the dev server with
+// SQLite under the data directory and the Web UI.
+func startTemporal(ctx context.Context, o Options) (client.Client, string, func(), error) {
+	if o.TemporalAddress != "" {
+		tc, err := client.DialContext(ctx, client.Options{
+			HostPort: o.TemporalAddress, Namespace: o.Namespace, Logger: log.NewStructuredLogger(o.Logger),
+		})
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("connecting to Temporal at %s: %w", o.TemporalAddress, err)
+		}
+		if err := worker.EnsureSearchAttributes(ctx, tc, o.Namespace); err != nil {
+			tc.Close()
+			return nil, "", nil, err
+		}
+		return tc, "(the UI of the Temporal at " + o.TemporalAddress + ")", tc.Close, nil
+	}
+
+	logFile, err := os.OpenFile(filepath.Join(o.DataDir, "logs", "temporal.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	fmt.Fprintf(o.Out, "Starting the Temporal dev server (history in %s)...\n", filepath.Join(o.DataDir, "temporal.db"))
+	srv, err := devserver.Start(ctx, devserver.Options{
+		Path:      filepath.Join(o.BinDir, "temporal"),
+		DBFile:    filepath.Join(o.DataDir, "temporal.db"),
+		Address:   o.temporalAddress(),
+		UIPort:    o.UIPort,
+		Namespace: o.Namespace,
+		Out:       logFile,
+		Logger:    o.Logger,
+	})
+	if err != nil {
+		logFile.Close()
+		return nil, "", nil, fmt.Errorf("%w (see %s)", err, logFile.Name())
+	}
+	stop := func() {
+		srv.Client().Close()
+		// On Ctrl-C the terminal interrupts the dev server too; it may be gone already.
+		if err := srv.Stop(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			o.Logger.Debug("stopping the Temporal dev server", "error", err)
+		}
+		logFile.Close()
+	}
+	return srv.Client(), fmt.Sprintf("http://127.0.0.1:%d", o.UIPort), stop, nil
+}
+
+// selfCheckID is the workflow ID of the start-up self-check; every start of
+// qm dev runs it again under this ID, so the UI lists the runs together.
+const selfCheckID = "selfcheck/qm-dev"
+
+// selfCheck runs the SelfCheck workflow and fails unless the worker sees
+// every Quartermaster CRD established.
+func selfCheck(ctx context.Context, tc client.Client) (workflows.SelfCheckResult, error) {
+	var res workflows.SelfCheckResult
+	defs, err := crds.Definitions()
+	if err != nil {
+		return res, err
+	}
+	want := make([]string, 0, len(defs))
+	for _, d := range defs {
+		want = append(want, d.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:        selfCheckID,
+		TaskQueue: workflows.TaskQueue,
+		// A run left over from a killed qm is joined rather than failed on.
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.AttrKind.ValueSet("SelfCheck"),
+			workflows.AttrOperation.ValueSet("selfcheck"),
+		),
+	}, workflows.SelfCheck, want)
+	if err != nil {
+		return res, fmt.Errorf("starting the self-check workflow: %w", err)
+	}
+	if err := run.Get(ctx, &res); err != nil {
+		return res, fmt.Errorf("self-check workflow %s: %w", run.GetID(), err)
+	}
+	if len(res.Missing) > 0 {
+		return res, fmt.Errorf("self-check: the worker does not see these CRDs established: %v", res.Missing)
+	}
+	return res, nil
+}
+
+// portFree fails with a message naming the port and its use when something
+// already listens on it.
+func portFree(port int, what string) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("port %d (%s) is already in use; stop whatever holds it or choose another port: %w", port, what, err)
+	}
+	return ln.Close()
+}

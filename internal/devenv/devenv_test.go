@@ -1,0 +1,185 @@
+package devenv_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/crds"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/devenv"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// TestDevStartsStopsAndRestarts runs `qm dev` as `make run` does, on free
+// ports and a fresh data directory: everything comes up, Ctrl-C leaves no
+// process behind, and a second start finds the first one's instances.
+func TestDevStartsStopsAndRestarts(t *testing.T) {
+	dataDir := t.TempDir()
+	opts := devenv.Options{
+		BinDir:       testenv.BinDir(),
+		DataDir:      dataDir,
+		KubePort:     freePort(t),
+		TemporalPort: freePort(t),
+		UIPort:       freePort(t),
+		Listen:       fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		Namespace:    "default",
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+
+	stop, out := start(t, opts)
+
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", opts.UIPort))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "Temporal UI")
+
+	resp, err = http.Get("http://" + opts.Listen + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "API /healthz")
+
+	kubeconfig := filepath.Join(dataDir, "kubeconfig")
+	assert.Contains(t, out.String(), kubeconfig, "the banner names the kubeconfig")
+	assert.Contains(t, out.String(), fmt.Sprintf("http://127.0.0.1:%d", opts.UIPort), "the banner names the UI")
+	kube := client(t, kubeconfig)
+	var list apiextensionsv1.CustomResourceDefinitionList
+	require.NoError(t, kube.List(context.Background(), &list))
+	defs, err := crds.Definitions()
+	require.NoError(t, err)
+	var names []string
+	for _, crd := range list.Items {
+		names = append(names, crd.Name)
+	}
+	for _, d := range defs {
+		assert.Contains(t, names, d.Name)
+	}
+	inst := &osbv1alpha1.SFServiceInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "survives-restart", Namespace: "default"},
+		Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: "s", PlanID: "p"},
+	}
+	require.NoError(t, kube.Create(context.Background(), inst))
+
+	// A second qm dev on the same ports fails early, naming the port.
+	clash := opts
+	clash.DataDir = t.TempDir()
+	clash.Listen = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	clash.Out = io.Discard
+	err = devenv.Run(context.Background(), clash)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("port %d (Kubernetes API server) is already in use", opts.KubePort))
+
+	stop()
+	assert.Empty(t, processesUsing(t, dataDir), "no process outlives qm dev")
+
+	stop, _ = start(t, opts)
+	defer stop()
+	kube = client(t, kubeconfig)
+	var got osbv1alpha1.SFServiceInstance
+	require.NoError(t, kube.Get(context.Background(), ctrlclient.ObjectKeyFromObject(inst), &got))
+	assert.Equal(t, "p", got.Spec.PlanID)
+}
+
+// start runs devenv.Run until the banner is printed, and returns a function
+// that stops it as Ctrl-C does and waits until it returned.
+func start(t *testing.T, opts devenv.Options) (func(), *syncBuffer) {
+	t.Helper()
+	out := &syncBuffer{}
+	opts.Out = out
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- devenv.Run(ctx, opts) }()
+
+	deadline := time.After(3 * time.Minute)
+	for !strings.Contains(out.String(), "Quartermaster is running.") {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("qm dev returned before it was ready: %v\n%s", err, out.String())
+		case <-deadline:
+			cancel()
+			t.Fatalf("qm dev was not ready within 3 minutes:\n%s", out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				assert.NoError(t, err, "qm dev stops cleanly")
+			case <-time.After(2 * time.Minute):
+				t.Fatal("qm dev did not stop within 2 minutes")
+			}
+		})
+	}, out
+}
+
+func client(t *testing.T, kubeconfig string) ctrlclient.Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	require.NoError(t, err)
+	c, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
+	require.NoError(t, err)
+	return c
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// processesUsing lists the command lines of running processes that mention dir.
+func processesUsing(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var found []string
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmdline, []byte(dir)) {
+			continue
+		}
+		found = append(found, string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+	}
+	return found
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,280 @@
+// Command qm is Quartermaster: a Kubernetes service broker and service
+// registry whose operations run as Temporal workflows. One binary serves
+// every role; see `qm --help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/devenv"
+	"github.com/quartermaster/qm/starter"
+	"github.com/quartermaster/qm/worker"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	kubeconfig        string
+	temporalAddress   string
+	temporalNamespace string
+	logLevel          string
+	logger            *slog.Logger
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "qm:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "qm",
+		Short: "Quartermaster: a Kubernetes service broker and registry on Temporal",
+		Long: `Quartermaster (qm) brokers services on Kubernetes. Platforms call its Open
+Service Broker API, Kubernetes users create its custom resources, and every
+operation runs as a durable Temporal workflow that operators follow in the
+Temporal UI.
+
+One binary plays every part: 'qm dev' runs all of them on this machine.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			g.logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			slog.SetDefault(g.logger)
+			ctrl.SetLogger(logr.FromSlogHandler(g.logger.Handler()))
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster to use (env KUBECONFIG; in a pod, the pod's service account)")
+	pf.StringVar(&g.temporalAddress, "temporal-address", os.Getenv("TEMPORAL_ADDRESS"), "host:port of the Temporal frontend (env TEMPORAL_ADDRESS)")
+	pf.StringVar(&g.temporalNamespace, "temporal-namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
+
+	root.AddCommand(
+		newDevCommand(g),
+		newWorkerCommand(g),
+		newWatcherCommand(g),
+		newAPICommand(g),
+		newVersionCommand(),
+	)
+	return root
+}
+
+func newDevCommand(g *globals) *cobra.Command {
+	o := devenv.Options{}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything on this machine: Kubernetes, Temporal with its UI, worker, watcher and API",
+		Long: `Starts a real kube-apiserver and etcd, the Temporal dev server with its Web UI
+and Quartermaster's search attributes, installs the CRDs, and runs the worker,
+the watcher and the API in this process. State is kept under --data-dir, so a
+restart keeps every instance. Ctrl-C stops everything.
+
+With KUBECONFIG set, that cluster is used instead of the embedded one; with
+TEMPORAL_ADDRESS set, that Temporal is used instead of the dev server.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.BinDir == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				o.BinDir = filepath.Dir(exe)
+			}
+			o.Kubeconfig = g.kubeconfig
+			o.TemporalAddress = g.temporalAddress
+			o.Namespace = g.temporalNamespace
+			o.Out = cmd.OutOrStdout()
+			o.Logger = g.logger
+			return devenv.Run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.BinDir, "bin-dir", "", "directory of kube-apiserver, etcd and temporal (default: the directory of qm)")
+	f.StringVar(&o.DataDir, "data-dir", ".qm", "directory for etcd data, Temporal's SQLite file, the kubeconfig and logs")
+	f.IntVar(&o.KubePort, "kube-port", 16443, "port of the embedded Kubernetes API server")
+	f.IntVar(&o.TemporalPort, "temporal-port", 7233, "port of the embedded Temporal frontend")
+	f.IntVar(&o.UIPort, "ui-port", 8233, "port of the Temporal Web UI")
+	f.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "listen address of the OSB and admin API")
+	return cmd
+}
+
+func newWorkerCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "worker",
+		Short: "Run the Temporal worker that hosts the workflows and activities (scales horizontally)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, kube, err := g.kubernetes()
+			if err != nil {
+				return err
+			}
+			tc, err := g.temporal(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			if err := worker.EnsureSearchAttributes(cmd.Context(), tc, g.temporalNamespace); err != nil {
+				return err
+			}
+			return worker.Run(cmd.Context(), tc, kube)
+		},
+	}
+}
+
+func newWatcherCommand(g *globals) *cobra.Command {
+	o := starter.WatcherOptions{}
+	cmd := &cobra.Command{
+		Use:   "watcher",
+		Short: "Run the watcher that turns resource events into workflow starts (leader-elected)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := g.kubernetes()
+			if err != nil {
+				return err
+			}
+			tc, err := g.temporal(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			mgr, err := starter.NewWatcher(cfg, tc, o)
+			if err != nil {
+				return err
+			}
+			return mgr.Start(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect one active watcher among replicas")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
+	f.StringVar(&o.HealthAddr, "health-addr", ":8081", "address serving /healthz and /readyz")
+	return cmd
+}
+
+func newAPICommand(g *globals) *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "api",
+		Short: "Serve the OSB v2 and admin HTTP API (stateless, active-active)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, kube, err := g.kubernetes()
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listening on %s: %w", listen, err)
+			}
+			g.logger.Info("serving the API", "address", ln.Addr().String())
+			return (&api.Server{Kube: kube}).Serve(cmd.Context(), ln)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", ":8080", "listen address")
+	return cmd
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of qm and of the libraries it was built with",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			info, ok := debug.ReadBuildInfo()
+			if !ok {
+				fmt.Fprintln(cmd.OutOrStdout(), "qm (no build information)")
+				return
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "qm %s (%s)\n", info.Main.Version, info.GoVersion)
+			for _, dep := range info.Deps {
+				switch dep.Path {
+				case "go.temporal.io/sdk", "sigs.k8s.io/controller-runtime", "k8s.io/client-go":
+					fmt.Fprintf(cmd.OutOrStdout(), "  %s %s\n", dep.Path, dep.Version)
+				}
+			}
+		},
+	}
+}
+
+// kubernetes returns the REST config and a client for the cluster named by
+// --kubeconfig, or the in-cluster config.
+func (g *globals) kubernetes() (*rest.Config, ctrlclient.Client, error) {
+	cfg, err := kubeConfig(g.kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	kube, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating a Kubernetes client: %w", err)
+	}
+	return cfg, kube, nil
+}
+
+func kubeConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("reading kubeconfig %s: %w", path, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, errors.New("no cluster: set --kubeconfig or KUBECONFIG, or run in a pod (or use 'qm dev')")
+	}
+	return cfg, err
+}
+
+// temporal dials the Temporal frontend named by --temporal-address.
+func (g *globals) temporal(ctx context.Context) (client.Client, error) {
+	if g.temporalAddress == "" {
+		return nil, errors.New("no Temporal: set --temporal-address or TEMPORAL_ADDRESS (or use 'qm dev')")
+	}
+	tc, err := client.DialContext(ctx, client.Options{
+		HostPort:  g.temporalAddress,
+		Namespace: g.temporalNamespace,
+		Logger:    log.NewStructuredLogger(g.logger),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to Temporal at %s: %w", g.temporalAddress, err)
+	}
+	return tc, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

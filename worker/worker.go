@@ -1,0 +1,71 @@
+// Package worker hosts Quartermaster's workflows and activities on a Temporal
+// task queue. `qm worker` runs it; workers scale horizontally.
+package worker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/activities"
+	"github.com/quartermaster/qm/workflows"
+)
+
+// New returns a worker for the Quartermaster task queue with every workflow
+// and activity registered. kube is the client the activities use.
+func New(c client.Client, kube ctrlclient.Client) sdkworker.Worker {
+	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{})
+	w.RegisterWorkflow(workflows.SelfCheck)
+	w.RegisterActivity(&activities.Kubernetes{Client: kube})
+	return w
+}
+
+// Run runs a worker until ctx is done.
+func Run(ctx context.Context, c client.Client, kube ctrlclient.Client) error {
+	w := New(c, kube)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("starting the Temporal worker: %w", err)
+	}
+	<-ctx.Done()
+	w.Stop()
+	return nil
+}
+
+// EnsureSearchAttributes registers the search attributes the workflows set on
+// a Temporal namespace that does not have them yet. The dev server gets them
+// at start; a production cluster gets them here, once.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	ops := c.OperatorService()
+	have, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("listing search attributes of namespace %q: %w", namespace, err)
+	}
+	missing := map[string]enums.IndexedValueType{}
+	for _, key := range workflows.SearchAttributeKeys() {
+		if _, ok := have.GetCustomAttributes()[key.GetName()]; !ok {
+			missing[key.GetName()] = enums.INDEXED_VALUE_TYPE_KEYWORD
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	_, err = ops.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace:        namespace,
+		SearchAttributes: missing,
+	})
+	if err != nil {
+		names := make([]string, 0, len(missing))
+		for n := range missing {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return fmt.Errorf("registering search attributes %v on namespace %q: %w", names, namespace, err)
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+// Package workflows holds Quartermaster's Temporal workflows. Workflow code is
+// deterministic: every effect goes through an activity in package activities.
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/quartermaster/qm/activities"
+)
+
+// TaskQueue is the task queue every Quartermaster worker polls.
+const TaskQueue = "quartermaster"
+
+// SelfCheckResult says which of the expected CRDs the worker found established.
+type SelfCheckResult struct {
+	Established []string `json:"established"`
+	Missing     []string `json:"missing,omitempty"`
+}
+
+// SelfCheck proves the chain starter → Temporal → worker → Kubernetes works:
+// it asks the worker to read the API server and reports which of the wanted
+// CRDs are established. `qm dev` runs it once at start-up, so the first
+// workflow an operator sees in the UI says whether the system is wired up.
+func SelfCheck(ctx workflow.Context, want []string) (SelfCheckResult, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second,
+			MaximumAttempts: 5,
+		},
+	})
+
+	var kube *activities.Kubernetes
+	var established []string
+	if err := workflow.ExecuteActivity(ctx, kube.EstablishedCRDs).Get(ctx, &established); err != nil {
+		return SelfCheckResult{}, fmt.Errorf("reading CRDs from the API server: %w", err)
+	}
+
+	res := SelfCheckResult{Established: established}
+	for _, name := range want {
+		if !slices.Contains(established, name) {
+			res.Missing = append(res.Missing, name)
+		}
+	}
+	return res, nil
+}
