@@ -1,0 +1,126 @@
+package render_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quartermaster/qm/internal/render"
+)
+
+func TestFuncs(t *testing.T) {
+	cases := []struct {
+		name, tmpl, want string
+	}{
+		{"b64 round trip", `{{ "hunter2" | b64enc | b64dec }}`, "hunter2"},
+		{"toJson", `{{ dict "a" 1 "b" (list "x") | toJson }}`, `{"a":1,"b":["x"]}`},
+		{"marshalJSON is toJson", `{{ dict "a" true | marshalJSON }}`, `{"a":true}`},
+		{"fromJson", `{{ (fromJson "{\"user\":\"u\"}").user }}`, "u"},
+		{"unmarshalJSON is fromJson", `{{ index (unmarshalJSON "[1,2]") 1 }}`, "2"},
+		{"toYaml trims the last newline", `{{ dict "a" (list 1 2) | toYaml }}`, "a:\n- 1\n- 2"},
+		{"fromYaml", `{{ (fromYaml "port: 5432").port }}`, "5432"},
+		{"toToml", `{{ dict "port" 5432 | toToml }}`, "port = 5432\n"},
+		{"sprig is there", `{{ "abc" | upper | repeat 2 }}`, "ABCABC"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := render.Go(tc.name, tc.tmpl, nil, render.FuncMap())
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestFuncErrorsFailTheRender(t *testing.T) {
+	cases := []struct {
+		name, tmpl, want string
+	}{
+		{"bad base64", `{{ b64dec "not base64!" }}`, "b64dec: illegal base64 data"},
+		{"bad JSON", "line one\n{{ fromJson \"{nope\" }}", `template: bad JSON:2:3: executing "bad JSON" at <fromJson "{nope">: error calling fromJson: fromJson: invalid character 'n'`},
+		{"bad YAML", `{{ fromYaml "a: [" }}`, "fromYaml:"},
+		{"env is removed", `{{ env "HOME" }}`, `function "env" not defined`},
+		{"expandenv is removed", `{{ expandenv "$HOME" }}`, `function "expandenv" not defined`},
+		{"no DNS from a template", `{{ getHostByName "example.com" }}`, `function "getHostByName" not defined`},
+		{"fail", `{{ if not .plan }}{{ fail "plan.context.size is required" }}{{ end }}`, "plan.context.size is required"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := render.Go(tc.name, tc.tmpl, nil, render.FuncMap())
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestObjects(t *testing.T) {
+	t.Run("several documents, a separator inside a block scalar is content", func(t *testing.T) {
+		objs, err := render.Objects(`
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: one}
+data:
+  script: |
+    echo start
+    ---
+    echo end
+---
+# only a comment
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: two}
+stringData: {replicas: "3"}
+`)
+		require.NoError(t, err)
+		require.Len(t, objs, 2)
+		assert.Equal(t, "one", objs[0].GetName())
+		assert.Equal(t, "echo start\n---\necho end\n", objs[0].Object["data"].(map[string]any)["script"])
+		assert.Equal(t, "Secret", objs[1].GetKind())
+	})
+
+	t.Run("integers stay integers", func(t *testing.T) {
+		objs, err := render.Objects("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q}\nspec: {replicas: 3, ratio: 0.5}\n")
+		require.NoError(t, err)
+		spec := objs[0].Object["spec"].(map[string]any)
+		assert.Equal(t, int64(3), spec["replicas"])
+		assert.Equal(t, 0.5, spec["ratio"])
+	})
+
+	for _, tc := range []struct{ name, doc, want string }{
+		{"no kind", "apiVersion: v1\nmetadata: {name: x}\n", "rendered document 1: object has no kind"},
+		{"no name", "apiVersion: v1\nkind: ConfigMap\n", "rendered document 1: ConfigMap has no metadata.name"},
+		{"not an object", "- a\n- b\n", "rendered document 1: want a Kubernetes object"},
+		{"not YAML", "a: b\n c: [\n", "rendered document 1 is not YAML"},
+		{"second document bad", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nkind: ConfigMap\n", "rendered document 2: object has no apiVersion"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := render.Objects(tc.doc)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestStatusesAcceptsAnObjectResponse(t *testing.T) {
+	st, err := render.Statuses(`
+bind:
+  state: succeeded
+  response:
+    credentials: {user: u}
+provision:
+  state: failed
+  error: quota exceeded
+  instanceUsable: false
+`)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"credentials": map[string]any{"user": "u"}}, st["bind"].Response)
+	assert.Equal(t, "quota exceeded", st["provision"].Error)
+	require.NotNil(t, st["provision"].InstanceUsable)
+	assert.False(t, *st["provision"].InstanceUsable)
+
+	_, err = render.Statuses("bind:\n  state: succeeded\n  response: '{not json'\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "bind.response: not a JSON object")
+}

@@ -1,0 +1,195 @@
+package render_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+
+	"github.com/quartermaster/qm/internal/render"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// seed reads one object of the seed fixtures, as a template sees it.
+func seed(t *testing.T, file string) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "crds", "testdata", "seeds", file))
+	require.NoError(t, err)
+	var obj map[string]any
+	require.NoError(t, yaml.Unmarshal(raw, &obj))
+	return obj
+}
+
+// template returns the content of the plan's template for action.
+func template(t *testing.T, plan map[string]any, action string) string {
+	t.Helper()
+	for _, tmpl := range plan["spec"].(map[string]any)["templates"].([]any) {
+		m := tmpl.(map[string]any)
+		if m["action"] == action {
+			return m["content"].(string)
+		}
+	}
+	t.Fatalf("the plan has no %s template", action)
+	return ""
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test -update to create it")
+	assert.Equal(t, string(want), got)
+}
+
+func postgresValues(t *testing.T) render.Values {
+	instance := seed(t, "003-sfserviceinstance.yaml")
+	instance["metadata"].(map[string]any)["namespace"] = "tenant-a"
+	return render.Values{
+		"service":  seed(t, "003-sfservice.yaml"),
+		"plan":     seed(t, "003-sfplan-postgresql.yaml"),
+		"instance": instance,
+	}
+}
+
+// TestSeedPostgresqlPlanGolden renders the seed's postgresql plan and
+// compares it with what its templates say, byte for byte.
+func TestSeedPostgresqlPlanGolden(t *testing.T) {
+	values := postgresValues(t)
+	plan := values["plan"].(map[string]any)
+
+	t.Run("provision", func(t *testing.T) {
+		out, err := render.Go("provision", template(t, plan, "provision"), values, render.FuncMap())
+		require.NoError(t, err)
+		golden(t, "postgresql-provision.yaml", out)
+
+		objs, err := render.Objects(out)
+		require.NoError(t, err)
+		require.Len(t, objs, 1)
+		assert.Equal(t, "acid.zalan.do/v1", objs[0].GetAPIVersion())
+		assert.Equal(t, "sapcp-0304b210-fcfd-11e8-a31b-b6001f10c97f", objs[0].GetName())
+	})
+
+	t.Run("sources without a binding", func(t *testing.T) {
+		out, err := render.Go("sources", template(t, plan, "sources"), values, render.FuncMap())
+		require.NoError(t, err)
+		golden(t, "postgresql-sources.yaml", out)
+		src, err := render.Sources(out)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]render.Source{"postgresql": {
+			APIVersion: "acid.zalan.do/v1", Kind: "postgresql",
+			Name: "sapcp-0304b210-fcfd-11e8-a31b-b6001f10c97f", Namespace: "tenant-a",
+		}}, src)
+	})
+
+	t.Run("sources with a binding", func(t *testing.T) {
+		bound := render.Values{"binding": seed(t, "003-sfservicebinding.yaml")}
+		for k, v := range values {
+			bound[k] = v
+		}
+		out, err := render.Go("sources", template(t, plan, "sources"), bound, render.FuncMap())
+		require.NoError(t, err)
+		src, err := render.Sources(out)
+		require.NoError(t, err)
+		assert.Equal(t, "de3dd272-fcfc-11e8-a31b-b6001f10c97f.sapcp-0304b210-fcfd-11e8-a31b-b6001f10c97f.credentials.postgresql.acid.zalan.do", src["secret"].Name)
+		assert.Equal(t, "Service", src["svc"].Kind)
+	})
+}
+
+// TestSeedPostgresqlStatus evaluates the seed's status template against
+// source objects shaped as the API server returns them.
+func TestSeedPostgresqlStatus(t *testing.T) {
+	values := postgresValues(t)
+	plan := values["plan"].(map[string]any)
+	values["binding"] = seed(t, "003-sfservicebinding.yaml")
+	values["svc"] = map[string]any{"spec": map[string]any{
+		"clusterIP": "10.0.0.7",
+		"ports":     []any{map[string]any{"port": int64(5432)}},
+	}}
+	values["secret"] = map[string]any{"data": map[string]any{
+		"username": "dXNlcg==", // user
+		"password": "czNjcjN0", // s3cr3t
+	}}
+
+	t.Run("running", func(t *testing.T) {
+		values["postgresql"] = map[string]any{"status": map[string]any{"PostgresClusterStatus": "Running"}}
+		out, err := render.Go("status", template(t, plan, "status"), values, render.FuncMap())
+		require.NoError(t, err)
+		st, err := render.Statuses(out)
+		require.NoError(t, err)
+
+		assert.Equal(t, "succeeded", st["provision"].State)
+		assert.Equal(t, "succeeded", st["bind"].State)
+		assert.Equal(t, map[string]any{"credentials": map[string]any{
+			"dbname": "main", "hostname": "10.0.0.7", "port": "5432",
+			"username": "user", "password": "s3cr3t",
+			"uri": "postgres://user:s3cr3t@10.0.0.7:5432/main?sslmode=require",
+		}}, st["bind"].Response)
+		assert.Equal(t, "succeeded", st["unbind"].State)
+		assert.Equal(t, "in progress", st["deprovision"].State, "the postgresql object still exists")
+	})
+
+	t.Run("create failed", func(t *testing.T) {
+		values["postgresql"] = map[string]any{"status": map[string]any{"PostgresClusterStatus": "CreateFailed"}}
+		out, err := render.Go("status", template(t, plan, "status"), values, render.FuncMap())
+		require.NoError(t, err)
+		st, err := render.Statuses(out)
+		require.NoError(t, err)
+		assert.Equal(t, "failed", st["provision"].State)
+	})
+
+	t.Run("deprovisioned", func(t *testing.T) {
+		delete(values, "postgresql")
+		delete(values, "svc")
+		out, err := render.Go("status", template(t, plan, "status"), values, render.FuncMap())
+		require.NoError(t, err)
+		st, err := render.Statuses(out)
+		require.NoError(t, err)
+		assert.Equal(t, "in progress", st["provision"].State)
+		assert.Equal(t, "in progress", st["bind"].State, "no host yet")
+		assert.Nil(t, st["bind"].Response)
+		assert.Equal(t, "succeeded", st["deprovision"].State)
+	})
+}
+
+// TestSeedPostgresqlBind renders the bind and unbind templates, which edit
+// the postgresql source object.
+func TestSeedPostgresqlBind(t *testing.T) {
+	values := postgresValues(t)
+	plan := values["plan"].(map[string]any)
+	values["binding"] = seed(t, "003-sfservicebinding.yaml")
+	postgresql := func() map[string]any {
+		return map[string]any{
+			"apiVersion": "acid.zalan.do/v1", "kind": "postgresql",
+			"metadata": map[string]any{"name": "sapcp-0304b210-fcfd-11e8-a31b-b6001f10c97f"},
+			"spec":     map[string]any{"users": map[string]any{"main": []any{"superuser", "createdb"}}},
+		}
+	}
+
+	values["postgresql"] = postgresql()
+	out, err := render.Go("bind", template(t, plan, "bind"), values, render.FuncMap())
+	require.NoError(t, err)
+	golden(t, "postgresql-bind.yaml", out)
+	objs, err := render.Objects(out)
+	require.NoError(t, err)
+	require.Len(t, objs, 1)
+	users := objs[0].Object["spec"].(map[string]any)["users"].(map[string]any)
+	assert.Equal(t, []any{"superuser"}, users["de3dd272-fcfc-11e8-a31b-b6001f10c97f"])
+
+	values["postgresql"] = postgresql()
+	values["postgresql"].(map[string]any)["spec"].(map[string]any)["users"].(map[string]any)["de3dd272-fcfc-11e8-a31b-b6001f10c97f"] = []any{"superuser"}
+	out, err = render.Go("unbind", template(t, plan, "unbind"), values, render.FuncMap())
+	require.NoError(t, err)
+	objs, err = render.Objects(out)
+	require.NoError(t, err)
+	users = objs[0].Object["spec"].(map[string]any)["users"].(map[string]any)
+	assert.NotContains(t, users, "de3dd272-fcfc-11e8-a31b-b6001f10c97f")
+	assert.Contains(t, users, "main")
+}

@@ -1,0 +1,92 @@
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Source is one object a sources template names: the status, bind and unbind
+// templates see it under its key.
+type Source struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	Namespace  string `json:"namespace,omitempty"`
+}
+
+// Sources decodes the output of a sources template: a map from a key to the
+// object it names.
+func Sources(rendered string) (map[string]Source, error) {
+	var out map[string]Source
+	if err := yaml.UnmarshalStrict([]byte(rendered), &out); err != nil {
+		return nil, fmt.Errorf("sources template output: %w", err)
+	}
+	for key, s := range out {
+		if s.APIVersion == "" || s.Kind == "" || s.Name == "" {
+			return nil, fmt.Errorf("sources template output: %q needs apiVersion, kind and name", key)
+		}
+	}
+	return out, nil
+}
+
+// Status is what a status template says of one operation.
+type Status struct {
+	State            string `json:"state"`
+	Description      string `json:"description,omitempty"`
+	Error            string `json:"error,omitempty"`
+	DashboardURL     string `json:"dashboardUrl,omitempty"`
+	InstanceUsable   *bool  `json:"instanceUsable,omitempty"`
+	UpdateRepeatable *bool  `json:"updateRepeatable,omitempty"`
+	// Response is the bind response, e.g. {"credentials": {...}}. A template
+	// may write it as an object or, as the seeds do, as a JSON string.
+	Response map[string]any `json:"-"`
+}
+
+// Statuses decodes the output of a status template: a map from an operation
+// (provision, update, deprovision, bind, unbind) to its status.
+func Statuses(rendered string) (map[string]Status, error) {
+	var raw map[string]map[string]any
+	if err := yaml.Unmarshal([]byte(rendered), &raw); err != nil {
+		return nil, fmt.Errorf("status template output: %w", err)
+	}
+	out := make(map[string]Status, len(raw))
+	for op, fields := range raw {
+		resp := fields["response"]
+		delete(fields, "response")
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return nil, fmt.Errorf("status template output, %s: %w", op, err)
+		}
+		var s Status
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("status template output, %s: %w", op, err)
+		}
+		if s.Response, err = response(resp); err != nil {
+			return nil, fmt.Errorf("status template output, %s.response: %w", op, err)
+		}
+		out[op] = s
+	}
+	return out, nil
+}
+
+func response(v any) (map[string]any, error) {
+	switch r := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		if r == "" {
+			return nil, nil
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(r), &m); err != nil {
+			return nil, fmt.Errorf("not a JSON object: %w", err)
+		}
+		return m, nil
+	case map[string]any:
+		return r, nil
+	default:
+		return nil, fmt.Errorf("want an object or a JSON string, got %T", v)
+	}
+}
