@@ -1,0 +1,102 @@
+package render
+
+import (
+	"bytes"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/cli"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/getter"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Release names the instance or binding a chart is rendered for. Nothing is
+// installed: Helm's engine only renders, and the objects are applied like
+// those of any other template.
+type Release struct {
+	Name      string
+	Namespace string
+	// Upgrade is set when an instance is updated.
+	Upgrade bool
+}
+
+// LoadChart reads a chart archive (.tgz).
+func LoadChart(archive []byte) (*chart.Chart, error) {
+	ch, err := loader.LoadArchive(bytes.NewReader(archive))
+	if err != nil {
+		return nil, fmt.Errorf("loading the helm chart: %w", err)
+	}
+	return ch, nil
+}
+
+// FetchChart downloads a chart archive from an http or https URL through
+// Helm's getters, so that Helm's TLS and proxy settings apply.
+func FetchChart(url string) ([]byte, error) {
+	g, err := getter.All(cli.New()).ByScheme(schemeOf(url))
+	if err != nil {
+		return nil, fmt.Errorf("fetching the helm chart %s: %w", url, err)
+	}
+	buf, err := g.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("fetching the helm chart %s: %w", url, err)
+	}
+	return buf.Bytes(), nil
+}
+
+func schemeOf(url string) string {
+	scheme, _, _ := strings.Cut(url, "://")
+	return scheme
+}
+
+// Helm renders a chart. Its values are the chart's defaults, overridden by
+// values (the plan context merged with the request parameters), with the
+// template variables (.service, .plan, .instance, ...) beside them under
+// .Values. The objects come back in the order of their template files.
+func Helm(ch *chart.Chart, rel Release, values map[string]any, vars Values) ([]*unstructured.Unstructured, error) {
+	merged := make(map[string]any, len(values)+len(vars))
+	for k, v := range values {
+		merged[k] = v
+	}
+	for k, v := range vars {
+		merged[k] = v
+	}
+	top, err := chartutil.ToRenderValues(ch, merged, chartutil.ReleaseOptions{
+		Name:      rel.Name,
+		Namespace: rel.Namespace,
+		Revision:  1,
+		IsInstall: !rel.Upgrade,
+		IsUpgrade: rel.Upgrade,
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("helm chart %s values: %w", ch.Name(), err)
+	}
+	files, err := engine.Render(ch, top)
+	if err != nil {
+		return nil, fmt.Errorf("rendering helm chart %s: %w", ch.Name(), err)
+	}
+
+	names := make([]string, 0, len(files))
+	for name := range files {
+		base := path.Base(name)
+		if strings.HasPrefix(base, "_") || strings.EqualFold(base, "NOTES.txt") {
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var objs []*unstructured.Unstructured
+	for _, name := range names {
+		o, err := Objects(files[name])
+		if err != nil {
+			return nil, fmt.Errorf("helm chart %s, %s: %w", ch.Name(), name, err)
+		}
+		objs = append(objs, o...)
+	}
+	return objs, nil
+}

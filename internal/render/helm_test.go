@@ -1,0 +1,110 @@
+package render_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+
+	"github.com/quartermaster/qm/internal/render"
+)
+
+// chartArchive packs a small chart as `helm package` would.
+func chartArchive(t *testing.T) []byte {
+	t.Helper()
+	ch := &chart.Chart{
+		Metadata: &chart.Metadata{APIVersion: "v2", Name: "tenant", Version: "0.1.0"},
+		Raw:      []*chart.File{{Name: "values.yaml", Data: []byte("size: small\nquota:\n  pods: 4\n")}},
+		Templates: []*chart.File{
+			{Name: "templates/_helpers.tpl", Data: []byte(`{{ define "tenant.name" }}{{ .Release.Name }}-tenant{{ end }}`)},
+			{Name: "templates/configmap.yaml", Data: []byte(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ include "tenant.name" . }}
+  namespace: {{ .Release.Namespace }}
+data:
+  size: {{ .Values.size | quote }}
+  plan: {{ .Values.plan.spec.name | quote }}
+  instance: {{ .Values.instance.metadata.name | quote }}
+`)},
+			{Name: "templates/quota.yaml", Data: []byte(`apiVersion: v1
+kind: ResourceQuota
+metadata:
+  name: {{ include "tenant.name" . }}
+spec:
+  hard:
+    pods: {{ .Values.quota.pods | quote }}
+---
+{{- if .Release.IsUpgrade }}
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: upgraded
+{{- end }}
+`)},
+			{Name: "templates/NOTES.txt", Data: []byte(`Not an object.`)},
+		},
+	}
+	path, err := chartutil.Save(ch, t.TempDir())
+	require.NoError(t, err)
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return raw
+}
+
+func TestHelm(t *testing.T) {
+	archive := chartArchive(t)
+	vars := render.Values{
+		"plan":     map[string]any{"spec": map[string]any{"name": "small"}},
+		"instance": map[string]any{"metadata": map[string]any{"name": "i-1"}},
+	}
+
+	ch, err := render.LoadChart(archive)
+	require.NoError(t, err)
+	objs, err := render.Helm(ch, render.Release{Name: "i-1", Namespace: "tenant-a"}, map[string]any{"size": "large"}, vars)
+	require.NoError(t, err)
+	require.Len(t, objs, 2, "NOTES.txt and partials are not objects; the upgrade-only object is absent")
+	cm := objs[0]
+	assert.Equal(t, "i-1-tenant", cm.GetName())
+	assert.Equal(t, "tenant-a", cm.GetNamespace())
+	assert.Equal(t, map[string]any{"size": "large", "plan": "small", "instance": "i-1"}, cm.Object["data"],
+		"parameters override chart defaults; template variables are under .Values")
+	assert.Equal(t, "ResourceQuota", objs[1].GetKind())
+	assert.Equal(t, map[string]any{"pods": "4"}, objs[1].Object["spec"].(map[string]any)["hard"], "chart defaults stay")
+
+	objs, err = render.Helm(ch, render.Release{Name: "i-1", Namespace: "tenant-a", Upgrade: true}, nil, vars)
+	require.NoError(t, err)
+	assert.Len(t, objs, 3)
+}
+
+func TestFetchChart(t *testing.T) {
+	archive := chartArchive(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/charts/tenant-0.1.0.tgz" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(archive)
+	}))
+	defer srv.Close()
+
+	raw, err := render.FetchChart(srv.URL + "/charts/tenant-0.1.0.tgz")
+	require.NoError(t, err)
+	ch, err := render.LoadChart(raw)
+	require.NoError(t, err)
+	assert.Equal(t, "tenant", ch.Name())
+
+	_, err = render.FetchChart(srv.URL + "/charts/missing.tgz")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "fetching the helm chart")
+	assert.Contains(t, err.Error(), "404")
+
+	_, err = render.LoadChart([]byte("not a tarball"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "loading the helm chart")
+}
