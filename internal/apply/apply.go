@@ -1,0 +1,195 @@
+// Package apply writes rendered objects to Kubernetes with server-side apply
+// under one field manager, makes the registry Secret their owner, and
+// removes them again. Every function is idempotent, so an activity that runs
+// it can be retried at any point.
+package apply
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// FieldManager is the server-side apply field manager of everything
+// Quartermaster applies.
+const FieldManager = "quartermaster"
+
+// SingletonAnnotation marks a rendered object that several instances share:
+// the first apply creates it, later ones only add their owner reference, and
+// it is deleted when its last owner lets go of it.
+const SingletonAnnotation = "quartermaster.io/singleton"
+
+// Owner is the registry Secret that owns what an instance or binding creates.
+type Owner struct {
+	Name      string
+	Namespace string
+	UID       types.UID
+}
+
+func (o Owner) reference() metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "v1", Kind: "Secret", Name: o.Name, UID: o.UID}
+}
+
+// Ref names an applied object.
+type Ref = osbv1alpha1.Source
+
+// RefOf returns the Ref of an object.
+func RefOf(obj client.Object) Ref {
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	return Ref{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: obj.GetName(), Namespace: obj.GetNamespace()}
+}
+
+// Objects applies objs in order. A namespaced object without a namespace
+// goes to defaultNamespace. An object in the owner's namespace gets an owner
+// reference to it, so deleting the registry garbage-collects it; a
+// cluster-scoped or cross-namespace object cannot be owned and is only
+// listed in the returned refs, from which Delete removes it.
+func Objects(ctx context.Context, c client.Client, owner Owner, defaultNamespace string, objs []*unstructured.Unstructured) ([]Ref, error) {
+	refs := make([]Ref, 0, len(objs))
+	for _, obj := range objs {
+		namespaced, err := c.IsObjectNamespaced(obj)
+		if err != nil {
+			return refs, fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		if !namespaced {
+			obj.SetNamespace("")
+		} else if obj.GetNamespace() == "" {
+			obj.SetNamespace(defaultNamespace)
+		}
+		owned := namespaced && obj.GetNamespace() == owner.Namespace
+		if obj.GetAnnotations()[SingletonAnnotation] == "true" {
+			err = singleton(ctx, c, owner, owned, obj)
+		} else {
+			err = applyOne(ctx, c, owner, owned, obj)
+		}
+		if err != nil {
+			return refs, err
+		}
+		refs = append(refs, RefOf(obj))
+	}
+	return refs, nil
+}
+
+func applyOne(ctx context.Context, c client.Client, owner Owner, owned bool, obj *unstructured.Unstructured) error {
+	if owned {
+		ref := owner.reference()
+		ref.Controller = ptr.To(true)
+		obj.SetOwnerReferences([]metav1.OwnerReference{ref})
+	}
+	obj.SetManagedFields(nil)
+	obj.SetResourceVersion("")
+	if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s: %w", obj.GetKind(), key(obj), err)
+	}
+	return nil
+}
+
+// singleton creates obj if it does not exist, and otherwise adds the
+// owner's reference to the existing one without touching its content.
+func singleton(ctx context.Context, c client.Client, owner Owner, owned bool, obj *unstructured.Unstructured) error {
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(obj.GroupVersionKind())
+	err := c.Get(ctx, client.ObjectKeyFromObject(obj), live)
+	if apierrors.IsNotFound(err) {
+		if owned {
+			obj.SetOwnerReferences([]metav1.OwnerReference{owner.reference()})
+		}
+		err = c.Create(ctx, obj, client.FieldOwner(FieldManager))
+		if apierrors.IsAlreadyExists(err) {
+			return singleton(ctx, c, owner, owned, obj)
+		}
+		if err != nil {
+			return fmt.Errorf("creating singleton %s %s: %w", obj.GetKind(), key(obj), err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading singleton %s %s: %w", obj.GetKind(), key(obj), err)
+	}
+	obj.Object = live.Object
+	if !owned || slices.ContainsFunc(live.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner.UID }) {
+		return nil
+	}
+	// A JSON patch with a test on resourceVersion appends without losing a
+	// concurrent owner's reference; a conflict fails the activity, which retries.
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": live.GetResourceVersion()},
+		{"op": "add", "path": "/metadata/ownerReferences", "value": append(live.GetOwnerReferences(), owner.reference())},
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		return fmt.Errorf("adding an owner to singleton %s %s: %w", obj.GetKind(), key(obj), err)
+	}
+	return nil
+}
+
+// Delete removes what an instance or binding applied. An object shared as a
+// singleton loses the owner's reference and is deleted only when no owner is
+// left. Objects already gone are skipped.
+func Delete(ctx context.Context, c client.Client, owner Owner, refs []Ref) error {
+	for _, ref := range refs {
+		obj := &unstructured.Unstructured{}
+		obj.SetAPIVersion(ref.APIVersion)
+		obj.SetKind(ref.Kind)
+		err := c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj)
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s %s: %w", ref.Kind, key(obj), err)
+		}
+		if obj.GetAnnotations()[SingletonAnnotation] == "true" {
+			rest := slices.DeleteFunc(obj.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner.UID })
+			if len(rest) > 0 {
+				patch, err := json.Marshal([]map[string]any{
+					{"op": "test", "path": "/metadata/resourceVersion", "value": obj.GetResourceVersion()},
+					{"op": "replace", "path": "/metadata/ownerReferences", "value": rest},
+				})
+				if err != nil {
+					return err
+				}
+				if err := c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+					return fmt.Errorf("removing an owner from singleton %s %s: %w", ref.Kind, key(obj), err)
+				}
+				continue
+			}
+		}
+		err = c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s %s: %w", ref.Kind, key(obj), err)
+		}
+	}
+	return nil
+}
+
+// Prune deletes the objects of previous that current no longer lists: what
+// an update stopped rendering.
+func Prune(ctx context.Context, c client.Client, owner Owner, previous, current []Ref) error {
+	var gone []Ref
+	for _, p := range previous {
+		if !slices.Contains(current, p) {
+			gone = append(gone, p)
+		}
+	}
+	return Delete(ctx, c, owner, gone)
+}
+
+func key(obj client.Object) string {
+	if obj.GetNamespace() == "" {
+		return obj.GetName()
+	}
+	return obj.GetNamespace() + "/" + obj.GetName()
+}

@@ -1,0 +1,156 @@
+package apply_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/internal/apply"
+	"github.com/quartermaster/qm/internal/render"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func owner(t *testing.T, c client.Client, ns, name string) apply.Owner {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	require.NoError(t, c.Create(context.Background(), s))
+	return apply.Owner{Name: s.Name, Namespace: ns, UID: s.UID}
+}
+
+func objects(t *testing.T, doc string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := render.Objects(doc)
+	require.NoError(t, err)
+	return objs
+}
+
+func TestApplyOwnsWhatItCanAndListsTheRest(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns, other := kube.Namespace(t), kube.Namespace(t)
+	reg := owner(t, kube.Client, ns, "registry-a")
+
+	doc := `
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: config}
+data: {size: small}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: elsewhere, namespace: ` + other + `}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ` + ns + `-reader}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
+`
+	refs, err := apply.Objects(ctx, kube.Client, reg, ns, objects(t, doc))
+	require.NoError(t, err)
+	assert.Equal(t, []apply.Ref{
+		{APIVersion: "v1", Kind: "ConfigMap", Name: "config", Namespace: ns},
+		{APIVersion: "v1", Kind: "ConfigMap", Name: "elsewhere", Namespace: other},
+		{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: ns + "-reader"},
+	}, refs)
+
+	var cm corev1.ConfigMap
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
+	require.Len(t, cm.OwnerReferences, 1)
+	assert.Equal(t, reg.UID, cm.OwnerReferences[0].UID)
+	assert.Equal(t, "Secret", cm.OwnerReferences[0].Kind)
+	assert.Equal(t, "small", cm.Data["size"])
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: other, Name: "elsewhere"}, &cm))
+	assert.Empty(t, cm.OwnerReferences, "an owner reference cannot cross namespaces")
+	var role rbacv1.ClusterRole
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Name: ns + "-reader"}, &role))
+	assert.Empty(t, role.OwnerReferences, "a cluster-scoped object cannot be owned by a namespaced one")
+
+	// Applying again changes nothing and fails nothing.
+	rv := cm.ResourceVersion
+	_, err = apply.Objects(ctx, kube.Client, reg, ns, objects(t, doc))
+	require.NoError(t, err)
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: other, Name: "elsewhere"}, &cm))
+	assert.Equal(t, rv, cm.ResourceVersion, "an unchanged apply is a no-op")
+
+	// An update that renders less prunes what it no longer renders.
+	refs2, err := apply.Objects(ctx, kube.Client, reg, ns, objects(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: config}\ndata: {size: large}\n"))
+	require.NoError(t, err)
+	require.NoError(t, apply.Prune(ctx, kube.Client, reg, refs, refs2))
+	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, client.ObjectKey{Namespace: other, Name: "elsewhere"}, &cm)))
+	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, client.ObjectKey{Name: ns + "-reader"}, &role)))
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
+	assert.Equal(t, "large", cm.Data["size"])
+
+	require.NoError(t, apply.Delete(ctx, kube.Client, reg, refs2))
+	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm)))
+	require.NoError(t, apply.Delete(ctx, kube.Client, reg, refs2), "deleting twice is fine")
+}
+
+func TestSingletonLivesUntilItsLastOwnerGoes(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns := kube.Namespace(t)
+	a, b := owner(t, kube.Client, ns, "registry-a"), owner(t, kube.Client, ns, "registry-b")
+	doc := func(value string) []*unstructured.Unstructured {
+		return objects(t, `
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: shared
+  annotations: {quartermaster.io/singleton: "true"}
+data: {value: `+value+`}
+`)
+	}
+
+	refsA, err := apply.Objects(ctx, kube.Client, a, ns, doc("first"))
+	require.NoError(t, err)
+	refsB, err := apply.Objects(ctx, kube.Client, b, ns, doc("second"))
+	require.NoError(t, err)
+	_, err = apply.Objects(ctx, kube.Client, b, ns, doc("second"))
+	require.NoError(t, err, "adding the same owner twice is a no-op")
+
+	var cm corev1.ConfigMap
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared"}, &cm))
+	assert.Equal(t, "first", cm.Data["value"], "an existing singleton is not rewritten")
+	require.Len(t, cm.OwnerReferences, 2)
+
+	require.NoError(t, apply.Delete(ctx, kube.Client, a, refsA))
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared"}, &cm))
+	require.Len(t, cm.OwnerReferences, 1)
+	assert.Equal(t, b.UID, cm.OwnerReferences[0].UID)
+
+	require.NoError(t, apply.Delete(ctx, kube.Client, b, refsB))
+	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared"}, &cm)))
+}
+
+func TestApplyErrorNamesTheObject(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	reg := owner(t, kube.Client, ns, "registry-a")
+	_, err := apply.Objects(context.Background(), kube.Client, reg, ns, objects(t, `
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: Not_A_Valid_Name}
+`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "applying ConfigMap "+ns+"/Not_A_Valid_Name")
+	assert.True(t, apierrors.IsInvalid(err), "the API server's verdict is kept for the caller: %v", err)
+
+	_, err = apply.Objects(context.Background(), kube.Client, reg, ns, objects(t, `
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w}
+`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Widget w")
+}
