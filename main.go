@@ -135,7 +135,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 		Short: "Run the Temporal worker that hosts the workflows and activities (scales horizontally)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, kube, err := g.kubernetes()
+			cfg, err := kubeConfig(g.kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -147,7 +147,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 			if err := worker.EnsureSearchAttributes(cmd.Context(), tc, g.temporalNamespace); err != nil {
 				return err
 			}
-			return worker.Run(cmd.Context(), tc, kube)
+			return worker.Run(cmd.Context(), tc, cfg)
 		},
 	}
 }

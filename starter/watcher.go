@@ -1,24 +1,33 @@
 // Package starter turns Kubernetes resource events into Temporal workflow
-// starts and signals (the watcher), and holds the admin commands that start
-// or steer workflows. It holds no business logic: that lives in workflows.
+// starts (the watcher), and holds the admin commands that start or steer
+// workflows. It holds no business logic: that lives in workflows.
 package starter
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/quartermaster/qm/activities"
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/workflows"
 )
 
 // WatcherOptions configure the watcher.
@@ -29,13 +38,19 @@ type WatcherOptions struct {
 	LeaderElectionNamespace string
 	// HealthAddr serves /healthz and /readyz; empty or "0" turns them off.
 	HealthAddr string
+	// Concurrency is the number of resources reconciled at once per kind.
+	Concurrency int
 }
 
-// NewWatcher returns a controller-runtime manager with the watcher's reconcilers.
+// NewWatcher returns a controller-runtime manager whose reconcilers start
+// the workflows of SFServiceInstances and SFServiceBindings.
 func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.Manager, error) {
 	healthAddr := opts.HealthAddr
 	if healthAddr == "" {
 		healthAddr = "0"
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 16
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  crds.NewScheme(),
@@ -59,30 +74,171 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 			return nil, err
 		}
 	}
-	r := &instanceReconciler{mgr: mgr, temporal: tc}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceInstance{}).Named("sfserviceinstance").Complete(r); err != nil {
+	s := &Starter{Client: mgr.GetClient(), Temporal: tc}
+	copts := controller.Options{MaxConcurrentReconciles: opts.Concurrency}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceInstance{}).Named("sfserviceinstance").
+		WithOptions(copts).Complete(ReconcilerFunc(s.ReconcileInstance)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceInstance reconciler: %w", err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceBinding{}).Named("sfservicebinding").
+		WithOptions(copts).Complete(ReconcilerFunc(s.ReconcileBinding)); err != nil {
+		return nil, fmt.Errorf("registering the SFServiceBinding reconciler: %w", err)
 	}
 	return mgr, nil
 }
 
-// instanceReconciler observes SFServiceInstances. Until the provisioning
-// workflows land it only logs what it would start.
-type instanceReconciler struct {
-	mgr      ctrl.Manager
-	temporal client.Client
+// ReconcilerFunc adapts a function to reconcile.Reconciler.
+type ReconcilerFunc func(context.Context, ctrl.Request) (ctrl.Result, error)
+
+// Reconcile calls f.
+func (f ReconcilerFunc) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return f(ctx, req)
 }
 
-func (r *instanceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// Starter maps the state of a resource to the workflow that moves it on.
+type Starter struct {
+	// Client reads resources (from the manager's cache in the watcher) and
+	// adds finalizers.
+	Client ctrlclient.Client
+	// Temporal starts the workflows.
+	Temporal client.Client
+}
+
+// ReconcileInstance starts Provision, Update or Deprovision for an instance
+// that needs one.
+func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var inst osbv1alpha1.SFServiceInstance
-	if err := r.mgr.GetClient().Get(ctx, req.NamespacedName, &inst); err != nil {
-		if apierrors.IsNotFound(err) {
+	if err := s.Client.Get(ctx, req.NamespacedName, &inst); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	st := inst.Status
+	var op activities.Operation
+	switch {
+	case inst.DeletionTimestamp != nil:
+		if !controllerutil.ContainsFinalizer(&inst, activities.InstanceFinalizer) {
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, err
+		op = activities.OpDeprovision
+	case st.State == osbv1alpha1.StateInProgress:
+		return ctrl.Result{}, nil // a workflow is on it
+	case st.State == osbv1alpha1.StateUpdate:
+		op = activities.OpUpdate
+	case st.State == "" || st.State == osbv1alpha1.StateInQueue || st.ObservedGeneration != inst.Generation:
+		op = activities.OpProvision
+		if st.AppliedSpec != nil {
+			op = activities.OpUpdate
+		}
+	default:
+		return ctrl.Result{}, nil
 	}
-	log.FromContext(ctx).Info("observed SFServiceInstance",
-		"generation", inst.Generation, "state", inst.Status.State,
-		"serviceId", inst.Spec.ServiceID, "planId", inst.Spec.PlanID)
-	return ctrl.Result{}, nil
+	if op != activities.OpDeprovision {
+		if err := s.addFinalizer(ctx, &inst, activities.InstanceFinalizer); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	attrs := []temporal.SearchAttributeUpdate{
+		workflows.AttrInstance.ValueSet(instanceID(&inst)),
+		workflows.AttrService.ValueSet(inst.Spec.ServiceID),
+		workflows.AttrPlan.ValueSet(inst.Spec.PlanID),
+	}
+	if inst.Spec.ClusterID != "" {
+		attrs = append(attrs, workflows.AttrCluster.ValueSet(inst.Spec.ClusterID))
+	}
+	return s.start(ctx, activities.Target{Kind: activities.KindInstance, Namespace: inst.Namespace, Name: inst.Name}, op, attrs)
+}
+
+// ReconcileBinding starts Bind or Unbind for a binding that needs one.
+func (s *Starter) ReconcileBinding(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var b osbv1alpha1.SFServiceBinding
+	if err := s.Client.Get(ctx, req.NamespacedName, &b); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	var op activities.Operation
+	switch {
+	case b.DeletionTimestamp != nil:
+		if !controllerutil.ContainsFinalizer(&b, activities.BindingFinalizer) {
+			return ctrl.Result{}, nil
+		}
+		op = activities.OpUnbind
+	case b.Status.State == "" || b.Status.State == osbv1alpha1.StateInQueue:
+		op = activities.OpBind
+	default:
+		// Bindings are immutable in OSB: nothing else starts a workflow.
+		return ctrl.Result{}, nil
+	}
+	if op == activities.OpBind {
+		if err := s.addFinalizer(ctx, &b, activities.BindingFinalizer); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	attrs := []temporal.SearchAttributeUpdate{
+		workflows.AttrInstance.ValueSet(b.Spec.InstanceID),
+		workflows.AttrBinding.ValueSet(b.Spec.ID),
+		workflows.AttrService.ValueSet(b.Spec.ServiceID),
+		workflows.AttrPlan.ValueSet(b.Spec.PlanID),
+	}
+	return s.start(ctx, activities.Target{Kind: activities.KindBinding, Namespace: b.Namespace, Name: b.Name}, op, attrs)
+}
+
+// start starts op's workflow under the target's workflow ID. A run already
+// under way is joined rather than duplicated; if it is a different
+// operation, the resource is looked at again once that run is done.
+func (s *Starter) start(ctx context.Context, t activities.Target, op activities.Operation, attrs []temporal.SearchAttributeUpdate) (ctrl.Result, error) {
+	id := workflows.WorkflowID(t.Kind, t.Namespace, t.Name)
+	attrs = append(attrs,
+		workflows.AttrKind.ValueSet(string(t.Kind)),
+		workflows.AttrNamespace.ValueSet(t.Namespace),
+		workflows.AttrName.ValueSet(t.Name),
+		workflows.AttrOperation.ValueSet(string(op)),
+	)
+	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                workflows.TaskQueue,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		EnableEagerStart:         true,
+		TypedSearchAttributes:    temporal.NewSearchAttributes(attrs...),
+	}, workflowOf(op), t)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("starting %s of %s: %w", op, id, err)
+	}
+	log.FromContext(ctx).V(1).Info("workflow started or joined", "workflowID", id, "runID", run.GetRunID(), "operation", op)
+	// A joined run may be another operation (an update while a provision
+	// runs): look again when it is likely done. The next status change
+	// triggers a reconcile anyway.
+	return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+}
+
+func workflowOf(op activities.Operation) any {
+	switch op {
+	case activities.OpProvision:
+		return workflows.Provision
+	case activities.OpUpdate:
+		return workflows.Update
+	case activities.OpDeprovision:
+		return workflows.Deprovision
+	case activities.OpBind:
+		return workflows.Bind
+	default:
+		return workflows.Unbind
+	}
+}
+
+func (s *Starter) addFinalizer(ctx context.Context, obj ctrlclient.Object, finalizer string) error {
+	base := obj.DeepCopyObject().(ctrlclient.Object)
+	if !controllerutil.AddFinalizer(obj, finalizer) {
+		return nil
+	}
+	err := s.Client.Patch(ctx, obj, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return errors.New("the resource changed while its finalizer was added; retrying")
+	}
+	return err
+}
+
+func instanceID(inst *osbv1alpha1.SFServiceInstance) string {
+	if inst.Spec.InstanceID != "" {
+		return inst.Spec.InstanceID
+	}
+	return inst.Name
 }

@@ -11,24 +11,50 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
+	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/activities"
+	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/workflows"
 )
 
 // New returns a worker for the Quartermaster task queue with every workflow
-// and activity registered. kube is the client the activities use.
-func New(c client.Client, kube ctrlclient.Client) sdkworker.Worker {
+// and activity registered. kube is the (uncached) client the activities use;
+// cat finds plans and services.
+func New(c client.Client, kube ctrlclient.Client, cat activities.Catalog) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{})
 	w.RegisterWorkflow(workflows.SelfCheck)
+	w.RegisterWorkflow(workflows.Provision)
+	w.RegisterWorkflow(workflows.Update)
+	w.RegisterWorkflow(workflows.Deprovision)
+	w.RegisterWorkflow(workflows.Bind)
+	w.RegisterWorkflow(workflows.Unbind)
 	w.RegisterActivity(&activities.Kubernetes{Client: kube})
+	w.RegisterActivity(&activities.Operations{Client: kube, Catalog: cat})
 	return w
 }
 
-// Run runs a worker until ctx is done.
-func Run(ctx context.Context, c client.Client, kube ctrlclient.Client) error {
-	w := New(c, kube)
+// Run runs a worker against the cluster cfg reaches until ctx is done.
+func Run(ctx context.Context, c client.Client, cfg *rest.Config) error {
+	cfg = rest.CopyConfig(cfg)
+	// Activities are the hot path: no client-side rate limit (client-go's
+	// default is 5 QPS, controller-runtime's 20); the API server's own
+	// priority and fairness protects it.
+	cfg.QPS = -1
+	kube, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
+	if err != nil {
+		return fmt.Errorf("creating the worker's Kubernetes client: %w", err)
+	}
+	cat, err := catalog.New(cfg, crds.NewScheme())
+	if err != nil {
+		return err
+	}
+	if err := cat.Start(ctx); err != nil {
+		return err
+	}
+	w := New(c, kube, cat)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("starting the Temporal worker: %w", err)
 	}

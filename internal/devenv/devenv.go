@@ -107,7 +107,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return worker.Run(gctx, tc, kube) })
+	g.Go(func() error { return worker.Run(gctx, tc, kubeCfg) })
 	g.Go(func() error { return watcher.Start(gctx) })
 	g.Go(func() error { return (&api.Server{Kube: kube}).Serve(gctx, apiLn) })
 

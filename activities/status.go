@@ -1,0 +1,86 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// status is the part of an instance's or binding's status that operations
+// write, so that one patch function serves both kinds.
+type status struct {
+	State              osbv1alpha1.OperationState
+	Description        string
+	Error              string
+	DashboardURL       string // instances only
+	InstanceUsable     *bool  // instances only
+	UpdateRepeatable   *bool  // instances only
+	SecretRef          string // bindings only
+	Resources          []osbv1alpha1.Source
+	ObservedGeneration int64
+	Conditions         []metav1.Condition
+	applied            bool
+}
+
+// recordApplied makes the patch record the current spec as the applied one.
+func (s *status) recordApplied() { s.applied = true }
+
+// patchStatus changes the target's status with mutate and writes the change
+// as a merge patch of the status subresource.
+func (a *Operations) patchStatus(ctx context.Context, t *target, mutate func(*status)) error {
+	obj := t.object()
+	base := obj.DeepCopyObject().(client.Object)
+	var s status
+	if b := t.binding; b != nil {
+		st := &b.Status
+		s = status{State: st.State, Description: st.Description, Error: st.Error, SecretRef: st.Response.SecretRef,
+			Resources: st.Resources, ObservedGeneration: st.ObservedGeneration, Conditions: st.Conditions}
+		mutate(&s)
+		st.State, st.Description, st.Error, st.Response.SecretRef = s.State, s.Description, s.Error, s.SecretRef
+		st.Resources, st.ObservedGeneration, st.Conditions = s.Resources, s.ObservedGeneration, s.Conditions
+		if s.applied {
+			st.AppliedSpec = b.Spec.DeepCopy()
+		}
+	} else {
+		i := t.instance
+		st := &i.Status
+		s = status{State: st.State, Description: st.Description, Error: st.Error, DashboardURL: st.DashboardURL,
+			InstanceUsable: st.InstanceUsable, UpdateRepeatable: st.UpdateRepeatable,
+			Resources: st.Resources, ObservedGeneration: st.ObservedGeneration, Conditions: st.Conditions}
+		mutate(&s)
+		st.State, st.Description, st.Error, st.DashboardURL = s.State, s.Description, s.Error, s.DashboardURL
+		st.InstanceUsable, st.UpdateRepeatable = s.InstanceUsable, s.UpdateRepeatable
+		st.Resources, st.ObservedGeneration, st.Conditions = s.Resources, s.ObservedGeneration, s.Conditions
+		if s.applied {
+			st.AppliedSpec = i.Spec.DeepCopy()
+		}
+	}
+	if err := a.Client.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("writing the status of %s %s/%s: %w", t.Kind, t.Namespace, t.Name, gone(err, t.Target))
+	}
+	return nil
+}
+
+// mergeJSON merges a free-form JSON object into dst; anything else is ignored.
+func mergeJSON(dst map[string]any, src *apiextensionsv1.JSON) {
+	if src == nil || len(src.Raw) == 0 {
+		return
+	}
+	var m map[string]any
+	if json.Unmarshal(src.Raw, &m) == nil {
+		for k, v := range m {
+			dst[k] = v
+		}
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,122 @@
+// Package catalog serves the registered SFServices and SFPlans from an
+// informer cache, indexed by their OSB IDs, so that the API's /v2/catalog
+// and every operation's plan lookup cost no API server round trip.
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// idField indexes services and plans by spec.id.
+const idField = "spec.id"
+
+// ErrNotFound is returned for an ID that no SFService or SFPlan carries.
+var ErrNotFound = errors.New("not in the catalog")
+
+// Catalog answers questions about the registered services and plans.
+type Catalog struct {
+	cache cache.Cache
+}
+
+// New returns a catalog over the cluster cfg reaches. It serves once Start
+// has synced its cache.
+func New(cfg *rest.Config, scheme *runtime.Scheme) (*Catalog, error) {
+	c, err := cache.New(cfg, cache.Options{
+		Scheme: scheme,
+		ByObject: map[client.Object]cache.ByObject{
+			&osbv1alpha1.SFService{}: {},
+			&osbv1alpha1.SFPlan{}:    {},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the catalog cache: %w", err)
+	}
+	ctx := context.Background()
+	if err := c.IndexField(ctx, &osbv1alpha1.SFService{}, idField, func(o client.Object) []string {
+		return []string{o.(*osbv1alpha1.SFService).Spec.ID}
+	}); err != nil {
+		return nil, err
+	}
+	if err := c.IndexField(ctx, &osbv1alpha1.SFPlan{}, idField, func(o client.Object) []string {
+		return []string{o.(*osbv1alpha1.SFPlan).Spec.ID}
+	}); err != nil {
+		return nil, err
+	}
+	return &Catalog{cache: c}, nil
+}
+
+// Start runs the cache until ctx is done; it returns once the cache has
+// synced or failed to.
+func (c *Catalog) Start(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- c.cache.Start(ctx) }()
+	if !c.cache.WaitForCacheSync(ctx) {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("starting the catalog cache: %w", err)
+		default:
+			return errors.New("the catalog cache did not sync")
+		}
+	}
+	return nil
+}
+
+// Plan returns the SFPlan whose spec.id is id.
+func (c *Catalog) Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error) {
+	var list osbv1alpha1.SFPlanList
+	if err := c.cache.List(ctx, &list, client.MatchingFields{idField: id}); err != nil {
+		return nil, fmt.Errorf("looking up plan %q: %w", id, err)
+	}
+	switch len(list.Items) {
+	case 0:
+		return nil, fmt.Errorf("plan %q: %w", id, ErrNotFound)
+	case 1:
+		return &list.Items[0], nil
+	default:
+		return nil, fmt.Errorf("plan %q is claimed by %d SFPlans (%s/%s and %s/%s): plan IDs must be unique",
+			id, len(list.Items), list.Items[0].Namespace, list.Items[0].Name, list.Items[1].Namespace, list.Items[1].Name)
+	}
+}
+
+// Service returns the SFService whose spec.id is id.
+func (c *Catalog) Service(ctx context.Context, id string) (*osbv1alpha1.SFService, error) {
+	var list osbv1alpha1.SFServiceList
+	if err := c.cache.List(ctx, &list, client.MatchingFields{idField: id}); err != nil {
+		return nil, fmt.Errorf("looking up service %q: %w", id, err)
+	}
+	switch len(list.Items) {
+	case 0:
+		return nil, fmt.Errorf("service %q: %w", id, ErrNotFound)
+	case 1:
+		return &list.Items[0], nil
+	default:
+		return nil, fmt.Errorf("service %q is claimed by %d SFServices: service IDs must be unique", id, len(list.Items))
+	}
+}
+
+// Services returns every registered service.
+func (c *Catalog) Services(ctx context.Context) ([]osbv1alpha1.SFService, error) {
+	var list osbv1alpha1.SFServiceList
+	if err := c.cache.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// Plans returns every registered plan.
+func (c *Catalog) Plans(ctx context.Context) ([]osbv1alpha1.SFPlan, error) {
+	var list osbv1alpha1.SFPlanList
+	if err := c.cache.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}

@@ -1,0 +1,194 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/quartermaster/qm/activities"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// WorkflowID is the ID every operation on one instance or binding runs
+// under, e.g. "sfserviceinstance/tenant-a/db-1". It is the lock that keeps
+// two operations on the same resource from running at once, and the UI
+// lists all of a resource's runs under it.
+func WorkflowID(kind activities.Kind, namespace, name string) string {
+	return strings.ToLower(string(kind)) + "/" + namespace + "/" + name
+}
+
+// Polling of the status template: the first check runs right after apply,
+// then waits grow from pollFirst to pollMax.
+const (
+	pollFirst = time.Second
+	pollMax   = 30 * time.Second
+)
+
+// Provision creates an instance: it renders the plan's provision template,
+// applies the objects and waits until the status template says provision
+// succeeded or failed.
+func Provision(ctx workflow.Context, t activities.Target) error {
+	return create(ctx, t, activities.OpProvision)
+}
+
+// Update renders the provision template again for a changed instance,
+// applies it, prunes what it no longer renders, and waits for the update
+// status.
+func Update(ctx workflow.Context, t activities.Target) error {
+	return create(ctx, t, activities.OpUpdate)
+}
+
+// Bind creates a binding: it renders the bind template, applies it, waits
+// for the bind status and stores the credentials it reports.
+func Bind(ctx workflow.Context, t activities.Target) error {
+	return create(ctx, t, activities.OpBind)
+}
+
+// Deprovision removes an instance: it deletes what the instance applied,
+// waits for the deprovision status, then deletes the registry and releases
+// the finalizer so that Kubernetes lets the instance go.
+func Deprovision(ctx workflow.Context, t activities.Target) error {
+	return remove(ctx, t, activities.OpDeprovision)
+}
+
+// Unbind removes a binding: it applies the unbind template, deletes what
+// the binding applied, waits for the unbind status, then deletes the
+// credentials and registry and releases the finalizer.
+func Unbind(ctx workflow.Context, t activities.Target) error {
+	return remove(ctx, t, activities.OpUnbind)
+}
+
+func create(ctx workflow.Context, t activities.Target, op activities.Operation) error {
+	ctx = withActivityOptions(ctx)
+	var a *activities.Operations
+
+	var begun activities.Begun
+	if err := workflow.ExecuteLocalActivity(ctx, a.Begin, t, op).Get(ctx, &begun); err != nil {
+		return endEarly(ctx, t, op, err)
+	}
+	if begun.Done {
+		return nil
+	}
+	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, nil); err != nil {
+		return finish(ctx, t, op, begun.Generation, failed(op, err))
+	}
+	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling))
+}
+
+func remove(ctx workflow.Context, t activities.Target, op activities.Operation) error {
+	ctx = withActivityOptions(ctx)
+	var a *activities.Operations
+
+	var begun activities.Begun
+	if err := workflow.ExecuteLocalActivity(ctx, a.Begin, t, op).Get(ctx, &begun); err != nil {
+		return endEarly(ctx, t, op, err)
+	}
+	if begun.Done {
+		return nil
+	}
+	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, nil); err != nil {
+		return finish(ctx, t, op, begun.Generation, failed(op, err))
+	}
+	if err := workflow.ExecuteLocalActivity(ctx, a.RemoveResources, t, op).Get(ctx, nil); err != nil {
+		return finish(ctx, t, op, begun.Generation, failed(op, err))
+	}
+	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling))
+}
+
+// poll evaluates the status template until it reports a terminal state or
+// the plan's maximum polling duration has passed. The waits are durable
+// timers: a worker restart resumes them.
+func poll(ctx workflow.Context, t activities.Target, op activities.Operation, maxPolling time.Duration) activities.Outcome {
+	var a *activities.Operations
+	deadline := workflow.Now(ctx).Add(maxPolling)
+	wait := pollFirst
+	for {
+		var o activities.Outcome
+		if err := workflow.ExecuteLocalActivity(ctx, a.Observe, t, op).Get(ctx, &o); err != nil {
+			return failed(op, err)
+		}
+		if o.State.Terminal() {
+			return o
+		}
+		remaining := deadline.Sub(workflow.Now(ctx))
+		if remaining <= 0 {
+			return activities.Outcome{
+				State: osbv1alpha1.StateFailed,
+				Description: fmt.Sprintf("%s did not finish within the plan's maximum_polling_duration of %s (last status: %s)",
+					op, maxPolling, describe(o)),
+			}
+		}
+		if err := workflow.Sleep(ctx, min(wait, remaining)); err != nil {
+			return failed(op, err)
+		}
+		wait = min(2*wait, pollMax)
+	}
+}
+
+func describe(o activities.Outcome) string {
+	if o.Description != "" {
+		return fmt.Sprintf("%s, %q", o.State, o.Description)
+	}
+	return string(o.State)
+}
+
+// finish writes the outcome. It is the one step whose failure fails the
+// workflow: without it, nobody would learn the outcome.
+func finish(ctx workflow.Context, t activities.Target, op activities.Operation, generation int64, o activities.Outcome) error {
+	var a *activities.Operations
+	if err := workflow.ExecuteLocalActivity(ctx, a.Finish, t, op, generation, o).Get(ctx, nil); err != nil {
+		return fmt.Errorf("writing the %s outcome %q of %s %s/%s: %w", op, o.State, t.Kind, t.Namespace, t.Name, err)
+	}
+	return nil
+}
+
+// endEarly handles a failed first step: a target deleted meanwhile ends the
+// workflow quietly; anything else (an unknown plan) is written as failed.
+func endEarly(ctx workflow.Context, t activities.Target, op activities.Operation, err error) error {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == activities.ErrGone {
+		workflow.GetLogger(ctx).Info("target deleted before the operation began", "operation", op)
+		return nil
+	}
+	return finish(ctx, t, op, 0, failed(op, err))
+}
+
+// failed turns an activity error into a failed outcome whose description is
+// the error's own message (a template error with its line, an API server's
+// refusal), without Temporal's wrapping.
+func failed(op activities.Operation, err error) activities.Outcome {
+	msg := err.Error()
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		msg = appErr.Message()
+	}
+	usable := op == activities.OpUpdate || op == activities.OpDeprovision
+	o := activities.Outcome{State: osbv1alpha1.StateFailed, Description: fmt.Sprintf("%s failed: %s", op, msg), Error: msg}
+	if op == activities.OpUpdate || op == activities.OpDeprovision {
+		o.InstanceUsable = &usable
+	}
+	return o
+}
+
+// withActivityOptions sets the options of the operation's local activities.
+// They are short API calls, so they run as local activities inside the
+// workflow task. Transient API errors are retried for up to ten minutes;
+// a template error or an object the API server refuses is not retried.
+func withActivityOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: 10 * time.Minute,
+		StartToCloseTimeout:    time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    500 * time.Millisecond,
+			BackoffCoefficient: 2,
+			MaximumInterval:    30 * time.Second,
+			NonRetryableErrorTypes: []string{
+				activities.ErrTemplate, activities.ErrPlan, activities.ErrApply, activities.ErrGone,
+			},
+		},
+	})
+}
