@@ -203,10 +203,10 @@ func (s *Starter) start(ctx context.Context, t activities.Target, op activities.
 		return ctrl.Result{}, fmt.Errorf("starting %s of %s: %w", op, id, err)
 	}
 	log.FromContext(ctx).V(1).Info("workflow started or joined", "workflowID", id, "runID", run.GetRunID(), "operation", op)
-	// A joined run may be another operation (an update while a provision
-	// runs): look again when it is likely done. The next status change
-	// triggers a reconcile anyway.
-	return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+	// A joined run may be another operation (an update asked for while a
+	// provision was finishing): look again shortly, when it is done. While
+	// a run is in progress the look is a cached read that starts nothing.
+	return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 }
 
 func workflowOf(op activities.Operation) any {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/deploy/samples"
 	"github.com/quartermaster/qm/internal/controlplane"
 	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/starter"
@@ -101,6 +102,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a Kubernetes client: %w", err)
 	}
+	if err := installSamples(ctx, kube); err != nil {
+		return err
+	}
 	watcher, err := starter.NewWatcher(kubeCfg, tc, starter.WatcherOptions{})
 	if err != nil {
 		return err
@@ -125,6 +129,7 @@ func Run(ctx context.Context, o Options) error {
 			{"kubeconfig", kubeconfigPath},
 			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get crds"},
 			{"logs", filepath.Join(o.DataDir, "logs")},
+			{"sample", "service tenant-namespace, plan small (bin/kubectl get sfplans -n " + SampleNamespace + ")"},
 			{"self-check", "the worker sees every CRD established (workflow " + selfCheckID + ")"},
 		} {
 			fmt.Fprintf(o.Out, "  %-13s %s\n", line[0], line[1])
@@ -239,6 +244,25 @@ func startTemporal(ctx context.Context, o Options) (client.Client, string, func(
 		logFile.Close()
 	}
 	return srv.Client(), fmt.Sprintf("http://127.0.0.1:%d", o.UIPort), stop, nil
+}
+
+// SampleNamespace is where `qm dev` installs the sample catalog.
+const SampleNamespace = "default"
+
+// installSamples applies the tenant-namespace sample service and plan, so
+// that provision, bind, unbind and deprovision work on a bare API server.
+func installSamples(ctx context.Context, kube ctrlclient.Client) error {
+	objs, err := samples.TenantNamespace()
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		obj.SetNamespace(SampleNamespace)
+		if err := kube.Patch(ctx, obj, ctrlclient.Apply, ctrlclient.FieldOwner("qm-dev"), ctrlclient.ForceOwnership); err != nil {
+			return fmt.Errorf("installing the sample %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
 }
 
 // selfCheckID is the workflow ID of the start-up self-check; every start of

@@ -1,0 +1,249 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/quartermaster/qm/activities"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/workflows"
+)
+
+var (
+	ops      *activities.Operations
+	instance = activities.Target{Kind: activities.KindInstance, Namespace: "tenants", Name: "db-1"}
+)
+
+func opsEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Operations{})
+	t.Cleanup(func() { env.AssertExpectations(t) })
+	return env
+}
+
+// finished captures the outcome the workflow writes.
+func finished(env *testsuite.TestWorkflowEnvironment, op activities.Operation) *activities.Outcome {
+	var got activities.Outcome
+	env.OnActivity(ops.Finish, mock.Anything, instance, op, mock.Anything, mock.Anything).
+		Return(func(_ context.Context, _ activities.Target, _ activities.Operation, _ int64, o activities.Outcome) error {
+			got = o
+			return nil
+		}).Once()
+	return &got
+}
+
+func TestProvision(t *testing.T) {
+	begun := activities.Begun{Generation: 3, MaxPolling: 10 * time.Minute}
+
+	t.Run("succeeds once the status template says so", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).Return(nil, nil).Once()
+		polls := 0
+		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).
+			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) (activities.Outcome, error) {
+				polls++
+				if polls < 4 {
+					return activities.Outcome{State: osbv1alpha1.StateInProgress}, nil
+				}
+				return activities.Outcome{State: osbv1alpha1.StateSucceeded, Description: "ready"}, nil
+			})
+		var gen int64
+		env.OnActivity(ops.Finish, mock.Anything, instance, activities.OpProvision, mock.Anything, mock.Anything).
+			Return(func(_ context.Context, _ activities.Target, _ activities.Operation, g int64, o activities.Outcome) error {
+				gen = g
+				assert.Equal(t, osbv1alpha1.StateSucceeded, o.State)
+				return nil
+			}).Once()
+		start := env.Now()
+		env.ExecuteWorkflow(workflows.Provision, instance)
+		require.True(t, env.IsWorkflowCompleted())
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, 4, polls, "the first check runs right after apply")
+		assert.EqualValues(t, 3, gen, "the generation begun is the one recorded")
+		assert.Equal(t, 7*time.Second, env.Now().Sub(start), "waits of 1s, 2s and 4s between checks")
+	})
+
+	t.Run("a template error fails it with the message, without retries", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).
+			Return(nil, temporal.NewNonRetryableApplicationError(`provision template: template: provision:4: function "required" not defined`, activities.ErrTemplate, nil)).Once()
+		got := finished(env, activities.OpProvision)
+		env.ExecuteWorkflow(workflows.Provision, instance)
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
+		assert.Equal(t, `provision failed: provision template: template: provision:4: function "required" not defined`, got.Description)
+		assert.Nil(t, got.InstanceUsable, "a failed provision says nothing of usability")
+	})
+
+	t.Run("transient errors are retried", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
+		calls := 0
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).
+			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) ([]osbv1alpha1.Source, error) {
+				calls++
+				if calls < 3 {
+					return nil, errors.New("etcdserver: request timed out")
+				}
+				return nil, nil
+			})
+		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).
+			Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
+		got := finished(env, activities.OpProvision)
+		env.ExecuteWorkflow(workflows.Provision, instance)
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, 3, calls)
+		assert.Equal(t, osbv1alpha1.StateSucceeded, got.State)
+	})
+
+	t.Run("times out after the plan's maximum polling duration", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).
+			Return(activities.Begun{Generation: 1, MaxPolling: 2 * time.Minute}, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).Return(nil, nil).Once()
+		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).
+			Return(activities.Outcome{State: osbv1alpha1.StateInProgress, Description: "waiting for the namespace"}, nil)
+		got := finished(env, activities.OpProvision)
+		start := env.Now()
+		env.ExecuteWorkflow(workflows.Provision, instance)
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
+		assert.Equal(t, `provision did not finish within the plan's maximum_polling_duration of 2m0s (last status: in progress, "waiting for the namespace")`, got.Description)
+		assert.Equal(t, 2*time.Minute, env.Now().Sub(start))
+	})
+
+	t.Run("a repeated start of a finished provision does nothing", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(activities.Begun{Done: true}, nil).Once()
+		env.ExecuteWorkflow(workflows.Provision, instance)
+		require.NoError(t, env.GetWorkflowError())
+	})
+
+	t.Run("an instance deleted before it began ends quietly", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).
+			Return(activities.Begun{}, temporal.NewNonRetryableApplicationError("gone", activities.ErrGone, nil)).Once()
+		env.ExecuteWorkflow(workflows.Provision, instance)
+		require.NoError(t, env.GetWorkflowError())
+	})
+
+	t.Run("an unknown plan is written as failed", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).
+			Return(activities.Begun{}, temporal.NewNonRetryableApplicationError(`unknown plan "p"`, activities.ErrPlan, nil)).Once()
+		got := finished(env, activities.OpProvision)
+		env.ExecuteWorkflow(workflows.Provision, instance)
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, `provision failed: unknown plan "p"`, got.Description)
+	})
+
+	t.Run("an outcome that cannot be written fails the workflow", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).Return(nil, nil).Once()
+		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
+		env.OnActivity(ops.Finish, mock.Anything, instance, activities.OpProvision, mock.Anything, mock.Anything).
+			Return(temporal.NewNonRetryableApplicationError("forbidden", activities.ErrApply, nil)).Once()
+		env.ExecuteWorkflow(workflows.Provision, instance)
+		err := env.GetWorkflowError()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), `writing the provision outcome "succeeded" of SFServiceInstance tenants/db-1`)
+	})
+}
+
+func TestUpdateFailureKeepsTheInstanceUsable(t *testing.T) {
+	env := opsEnv(t)
+	env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpUpdate).Return(activities.Begun{Generation: 2, MaxPolling: time.Minute}, nil).Once()
+	env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpUpdate).
+		Return(nil, temporal.NewNonRetryableApplicationError(`applying ResourceQuota t/q: quota is invalid`, activities.ErrApply, nil)).Once()
+	got := finished(env, activities.OpUpdate)
+	env.ExecuteWorkflow(workflows.Update, instance)
+	require.NoError(t, env.GetWorkflowError())
+	assert.Equal(t, osbv1alpha1.StateFailed, got.State)
+	require.NotNil(t, got.InstanceUsable)
+	assert.True(t, *got.InstanceUsable, "the previous version still runs")
+}
+
+func TestDeprovision(t *testing.T) {
+	t.Run("removes, waits, then finishes", func(t *testing.T) {
+		env := opsEnv(t)
+		var order []string
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpDeprovision).
+			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) ([]osbv1alpha1.Source, error) {
+				order = append(order, "apply")
+				return nil, nil
+			}).Once()
+		env.OnActivity(ops.RemoveResources, mock.Anything, instance, activities.OpDeprovision).
+			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) error {
+				order = append(order, "remove")
+				return nil
+			}).Once()
+		polls := 0
+		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpDeprovision).
+			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) (activities.Outcome, error) {
+				polls++
+				order = append(order, "observe")
+				if polls == 1 {
+					return activities.Outcome{State: osbv1alpha1.StateInProgress}, nil
+				}
+				return activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil
+			})
+		got := finished(env, activities.OpDeprovision)
+		env.ExecuteWorkflow(workflows.Deprovision, instance)
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, []string{"apply", "remove", "observe", "observe"}, order)
+		assert.Equal(t, osbv1alpha1.StateSucceeded, got.State)
+	})
+
+	t.Run("a failed removal keeps the finalizer and says why", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpDeprovision).Return(nil, nil).Once()
+		env.OnActivity(ops.RemoveResources, mock.Anything, instance, activities.OpDeprovision).
+			Return(temporal.NewNonRetryableApplicationError("deleting Namespace t: forbidden", activities.ErrApply, nil)).Once()
+		got := finished(env, activities.OpDeprovision)
+		env.ExecuteWorkflow(workflows.Deprovision, instance)
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
+		assert.Equal(t, "deprovision failed: deleting Namespace t: forbidden", got.Description)
+		require.NotNil(t, got.InstanceUsable)
+	})
+}
+
+func TestBindAndUnbind(t *testing.T) {
+	binding := activities.Target{Kind: activities.KindBinding, Namespace: "tenants", Name: "app-1"}
+	for _, tc := range []struct {
+		op activities.Operation
+		wf any
+	}{{activities.OpBind, workflows.Bind}, {activities.OpUnbind, workflows.Unbind}} {
+		t.Run(string(tc.op), func(t *testing.T) {
+			env := opsEnv(t)
+			env.OnActivity(ops.Begin, mock.Anything, binding, tc.op).Return(activities.Begun{Generation: 1, MaxPolling: time.Minute}, nil).Once()
+			env.OnActivity(ops.ApplyTemplates, mock.Anything, binding, tc.op).Return(nil, nil).Once()
+			if tc.op == activities.OpUnbind {
+				env.OnActivity(ops.RemoveResources, mock.Anything, binding, tc.op).Return(nil).Once()
+			}
+			env.OnActivity(ops.Observe, mock.Anything, binding, tc.op).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
+			env.OnActivity(ops.Finish, mock.Anything, binding, tc.op, int64(1), activities.Outcome{State: osbv1alpha1.StateSucceeded}).Return(nil).Once()
+			env.ExecuteWorkflow(tc.wf, binding)
+			require.NoError(t, env.GetWorkflowError())
+		})
+	}
+}
+
+func TestWorkflowID(t *testing.T) {
+	assert.Equal(t, "sfserviceinstance/tenants/db-1", workflows.WorkflowID(activities.KindInstance, "tenants", "db-1"))
+	assert.Equal(t, "sfservicebinding/tenants/app-1", workflows.WorkflowID(activities.KindBinding, "tenants", "app-1"))
+}
