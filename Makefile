@@ -86,6 +86,10 @@ vet:
 test: tools check-generated vet ## Run every test (race detector on), against the real API server and Temporal.
 	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m $(TEST_FLAGS) $(PKG)
 
+.PHONY: bench
+bench: tools ## Run the benchmarks and print their figures (QM_BENCH_N sets the provision count, default 1000).
+	QM_BIN_DIR=$(BIN) go test -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKG)
+
 .PHONY: clean
 clean: ## Remove bin/ and the state of `make run` (.qm/).
 	rm -rf $(BIN) .qm

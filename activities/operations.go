@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"text/template"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -44,6 +47,67 @@ type Operations struct {
 	// an operation never acts on a stale instance.
 	Client  client.Client
 	Catalog Catalog
+
+	runsOnce sync.Once
+	runs     *utilcache.LRUExpireCache
+}
+
+// The objects a workflow run has read or written are kept for the run's
+// next steps, which then need no read of their own: the run works on the
+// generation it began with. A worker that restarts reads them again.
+const (
+	runCacheSize = 10000
+	runCacheTTL  = 10 * time.Minute
+)
+
+func (a *Operations) runCache() *utilcache.LRUExpireCache {
+	a.runsOnce.Do(func() { a.runs = utilcache.NewLRUExpireCache(runCacheSize) })
+	return a.runs
+}
+
+// runKey identifies the target within the current workflow run; it is empty
+// outside an activity.
+func runKey(ctx context.Context, tg Target) string {
+	if !activity.IsActivity(ctx) {
+		return ""
+	}
+	return activity.GetInfo(ctx).WorkflowExecution.RunID + "/" + string(tg.Kind) + "/" + tg.Namespace + "/" + tg.Name
+}
+
+// remember keeps copies of the target's objects for the run's next steps.
+func (a *Operations) remember(ctx context.Context, t *target) {
+	key := runKey(ctx, t.Target)
+	if key == "" {
+		return
+	}
+	c := &target{Target: t.Target}
+	if t.instance != nil {
+		c.instance = t.instance.DeepCopy()
+	}
+	if t.binding != nil {
+		c.binding = t.binding.DeepCopy()
+	}
+	a.runCache().Add(key, c, runCacheTTL)
+}
+
+func (a *Operations) recalled(ctx context.Context, tg Target) *target {
+	key := runKey(ctx, tg)
+	if key == "" {
+		return nil
+	}
+	v, ok := a.runCache().Get(key)
+	if !ok {
+		return nil
+	}
+	c := v.(*target)
+	t := &target{Target: c.Target}
+	if c.instance != nil {
+		t.instance = c.instance.DeepCopy()
+	}
+	if c.binding != nil {
+		t.binding = c.binding.DeepCopy()
+	}
+	return t
 }
 
 // target is an instance or binding, loaded with what its templates need.
@@ -53,6 +117,7 @@ type target struct {
 	binding  *osbv1alpha1.SFServiceBinding // nil for instance operations
 	plan     *osbv1alpha1.SFPlan
 	service  *osbv1alpha1.SFService
+	applied  bool // the registry is known to exist
 }
 
 func (t *target) object() client.Object {
@@ -115,7 +180,8 @@ func done(t *target, op Operation) bool {
 // ApplyTemplates renders the operation's template (provision for provision
 // and update, bind, unbind) and applies the objects, owned by the target's
 // registry. An update prunes what the plan no longer renders. Deprovision
-// has no template. It returns the refs of what is applied now.
+// has no template. It returns the refs of what is applied now, which the
+// workflow records in the status (RecordResources, Finish).
 func (a *Operations) ApplyTemplates(ctx context.Context, tg Target, op Operation) ([]osbv1alpha1.Source, error) {
 	t, err := a.load(ctx, tg, op)
 	if err != nil {
@@ -160,8 +226,17 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg Target, op Operation
 			return nil, err
 		}
 	}
-	err = a.patchStatus(ctx, t, func(s *status) { s.Resources = refs })
-	return refs, err
+	return refs, nil
+}
+
+// RecordResources lists what the templates applied in the status, before an
+// operation waits for its status template: a user sees them while it waits.
+func (a *Operations) RecordResources(ctx context.Context, tg Target, op Operation, refs []osbv1alpha1.Source) error {
+	t, err := a.loadObjects(ctx, tg, op)
+	if err != nil {
+		return err
+	}
+	return a.patchStatus(ctx, t, func(s *status) { s.Resources = refs })
 }
 
 // RemoveResources deletes what the target's templates applied: the first
@@ -270,10 +345,13 @@ func (a *Operations) defaultOutcome(ctx context.Context, t *target, op Operation
 	return Outcome{State: osbv1alpha1.StateSucceeded}, nil
 }
 
-// Finish writes the operation's final state. Success records the applied
-// spec and generation; a removal that succeeded also deletes the registry
+// Finish writes the operation's final state and, when refs is not nil, what
+// the templates applied. Success records the applied spec and generation; a removal that succeeded also deletes the registry
 // and credentials and releases the finalizer, which lets the resource go.
-func (a *Operations) Finish(ctx context.Context, tg Target, op Operation, generation int64, o Outcome) error {
+func (a *Operations) Finish(ctx context.Context, tg Target, op Operation, generation int64, o Outcome, refs []osbv1alpha1.Source) error {
+	if key := runKey(ctx, tg); key != "" {
+		defer a.runCache().Remove(key)
+	}
 	t, err := a.loadObjects(ctx, tg, op)
 	if errors.Is(err, errGone) {
 		return nil // deleted meanwhile: no status to write
@@ -297,6 +375,9 @@ func (a *Operations) Finish(ctx context.Context, tg Target, op Operation, genera
 		s.InstanceUsable = o.InstanceUsable
 		s.UpdateRepeatable = o.UpdateRepeatable
 		s.ObservedGeneration = generation
+		if refs != nil {
+			s.Resources = refs
+		}
 		if o.State == osbv1alpha1.StateSucceeded {
 			s.recordApplied()
 		}
@@ -386,6 +467,9 @@ func (a *Operations) load(ctx context.Context, tg Target, op Operation) (*target
 // loadObjects reads the target and its instance, without the catalog: what
 // writing a status needs, even for an instance whose plan is unknown.
 func (a *Operations) loadObjects(ctx context.Context, tg Target, op Operation) (*target, error) {
+	if t := a.recalled(ctx, tg); t != nil {
+		return t, nil
+	}
 	t := &target{Target: tg}
 	key := client.ObjectKey{Namespace: tg.Namespace, Name: tg.Name}
 	instKey := key
@@ -408,6 +492,7 @@ func (a *Operations) loadObjects(ctx context.Context, tg Target, op Operation) (
 	default:
 		return nil, gone(err, tg)
 	}
+	a.remember(ctx, t)
 	return t, nil
 }
 
@@ -464,14 +549,18 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 		kind = registry.Binding
 		readOnly[registry.KeyBindingID] = t.binding.Spec.ID
 	}
-	secret := &corev1.Secret{}
-	err := a.Client.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: registryName(t)}, secret)
-	if err == nil {
-		reg, err := registry.Decode(kind, secret.Data)
-		return reg, secret, err
-	}
-	if !apierrors.IsNotFound(err) {
-		return nil, nil, err
+	// A target that never applied anything has no registry yet: try to
+	// create it straight away, and read it only if that fails.
+	if !fresh(t) {
+		secret := &corev1.Secret{}
+		err := a.Client.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: registryName(t)}, secret)
+		if err == nil {
+			reg, err := registry.Decode(kind, secret.Data)
+			return reg, secret, err
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, nil, err
+		}
 	}
 	reg := registry.New(kind, readOnly)
 	if t.binding != nil && t.instance != nil {
@@ -485,7 +574,7 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 	if err != nil {
 		return nil, nil, err
 	}
-	secret = &corev1.Secret{
+	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      registryName(t),
 			Namespace: t.Namespace,
@@ -495,12 +584,25 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 		Data: data,
 	}
 	if err := a.Client.Create(ctx, secret); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return a.registry(ctx, t)
+		if apierrors.IsAlreadyExists(err) && fresh(t) {
+			return a.registry(ctx, &target{Target: t.Target, instance: t.instance, binding: t.binding, plan: t.plan, service: t.service, applied: true})
 		}
 		return nil, nil, fmt.Errorf("creating registry Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
-	return reg, secret, nil
+	reg, err = registry.Decode(kind, data) // as stored: nothing left to save
+	return reg, secret, err
+}
+
+// fresh reports whether the target has never applied anything, so that its
+// registry most likely does not exist yet.
+func fresh(t *target) bool {
+	if t.applied {
+		return false
+	}
+	if t.binding != nil {
+		return t.binding.Status.AppliedSpec == nil && len(t.binding.Status.Resources) == 0
+	}
+	return t.instance.Status.AppliedSpec == nil && len(t.instance.Status.Resources) == 0
 }
 
 func (a *Operations) saveRegistry(ctx context.Context, secret *corev1.Secret, reg *registry.Registry) error {

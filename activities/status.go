@@ -64,6 +64,7 @@ func (a *Operations) patchStatus(ctx context.Context, t *target, mutate func(*st
 	if err := a.Client.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil {
 		return fmt.Errorf("writing the status of %s %s/%s: %w", t.Kind, t.Namespace, t.Name, gone(err, t.Target))
 	}
+	a.remember(ctx, t) // the patched object, as the API server returned it
 	return nil
 }
 

@@ -209,7 +209,7 @@ func serviceAccountOf(t *testing.T, b *osbv1alpha1.SFServiceBinding) string {
 	return ""
 }
 
-func decode(t *testing.T, doc string) *unstructured.Unstructured {
+func decode(t testing.TB, doc string) *unstructured.Unstructured {
 	t.Helper()
 	obj := &unstructured.Unstructured{}
 	require.NoError(t, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096).Decode(&obj.Object))

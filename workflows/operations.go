@@ -73,10 +73,11 @@ func create(ctx workflow.Context, t activities.Target, op activities.Operation) 
 	if begun.Done {
 		return nil
 	}
-	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, nil); err != nil {
-		return finish(ctx, t, op, begun.Generation, failed(op, err))
+	var refs []osbv1alpha1.Source
+	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, &refs); err != nil {
+		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
 	}
-	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling))
+	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling, refs), refs)
 }
 
 func remove(ctx workflow.Context, t activities.Target, op activities.Operation) error {
@@ -91,28 +92,34 @@ func remove(ctx workflow.Context, t activities.Target, op activities.Operation) 
 		return nil
 	}
 	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, nil); err != nil {
-		return finish(ctx, t, op, begun.Generation, failed(op, err))
+		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
 	}
 	if err := workflow.ExecuteLocalActivity(ctx, a.RemoveResources, t, op).Get(ctx, nil); err != nil {
-		return finish(ctx, t, op, begun.Generation, failed(op, err))
+		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
 	}
-	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling))
+	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling, nil), nil)
 }
 
 // poll evaluates the status template until it reports a terminal state or
-// the plan's maximum polling duration has passed. The waits are durable
-// timers: a worker restart resumes them.
-func poll(ctx workflow.Context, t activities.Target, op activities.Operation, maxPolling time.Duration) activities.Outcome {
+// the plan's maximum polling duration has passed. Before the first wait it
+// records what was applied (refs), so that a user sees it while waiting. The
+// waits are durable timers: a worker restart resumes them.
+func poll(ctx workflow.Context, t activities.Target, op activities.Operation, maxPolling time.Duration, refs []osbv1alpha1.Source) activities.Outcome {
 	var a *activities.Operations
 	deadline := workflow.Now(ctx).Add(maxPolling)
 	wait := pollFirst
-	for {
+	for first := true; ; first = false {
 		var o activities.Outcome
 		if err := workflow.ExecuteLocalActivity(ctx, a.Observe, t, op).Get(ctx, &o); err != nil {
 			return failed(op, err)
 		}
 		if o.State.Terminal() {
 			return o
+		}
+		if first && refs != nil {
+			if err := workflow.ExecuteLocalActivity(ctx, a.RecordResources, t, op, refs).Get(ctx, nil); err != nil {
+				return failed(op, err)
+			}
 		}
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
@@ -136,11 +143,11 @@ func describe(o activities.Outcome) string {
 	return string(o.State)
 }
 
-// finish writes the outcome. It is the one step whose failure fails the
-// workflow: without it, nobody would learn the outcome.
-func finish(ctx workflow.Context, t activities.Target, op activities.Operation, generation int64, o activities.Outcome) error {
+// finish writes the outcome and what was applied. It is the one step whose
+// failure fails the workflow: without it, nobody would learn the outcome.
+func finish(ctx workflow.Context, t activities.Target, op activities.Operation, generation int64, o activities.Outcome, refs []osbv1alpha1.Source) error {
 	var a *activities.Operations
-	if err := workflow.ExecuteLocalActivity(ctx, a.Finish, t, op, generation, o).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteLocalActivity(ctx, a.Finish, t, op, generation, o, refs).Get(ctx, nil); err != nil {
 		return fmt.Errorf("writing the %s outcome %q of %s %s/%s: %w", op, o.State, t.Kind, t.Namespace, t.Name, err)
 	}
 	return nil
@@ -154,7 +161,7 @@ func endEarly(ctx workflow.Context, t activities.Target, op activities.Operation
 		workflow.GetLogger(ctx).Info("target deleted before the operation began", "operation", op)
 		return nil
 	}
-	return finish(ctx, t, op, 0, failed(op, err))
+	return finish(ctx, t, op, 0, failed(op, err), nil)
 }
 
 // failed turns an activity error into a failed outcome whose description is

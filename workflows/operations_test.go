@@ -33,8 +33,8 @@ func opsEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 // finished captures the outcome the workflow writes.
 func finished(env *testsuite.TestWorkflowEnvironment, op activities.Operation) *activities.Outcome {
 	var got activities.Outcome
-	env.OnActivity(ops.Finish, mock.Anything, instance, op, mock.Anything, mock.Anything).
-		Return(func(_ context.Context, _ activities.Target, _ activities.Operation, _ int64, o activities.Outcome) error {
+	env.OnActivity(ops.Finish, mock.Anything, instance, op, mock.Anything, mock.Anything, mock.Anything).
+		Return(func(_ context.Context, _ activities.Target, _ activities.Operation, _ int64, o activities.Outcome, _ []osbv1alpha1.Source) error {
 			got = o
 			return nil
 		}).Once()
@@ -47,7 +47,9 @@ func TestProvision(t *testing.T) {
 	t.Run("succeeds once the status template says so", func(t *testing.T) {
 		env := opsEnv(t)
 		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).Return(nil, nil).Once()
+		applied := []osbv1alpha1.Source{{APIVersion: "v1", Kind: "ConfigMap", Name: "db-1", Namespace: "tenants"}}
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).Return(applied, nil).Once()
+		env.OnActivity(ops.RecordResources, mock.Anything, instance, activities.OpProvision, applied).Return(nil).Once()
 		polls := 0
 		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).
 			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) (activities.Outcome, error) {
@@ -58,8 +60,8 @@ func TestProvision(t *testing.T) {
 				return activities.Outcome{State: osbv1alpha1.StateSucceeded, Description: "ready"}, nil
 			})
 		var gen int64
-		env.OnActivity(ops.Finish, mock.Anything, instance, activities.OpProvision, mock.Anything, mock.Anything).
-			Return(func(_ context.Context, _ activities.Target, _ activities.Operation, g int64, o activities.Outcome) error {
+		env.OnActivity(ops.Finish, mock.Anything, instance, activities.OpProvision, mock.Anything, mock.Anything, applied).
+			Return(func(_ context.Context, _ activities.Target, _ activities.Operation, g int64, o activities.Outcome, _ []osbv1alpha1.Source) error {
 				gen = g
 				assert.Equal(t, osbv1alpha1.StateSucceeded, o.State)
 				return nil
@@ -153,7 +155,7 @@ func TestProvision(t *testing.T) {
 		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
 		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).Return(nil, nil).Once()
 		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
-		env.OnActivity(ops.Finish, mock.Anything, instance, activities.OpProvision, mock.Anything, mock.Anything).
+		env.OnActivity(ops.Finish, mock.Anything, instance, activities.OpProvision, mock.Anything, mock.Anything, mock.Anything).
 			Return(temporal.NewNonRetryableApplicationError("forbidden", activities.ErrApply, nil)).Once()
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		err := env.GetWorkflowError()
@@ -236,7 +238,7 @@ func TestBindAndUnbind(t *testing.T) {
 				env.OnActivity(ops.RemoveResources, mock.Anything, binding, tc.op).Return(nil).Once()
 			}
 			env.OnActivity(ops.Observe, mock.Anything, binding, tc.op).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
-			env.OnActivity(ops.Finish, mock.Anything, binding, tc.op, int64(1), activities.Outcome{State: osbv1alpha1.StateSucceeded}).Return(nil).Once()
+			env.OnActivity(ops.Finish, mock.Anything, binding, tc.op, int64(1), activities.Outcome{State: osbv1alpha1.StateSucceeded}, []osbv1alpha1.Source(nil)).Return(nil).Once()
 			env.ExecuteWorkflow(tc.wf, binding)
 			require.NoError(t, env.GetWorkflowError())
 		})
