@@ -25,12 +25,7 @@ import (
 // cat finds plans and services.
 func New(c client.Client, kube ctrlclient.Client, cat activities.Catalog) sdkworker.Worker {
 	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{})
-	w.RegisterWorkflow(workflows.SelfCheck)
-	w.RegisterWorkflow(workflows.Provision)
-	w.RegisterWorkflow(workflows.Update)
-	w.RegisterWorkflow(workflows.Deprovision)
-	w.RegisterWorkflow(workflows.Bind)
-	w.RegisterWorkflow(workflows.Unbind)
+	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: kube})
 	w.RegisterActivity(&activities.Operations{Client: kube, Catalog: cat})
 	return w

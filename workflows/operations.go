@@ -199,3 +199,19 @@ func withActivityOptions(ctx workflow.Context) workflow.Context {
 		},
 	})
 }
+
+// Registry is what workflows are registered with: a worker, or a replayer.
+type Registry interface {
+	RegisterWorkflow(w interface{})
+}
+
+// Register registers every Quartermaster workflow, so that the worker and
+// the replay test always know the same set.
+func Register(r Registry) {
+	r.RegisterWorkflow(SelfCheck)
+	r.RegisterWorkflow(Provision)
+	r.RegisterWorkflow(Update)
+	r.RegisterWorkflow(Deprovision)
+	r.RegisterWorkflow(Bind)
+	r.RegisterWorkflow(Unbind)
+}

@@ -24,12 +24,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflow(workflows.Provision)
-			r.RegisterWorkflow(workflows.Update)
-			r.RegisterWorkflow(workflows.Deprovision)
-			r.RegisterWorkflow(workflows.Bind)
-			r.RegisterWorkflow(workflows.Unbind)
-			r.RegisterWorkflow(workflows.SelfCheck)
+			workflows.Register(r)
 			require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, file))
 		})
 	}
