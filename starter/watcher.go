@@ -43,7 +43,8 @@ type WatcherOptions struct {
 }
 
 // NewWatcher returns a controller-runtime manager whose reconcilers start
-// the workflows of SFServiceInstances and SFServiceBindings.
+// the workflows of SFServiceInstances and SFServiceBindings, and keep the
+// Ready condition of SFServices and SFPlans.
 func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.Manager, error) {
 	healthAddr := opts.HealthAddr
 	if healthAddr == "" {
@@ -83,6 +84,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceBinding{}).Named("sfservicebinding").
 		WithOptions(copts).Complete(ReconcilerFunc(s.ReconcileBinding)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceBinding reconciler: %w", err)
+	}
+	if err := setupCatalogStatus(mgr); err != nil {
+		return nil, err
 	}
 	return mgr, nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/render"
 )
 
@@ -123,4 +124,30 @@ provision:
 	_, err = render.Statuses("bind:\n  state: succeeded\n  response: '{not json'\n")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "bind.response: not a JSON object")
+}
+
+func TestCheck(t *testing.T) {
+	plan := func(templates ...osbv1alpha1.TemplateSpec) *osbv1alpha1.SFPlan {
+		return &osbv1alpha1.SFPlan{Spec: osbv1alpha1.SFPlanSpec{Templates: templates}}
+	}
+	good := osbv1alpha1.TemplateSpec{Action: "provision", Type: "gotemplate", Content: `{{ generatePassword "p" 8 }}`}
+	extra := map[string]any{"generatePassword": func(string, int) string { return "" }}
+	require.NoError(t, render.Check(plan(good), extra))
+
+	for _, tc := range []struct {
+		name string
+		plan *osbv1alpha1.SFPlan
+		want string
+	}{
+		{"parse error with its line", plan(osbv1alpha1.TemplateSpec{Action: "status", Type: "gotemplate", Content: "a: b\n{{ if }}"}), "status template: template: status:2: missing value for if"},
+		{"two templates for one action", plan(good, good), "two templates for action provision"},
+		{"not base64", plan(osbv1alpha1.TemplateSpec{Action: "bind", Type: "gotemplate", ContentEncoded: "%%%"}), "bind template: contentEncoded is not base64"},
+		{"a chart that is not one", plan(osbv1alpha1.TemplateSpec{Action: "provision", Type: "helm", ContentEncoded: "aGVsbG8="}), "provision template: loading the helm chart"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := render.Check(tc.plan, extra)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
 }

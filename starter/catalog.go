@@ -1,0 +1,115 @@
+package starter
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/registry"
+	"github.com/quartermaster/qm/internal/render"
+)
+
+// Field indexes of the watcher's cache.
+const (
+	serviceIDField     = "spec.id"
+	planServiceIDField = "spec.serviceId"
+)
+
+// CatalogStatus keeps the Ready condition of SFServices and SFPlans, so that
+// `kubectl get sfplans` shows a broken plan when it is registered rather
+// than when the first provision fails.
+type CatalogStatus struct {
+	Client ctrlclient.Client
+}
+
+// setupCatalogStatus registers the catalog reconcilers and their indexes.
+func setupCatalogStatus(mgr ctrl.Manager) error {
+	ctx := context.Background()
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &osbv1alpha1.SFService{}, serviceIDField, func(o ctrlclient.Object) []string {
+		return []string{o.(*osbv1alpha1.SFService).Spec.ID}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &osbv1alpha1.SFPlan{}, planServiceIDField, func(o ctrlclient.Object) []string {
+		return []string{o.(*osbv1alpha1.SFPlan).Spec.ServiceID}
+	}); err != nil {
+		return err
+	}
+	c := &CatalogStatus{Client: mgr.GetClient()}
+	// A plan is looked at again when its service comes or goes.
+	plansOf := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o ctrlclient.Object) []reconcile.Request {
+		var plans osbv1alpha1.SFPlanList
+		if err := c.Client.List(ctx, &plans, ctrlclient.MatchingFields{planServiceIDField: o.(*osbv1alpha1.SFService).Spec.ID}); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(plans.Items))
+		for _, p := range plans.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: ctrlclient.ObjectKeyFromObject(&p)})
+		}
+		return reqs
+	})
+	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFPlan{}).Named("sfplan").
+		Watches(&osbv1alpha1.SFService{}, plansOf).Complete(ReconcilerFunc(c.ReconcilePlan)); err != nil {
+		return fmt.Errorf("registering the SFPlan reconciler: %w", err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFService{}).Named("sfservice").
+		Complete(ReconcilerFunc(c.ReconcileService)); err != nil {
+		return fmt.Errorf("registering the SFService reconciler: %w", err)
+	}
+	return nil
+}
+
+// ReconcilePlan marks a plan Ready when its service is registered and its
+// templates parse, and not Ready with the reason otherwise.
+func (c *CatalogStatus) ReconcilePlan(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var plan osbv1alpha1.SFPlan
+	if err := c.Client.Get(ctx, req.NamespacedName, &plan); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Valid",
+		Message: "the service is registered and every template parses"}
+	var services osbv1alpha1.SFServiceList
+	if err := c.Client.List(ctx, &services, ctrlclient.MatchingFields{serviceIDField: plan.Spec.ServiceID}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := render.Check(&plan, registry.New(registry.Instance, nil).Funcs()); err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "InvalidTemplate", err.Error()
+	} else if len(services.Items) == 0 {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "UnknownService",
+			fmt.Sprintf("no SFService has spec.id %q", plan.Spec.ServiceID)
+	}
+	base := plan.DeepCopy()
+	cond.ObservedGeneration = plan.Generation
+	changed := meta.SetStatusCondition(&plan.Status.Conditions, cond)
+	if !changed && plan.Status.ObservedGeneration == plan.Generation {
+		return ctrl.Result{}, nil
+	}
+	plan.Status.ObservedGeneration = plan.Generation
+	return ctrl.Result{}, ctrlclient.IgnoreNotFound(c.Client.Status().Patch(ctx, &plan, ctrlclient.MergeFrom(base)))
+}
+
+// ReconcileService marks a registered service Ready.
+func (c *CatalogStatus) ReconcileService(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var svc osbv1alpha1.SFService
+	if err := c.Client.Get(ctx, req.NamespacedName, &svc); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	base := svc.DeepCopy()
+	changed := meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{
+		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Registered",
+		Message: "served in the catalog", ObservedGeneration: svc.Generation,
+	})
+	if !changed && svc.Status.ObservedGeneration == svc.Generation {
+		return ctrl.Result{}, nil
+	}
+	svc.Status.ObservedGeneration = svc.Generation
+	return ctrl.Result{}, ctrlclient.IgnoreNotFound(c.Client.Status().Patch(ctx, &svc, ctrlclient.MergeFrom(base)))
+}
