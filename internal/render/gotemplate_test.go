@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/quartermaster/qm/internal/render"
@@ -192,4 +193,25 @@ func TestSeedPostgresqlBind(t *testing.T) {
 	users = objs[0].Object["spec"].(map[string]any)["users"].(map[string]any)
 	assert.NotContains(t, users, "de3dd272-fcfc-11e8-a31b-b6001f10c97f")
 	assert.Contains(t, users, "main")
+}
+
+// TestSeedClusterSelector evaluates the seed's clusterSelector template.
+func TestSeedClusterSelector(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "crds", "testdata", "seeds", "003-sfplan-fragments.yaml"))
+	require.NoError(t, err)
+	objs, err := render.Objects(string(raw))
+	require.NoError(t, err)
+	plan := objs[2].Object
+	content := template(t, plan, "clusterSelector")
+
+	values := render.Values{"instance": map[string]any{"spec": map[string]any{"planId": "plan-1"}}}
+	sel, err := render.ClusterSelector(content, values, render.FuncMap())
+	require.NoError(t, err)
+	assert.Equal(t, "plan=plan-1", sel.String())
+	assert.True(t, sel.Matches(labels.Set{"plan": "plan-1", "region": "eu"}))
+	assert.False(t, sel.Matches(labels.Set{"plan": "plan-2"}))
+
+	_, err = render.ClusterSelector("plan in (a", values, render.FuncMap())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `clusterSelector template rendered "plan in (a", which is not a label selector`)
 }
