@@ -26,6 +26,7 @@ import (
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/internal/devenv"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/worker"
@@ -184,13 +185,21 @@ func newWatcherCommand(g *globals) *cobra.Command {
 
 func newAPICommand(g *globals) *cobra.Command {
 	var listen string
+	osb := api.Credentials{Username: os.Getenv("QM_OSB_USERNAME"), Password: os.Getenv("QM_OSB_PASSWORD")}
 	cmd := &cobra.Command{
 		Use:   "api",
 		Short: "Serve the OSB v2 and admin HTTP API (stateless, active-active)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, kube, err := g.kubernetes()
+			cfg, kube, err := g.kubernetes()
 			if err != nil {
+				return err
+			}
+			cat, err := catalog.New(cfg, crds.NewScheme())
+			if err != nil {
+				return err
+			}
+			if err := cat.Start(cmd.Context()); err != nil {
 				return err
 			}
 			ln, err := net.Listen("tcp", listen)
@@ -198,10 +207,12 @@ func newAPICommand(g *globals) *cobra.Command {
 				return fmt.Errorf("listening on %s: %w", listen, err)
 			}
 			g.logger.Info("serving the API", "address", ln.Addr().String())
-			return (&api.Server{Kube: kube}).Serve(cmd.Context(), ln)
+			return (&api.Server{Kube: kube, Catalog: cat, OSB: osb}).Serve(cmd.Context(), ln)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", ":8080", "listen address")
+	cmd.Flags().StringVar(&osb.Username, "osb-username", osb.Username, "username OSB clients present (env QM_OSB_USERNAME)")
+	cmd.Flags().StringVar(&osb.Password, "osb-password", osb.Password, "password OSB clients present (env QM_OSB_PASSWORD; prefer the environment: flags show in ps)")
 	return cmd
 }
 

@@ -20,9 +20,14 @@ import (
 type Server struct {
 	// Kube reads and writes the resources the API is backed by.
 	Kube client.Client
+	// Catalog serves the registered services and plans.
+	Catalog Catalog
+	// OSB are the credentials OSB clients must present.
+	OSB Credentials
 }
 
-// Handler returns the routes.
+// Handler returns the routes: /healthz, and the OSB API under /v2 behind
+// basic auth and the X-Broker-API-Version check.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
@@ -30,11 +35,18 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	r.Route("/v2", func(r chi.Router) {
+		r.Use(requestIdentity, basicAuth("Quartermaster OSB", s.OSB), brokerAPIVersion)
+		r.Get("/catalog", s.getCatalog)
+	})
 	return r
 }
 
 // Serve serves on ln until ctx is done, then drains in-flight requests.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.OSB.Username == "" || s.OSB.Password == "" {
+		return errors.New("the OSB API needs a username and a password (--osb-username/--osb-password or QM_OSB_USERNAME/QM_OSB_PASSWORD)")
+	}
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

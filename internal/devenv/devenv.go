@@ -5,6 +5,9 @@ package devenv
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +30,7 @@ import (
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/deploy/samples"
+	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/internal/controlplane"
 	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/starter"
@@ -109,11 +113,24 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	osb, err := osbCredentials(o.DataDir)
+	if err != nil {
+		return err
+	}
+	cat, err := catalog.New(kubeCfg, crds.NewScheme())
+	if err != nil {
+		return err
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return worker.Run(gctx, tc, kubeCfg) })
 	g.Go(func() error { return watcher.Start(gctx) })
-	g.Go(func() error { return (&api.Server{Kube: kube}).Serve(gctx, apiLn) })
+	g.Go(func() error {
+		if err := cat.Start(gctx); err != nil {
+			return err
+		}
+		return (&api.Server{Kube: kube, Catalog: cat, OSB: osb}).Serve(gctx, apiLn)
+	})
 
 	g.Go(func() error {
 		if _, err := selfCheck(gctx, tc); err != nil {
@@ -122,7 +139,8 @@ func Run(ctx context.Context, o Options) error {
 		kubectl := filepath.Join(o.BinDir, "kubectl")
 		fmt.Fprintf(o.Out, "\nQuartermaster is running.\n\n")
 		for _, line := range [][2]string{
-			{"OSB API", "http://" + apiLn.Addr().String()},
+			{"OSB API", "http://" + apiLn.Addr().String() + fmt.Sprintf(" (user %s, password %s)", osb.Username, osb.Password)},
+			{"", fmt.Sprintf("curl -u %s:%s -H 'X-Broker-API-Version: 2.17' http://%s/v2/catalog", osb.Username, osb.Password, apiLn.Addr())},
 			{"Temporal UI", uiURL},
 			{"Temporal", fmt.Sprintf("%s (namespace %q, task queue %q)", o.temporalAddress(), o.Namespace, workflows.TaskQueue)},
 			{"Kubernetes", kubeCfg.Host},
@@ -244,6 +262,36 @@ func startTemporal(ctx context.Context, o Options) (client.Client, string, func(
 		logFile.Close()
 	}
 	return srv.Client(), fmt.Sprintf("http://127.0.0.1:%d", o.UIPort), stop, nil
+}
+
+// osbCredentials returns the OSB API credentials of qm dev: the ones in
+// QM_OSB_USERNAME/QM_OSB_PASSWORD, or those generated on the first start and
+// kept in the data directory, so that a restart keeps them.
+func osbCredentials(dataDir string) (api.Credentials, error) {
+	if u, p := os.Getenv("QM_OSB_USERNAME"), os.Getenv("QM_OSB_PASSWORD"); u != "" && p != "" {
+		return api.Credentials{Username: u, Password: p}, nil
+	}
+	path := filepath.Join(dataDir, "osb-credentials.json")
+	var c api.Credentials
+	if raw, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(raw, &c); err != nil || c.Username == "" || c.Password == "" {
+			return c, fmt.Errorf("%s is damaged; delete it for new credentials", path)
+		}
+		return c, nil
+	}
+	secret := make([]byte, 18)
+	if _, err := rand.Read(secret); err != nil {
+		return c, err
+	}
+	c = api.Credentials{Username: "qm", Password: base64.RawURLEncoding.EncodeToString(secret)}
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return c, err
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		return c, fmt.Errorf("keeping the OSB credentials: %w", err)
+	}
+	return c, nil
 }
 
 // SampleNamespace is where `qm dev` installs the sample catalog.

@@ -3,6 +3,7 @@ package devenv_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -55,6 +56,25 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "API /healthz")
+
+	// The OSB API answers with the credentials qm dev printed, and serves
+	// the sample catalog it installed.
+	var osb struct{ Username, Password string }
+	raw, err := os.ReadFile(filepath.Join(dataDir, "osb-credentials.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &osb))
+	assert.Contains(t, out.String(), "password "+osb.Password, "the banner shows the OSB credentials")
+	req, err := http.NewRequest(http.MethodGet, "http://"+opts.Listen+"/v2/catalog", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth(osb.Username, osb.Password)
+	req.Header.Set("X-Broker-API-Version", "2.17")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	catalogBody, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, string(catalogBody))
+	assert.Contains(t, string(catalogBody), `"name":"tenant-namespace"`)
 
 	kubeconfig := filepath.Join(dataDir, "kubeconfig")
 	assert.Contains(t, out.String(), kubeconfig, "the banner names the kubeconfig")

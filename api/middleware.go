@@ -1,0 +1,75 @@
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// SupportedMajor is the major OSB API version served.
+const SupportedMajor = 2
+
+// Credentials are a username and password for basic auth.
+type Credentials struct {
+	Username string
+	Password string
+}
+
+// basicAuth answers 401 unless the request carries creds. The comparison
+// takes the same time whatever the input, so that it reveals nothing.
+func basicAuth(realm string, creds Credentials) func(http.Handler) http.Handler {
+	wantUser := sha256.Sum256([]byte(creds.Username))
+	wantPass := sha256.Sum256([]byte(creds.Password))
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			user, pass, ok := r.BasicAuth()
+			gotUser := sha256.Sum256([]byte(user))
+			gotPass := sha256.Sum256([]byte(pass))
+			userOK := subtle.ConstantTimeCompare(gotUser[:], wantUser[:])
+			passOK := subtle.ConstantTimeCompare(gotPass[:], wantPass[:])
+			if !ok || userOK&passOK != 1 {
+				w.Header().Set("WWW-Authenticate", `Basic realm="`+realm+`"`)
+				writeError(w, http.StatusUnauthorized, "", "missing or wrong credentials")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// brokerAPIVersion checks X-Broker-API-Version: missing is 400, another
+// major version is 412 Precondition Failed, as the OSB spec says.
+func brokerAPIVersion(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Get("X-Broker-API-Version")
+		if v == "" {
+			writeError(w, http.StatusBadRequest, "", "the X-Broker-API-Version header is missing")
+			return
+		}
+		majorStr, _, _ := strings.Cut(v, ".")
+		major, err := strconv.Atoi(majorStr)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "", "X-Broker-API-Version "+strconv.Quote(v)+" is not a version")
+			return
+		}
+		if major != SupportedMajor {
+			writeError(w, http.StatusPreconditionFailed, "",
+				"X-Broker-API-Version "+strconv.Quote(v)+" is not supported; this broker serves 2.x (up to 2.17)")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requestIdentity echoes X-Broker-API-Request-Identity, so that a platform
+// can match a response to its request.
+func requestIdentity(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get("X-Broker-API-Request-Identity"); id != "" {
+			w.Header().Set("X-Broker-API-Request-Identity", id)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
