@@ -267,7 +267,7 @@ func (a *Operations) Observe(ctx context.Context, tg Target, op Operation) (Outc
 	if planTemplate(t.plan, osbv1alpha1.ActionStatus) == nil {
 		return a.defaultOutcome(ctx, t, op)
 	}
-	reg, _, err := a.registry(ctx, t)
+	reg, regSecret, err := a.registry(ctx, t)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -310,7 +310,7 @@ func (a *Operations) Observe(ctx context.Context, tg Target, op Operation) (Outc
 		}
 	}
 	if op == OpBind && o.State == osbv1alpha1.StateSucceeded {
-		if err := a.storeCredentials(ctx, t, reg, st.Response); err != nil {
+		if err := a.storeCredentials(ctx, t, reg, regSecret, st.Response); err != nil {
 			return Outcome{}, err
 		}
 	}
@@ -320,11 +320,11 @@ func (a *Operations) Observe(ctx context.Context, tg Target, op Operation) (Outc
 func (a *Operations) defaultOutcome(ctx context.Context, t *target, op Operation) (Outcome, error) {
 	if !op.Removes() {
 		if op == OpBind {
-			reg, _, err := a.registry(ctx, t)
+			reg, regSecret, err := a.registry(ctx, t)
 			if err != nil {
 				return Outcome{}, err
 			}
-			if err := a.storeCredentials(ctx, t, reg, nil); err != nil {
+			if err := a.storeCredentials(ctx, t, reg, regSecret, nil); err != nil {
 				return Outcome{}, err
 			}
 		}
@@ -585,7 +585,8 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 	}
 	if err := a.Client.Create(ctx, secret); err != nil {
 		if apierrors.IsAlreadyExists(err) && fresh(t) {
-			return a.registry(ctx, &target{Target: t.Target, instance: t.instance, binding: t.binding, plan: t.plan, service: t.service, applied: true})
+			t.applied = true // an earlier attempt created it: read it
+			return a.registry(ctx, t)
 		}
 		return nil, nil, fmt.Errorf("creating registry Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
@@ -622,7 +623,7 @@ func (a *Operations) saveRegistry(ctx context.Context, secret *corev1.Secret, re
 
 // storeCredentials keeps a binding's credentials in its registry and in the
 // Secret that status.response.secretRef names.
-func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *registry.Registry, response map[string]any) error {
+func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *registry.Registry, regSecret *corev1.Secret, response map[string]any) error {
 	creds, _ := response["credentials"].(map[string]any)
 	if creds == nil {
 		if v, _ := reg.Get(registry.KeyCredentials); v != nil {
@@ -647,10 +648,6 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 	}
 	if creds != nil {
 		if err := reg.Set(registry.KeyCredentials, creds); err != nil {
-			return err
-		}
-		regSecret := &corev1.Secret{}
-		if err := a.Client.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: registryName(t)}, regSecret); err != nil {
 			return err
 		}
 		if err := a.saveRegistry(ctx, regSecret, reg); err != nil {
