@@ -148,7 +148,14 @@ func newWorkerCommand(g *globals) *cobra.Command {
 			if err := worker.EnsureSearchAttributes(cmd.Context(), tc, g.temporalNamespace); err != nil {
 				return err
 			}
-			return worker.Run(cmd.Context(), tc, cfg)
+			cat, err := catalog.New(cfg, crds.NewScheme())
+			if err != nil {
+				return err
+			}
+			if err := cat.Start(cmd.Context()); err != nil {
+				return err
+			}
+			return worker.Run(cmd.Context(), tc, cfg, cat)
 		},
 	}
 }

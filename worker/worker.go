@@ -16,7 +16,6 @@ import (
 
 	"github.com/quartermaster/qm/activities"
 	"github.com/quartermaster/qm/crds"
-	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/workflows"
 )
 
@@ -31,8 +30,9 @@ func New(c client.Client, kube ctrlclient.Client, cat activities.Catalog) sdkwor
 	return w
 }
 
-// Run runs a worker against the cluster cfg reaches until ctx is done.
-func Run(ctx context.Context, c client.Client, cfg *rest.Config) error {
+// Run runs a worker against the cluster cfg reaches until ctx is done. cat
+// must be started; a process that also serves the API shares it.
+func Run(ctx context.Context, c client.Client, cfg *rest.Config, cat activities.Catalog) error {
 	cfg = rest.CopyConfig(cfg)
 	// Activities are the hot path: no client-side rate limit (client-go's
 	// default is 5 QPS, controller-runtime's 20); the API server's own
@@ -41,13 +41,6 @@ func Run(ctx context.Context, c client.Client, cfg *rest.Config) error {
 	kube, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
 	if err != nil {
 		return fmt.Errorf("creating the worker's Kubernetes client: %w", err)
-	}
-	cat, err := catalog.New(cfg, crds.NewScheme())
-	if err != nil {
-		return err
-	}
-	if err := cat.Start(ctx); err != nil {
-		return err
 	}
 	w := New(c, kube, cat)
 	if err := w.Start(); err != nil {

@@ -123,14 +123,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return worker.Run(gctx, tc, kubeCfg) })
+	// One catalog cache serves both the worker and the API.
+	if err := cat.Start(gctx); err != nil {
+		return err
+	}
+	g.Go(func() error { return worker.Run(gctx, tc, kubeCfg, cat) })
 	g.Go(func() error { return watcher.Start(gctx) })
-	g.Go(func() error {
-		if err := cat.Start(gctx); err != nil {
-			return err
-		}
-		return (&api.Server{Kube: kube, Catalog: cat, OSB: osb}).Serve(gctx, apiLn)
-	})
+	g.Go(func() error { return (&api.Server{Kube: kube, Catalog: cat, OSB: osb}).Serve(gctx, apiLn) })
 
 	g.Go(func() error {
 		if _, err := selfCheck(gctx, tc); err != nil {
