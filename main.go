@@ -192,7 +192,10 @@ func newWatcherCommand(g *globals) *cobra.Command {
 
 func newAPICommand(g *globals) *cobra.Command {
 	var listen string
-	osb := api.Credentials{Username: os.Getenv("QM_OSB_USERNAME"), Password: os.Getenv("QM_OSB_PASSWORD")}
+	srv := &api.Server{
+		OSB:   api.Credentials{Username: os.Getenv("QM_OSB_USERNAME"), Password: os.Getenv("QM_OSB_PASSWORD")},
+		Admin: api.Credentials{Username: os.Getenv("QM_ADMIN_USERNAME"), Password: os.Getenv("QM_ADMIN_PASSWORD")},
+	}
 	cmd := &cobra.Command{
 		Use:   "api",
 		Short: "Serve the OSB v2 and admin HTTP API (stateless, active-active)",
@@ -213,13 +216,22 @@ func newAPICommand(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listening on %s: %w", listen, err)
 			}
-			g.logger.Info("serving the API", "address", ln.Addr().String())
-			return (&api.Server{Kube: kube, Catalog: cat, OSB: osb}).Serve(cmd.Context(), ln)
+			g.logger.Info("serving the API", "address", ln.Addr().String(), "namespace", srv.Namespace,
+				"admin", srv.Admin.Username != "")
+			srv.Kube, srv.Catalog, srv.Logger = kube, cat, g.logger
+			return srv.Serve(cmd.Context(), ln)
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", ":8080", "listen address")
-	cmd.Flags().StringVar(&osb.Username, "osb-username", osb.Username, "username OSB clients present (env QM_OSB_USERNAME)")
-	cmd.Flags().StringVar(&osb.Password, "osb-password", osb.Password, "password OSB clients present (env QM_OSB_PASSWORD; prefer the environment: flags show in ps)")
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", ":8080", "listen address")
+	f.StringVar(&srv.Namespace, "namespace", envOr("QM_NAMESPACE", "default"), "namespace of the instances and bindings OSB requests create (env QM_NAMESPACE)")
+	f.StringVar(&srv.OSB.Username, "osb-username", srv.OSB.Username, "username OSB clients present (env QM_OSB_USERNAME)")
+	f.StringVar(&srv.OSB.Password, "osb-password", srv.OSB.Password, "password OSB clients present (env QM_OSB_PASSWORD; prefer the environment: flags show in ps)")
+	f.StringVar(&srv.Admin.Username, "admin-username", srv.Admin.Username, "username of the admin API (env QM_ADMIN_USERNAME; no credentials turn the admin API off)")
+	f.StringVar(&srv.Admin.Password, "admin-password", srv.Admin.Password, "password of the admin API (env QM_ADMIN_PASSWORD)")
+	f.DurationVar(&srv.SyncTimeout, "sync-timeout", api.DefaultSyncTimeout, "how long a synchronous provision, update or deprovision may take before the reply")
+	f.DurationVar(&srv.BindTimeout, "bind-timeout", api.DefaultBindTimeout, "how long a synchronous bind or unbind may take before the reply")
+	f.Int64Var(&srv.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted (413 beyond)")
 	return cmd
 }
 

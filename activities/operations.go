@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"strings"
 	"text/template"
 	"time"
 
@@ -634,12 +635,22 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 	_, err := controllerutil.CreateOrUpdate(ctx, a.Client, secret, func() error {
 		secret.Labels = map[string]string{"quartermaster.io/binding": t.binding.Name}
 		secret.Data = map[string][]byte{}
+		var jsonKeys []string
 		for k, v := range creds {
 			if s, ok := v.(string); ok {
 				secret.Data[k] = []byte(s)
 			} else {
 				secret.Data[k] = []byte(mustJSON(v))
+				jsonKeys = append(jsonKeys, k)
 			}
+		}
+		// The OSB API gives the credentials back with their JSON types:
+		// it needs to know which values are JSON rather than strings.
+		slices.Sort(jsonKeys)
+		if len(jsonKeys) > 0 {
+			secret.Annotations = map[string]string{CredentialsJSONKeysAnnotation: strings.Join(jsonKeys, ",")}
+		} else {
+			delete(secret.Annotations, CredentialsJSONKeysAnnotation)
 		}
 		return controllerutil.SetOwnerReference(t.binding, secret, a.Client.Scheme())
 	})

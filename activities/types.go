@@ -76,3 +76,8 @@ const (
 	InstanceFinalizer = "quartermaster.io/deprovision"
 	BindingFinalizer  = "quartermaster.io/unbind"
 )
+
+// CredentialsJSONKeysAnnotation lists, comma-separated, the keys of a
+// credentials Secret whose values are JSON (numbers, objects, lists) rather
+// than plain strings.
+const CredentialsJSONKeysAnnotation = "quartermaster.io/json-keys"

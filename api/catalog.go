@@ -17,6 +17,10 @@ import (
 type Catalog interface {
 	Services(ctx context.Context) ([]osbv1alpha1.SFService, error)
 	Plans(ctx context.Context) ([]osbv1alpha1.SFPlan, error)
+	// Plan and Service find one by its OSB ID; an unknown ID is
+	// catalog.ErrNotFound.
+	Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error)
+	Service(ctx context.Context, id string) (*osbv1alpha1.SFService, error)
 }
 
 // The OSB v2.17 catalog objects. Quartermaster-only fields (templates,

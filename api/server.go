@@ -7,13 +7,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Defaults of the Server's tunables.
+const (
+	DefaultSyncTimeout = 60 * time.Second
+	DefaultBindTimeout = 30 * time.Second
 )
 
 // Server is the HTTP front end.
@@ -22,24 +30,84 @@ type Server struct {
 	Kube client.Client
 	// Catalog serves the registered services and plans.
 	Catalog Catalog
+	// Namespace holds the SFServiceInstances and SFServiceBindings that OSB
+	// requests create.
+	Namespace string
 	// OSB are the credentials OSB clients must present.
 	OSB Credentials
+	// Admin are the credentials of the admin API; empty turns it off.
+	Admin Credentials
+	// SyncTimeout is how long a provision, update or deprovision of a plan
+	// without manager.async may take before the reply; beyond it the broker
+	// answers 202 when the client accepts incomplete operations.
+	SyncTimeout time.Duration
+	// BindTimeout is the same for bind and unbind of a plan without
+	// manager.asyncBinding.
+	BindTimeout time.Duration
+	// MaxBodyBytes bounds request bodies (413 beyond).
+	MaxBodyBytes int64
+	// Logger logs one line per request; nil logs to slog.Default().
+	Logger *slog.Logger
+
+	schemas schemas
+	metrics *metrics
+	once    sync.Once
 }
 
-// Handler returns the routes: /healthz, and the OSB API under /v2 behind
-// basic auth and the X-Broker-API-Version check.
+// Handler returns the routes: /healthz, /metrics, the OSB API under /v2
+// behind basic auth and the X-Broker-API-Version check, and the admin API
+// under /admin behind its own credentials.
 func (s *Server) Handler() http.Handler {
+	s.once.Do(s.defaults)
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer)
+	r.Use(middleware.Recoverer, s.observe)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	r.Handle("/metrics", s.metrics.handler())
 	r.Route("/v2", func(r chi.Router) {
 		r.Use(requestIdentity, basicAuth("Quartermaster OSB", s.OSB), brokerAPIVersion)
 		r.Get("/catalog", s.getCatalog)
+		r.Route("/service_instances/{instance_id}", func(r chi.Router) {
+			r.Put("/", s.putInstance)
+			r.Patch("/", s.patchInstance)
+			r.Delete("/", s.deleteInstance)
+			r.Get("/", s.getInstance)
+			r.Get("/last_operation", s.instanceLastOperation)
+			r.Route("/service_bindings/{binding_id}", func(r chi.Router) {
+				r.Put("/", s.putBinding)
+				r.Delete("/", s.deleteBinding)
+				r.Get("/", s.getBinding)
+				r.Get("/last_operation", s.bindingLastOperation)
+			})
+		})
+	})
+	r.Route("/admin", func(r chi.Router) {
+		r.Use(s.adminEnabled, basicAuth("Quartermaster admin", s.Admin))
+		r.Get("/instances", s.adminListInstances)
+		r.Get("/instances/{namespace}/{name}", s.adminGetInstance)
 	})
 	return r
+}
+
+func (s *Server) defaults() {
+	if s.Namespace == "" {
+		s.Namespace = "default"
+	}
+	if s.SyncTimeout == 0 {
+		s.SyncTimeout = DefaultSyncTimeout
+	}
+	if s.BindTimeout == 0 {
+		s.BindTimeout = DefaultBindTimeout
+	}
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	s.metrics = newMetrics()
 }
 
 // Serve serves on ln until ctx is done, then drains in-flight requests.

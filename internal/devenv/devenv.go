@@ -113,7 +113,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	osb, err := osbCredentials(o.DataDir)
+	osb, err := credentials(o.DataDir, "osb-credentials.json", "QM_OSB_USERNAME", "QM_OSB_PASSWORD", "qm")
+	if err != nil {
+		return err
+	}
+	admin, err := credentials(o.DataDir, "admin-credentials.json", "QM_ADMIN_USERNAME", "QM_ADMIN_PASSWORD", "admin")
 	if err != nil {
 		return err
 	}
@@ -129,7 +133,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.Go(func() error { return worker.Run(gctx, tc, kubeCfg, cat) })
 	g.Go(func() error { return watcher.Start(gctx) })
-	g.Go(func() error { return (&api.Server{Kube: kube, Catalog: cat, OSB: osb}).Serve(gctx, apiLn) })
+	g.Go(func() error { return (&api.Server{
+		Kube: kube, Catalog: cat, Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger,
+	}).Serve(gctx, apiLn) })
 
 	g.Go(func() error {
 		if _, err := selfCheck(gctx, tc); err != nil {
@@ -140,6 +146,7 @@ func Run(ctx context.Context, o Options) error {
 		for _, line := range [][2]string{
 			{"OSB API", "http://" + apiLn.Addr().String() + fmt.Sprintf(" (user %s, password %s)", osb.Username, osb.Password)},
 			{"", fmt.Sprintf("curl -u %s:%s -H 'X-Broker-API-Version: 2.17' http://%s/v2/catalog", osb.Username, osb.Password, apiLn.Addr())},
+			{"admin API", fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, apiLn.Addr())},
 			{"Temporal UI", uiURL},
 			{"Temporal", fmt.Sprintf("%s (namespace %q, task queue %q)", o.temporalAddress(), o.Namespace, workflows.TaskQueue)},
 			{"Kubernetes", kubeCfg.Host},
@@ -263,14 +270,14 @@ func startTemporal(ctx context.Context, o Options) (client.Client, string, func(
 	return srv.Client(), fmt.Sprintf("http://127.0.0.1:%d", o.UIPort), stop, nil
 }
 
-// osbCredentials returns the OSB API credentials of qm dev: the ones in
-// QM_OSB_USERNAME/QM_OSB_PASSWORD, or those generated on the first start and
-// kept in the data directory, so that a restart keeps them.
-func osbCredentials(dataDir string) (api.Credentials, error) {
-	if u, p := os.Getenv("QM_OSB_USERNAME"), os.Getenv("QM_OSB_PASSWORD"); u != "" && p != "" {
+// credentials returns API credentials of qm dev: the ones in the
+// environment variables userEnv/passEnv, or those generated on the first
+// start and kept in file in the data directory, so that a restart keeps them.
+func credentials(dataDir, file, userEnv, passEnv, user string) (api.Credentials, error) {
+	if u, p := os.Getenv(userEnv), os.Getenv(passEnv); u != "" && p != "" {
 		return api.Credentials{Username: u, Password: p}, nil
 	}
-	path := filepath.Join(dataDir, "osb-credentials.json")
+	path := filepath.Join(dataDir, file)
 	var c api.Credentials
 	if raw, err := os.ReadFile(path); err == nil {
 		if err := json.Unmarshal(raw, &c); err != nil || c.Username == "" || c.Password == "" {
@@ -282,13 +289,13 @@ func osbCredentials(dataDir string) (api.Credentials, error) {
 	if _, err := rand.Read(secret); err != nil {
 		return c, err
 	}
-	c = api.Credentials{Username: "qm", Password: base64.RawURLEncoding.EncodeToString(secret)}
+	c = api.Credentials{Username: user, Password: base64.RawURLEncoding.EncodeToString(secret)}
 	raw, err := json.Marshal(c)
 	if err != nil {
 		return c, err
 	}
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		return c, fmt.Errorf("keeping the OSB credentials: %w", err)
+		return c, fmt.Errorf("keeping the credentials in %s: %w", path, err)
 	}
 	return c, nil
 }

@@ -62,6 +62,10 @@ type ManagerSpec struct {
 	// AsyncBinding makes bind and unbind asynchronous OSB operations.
 	// +optional
 	AsyncBinding bool `json:"asyncBinding,omitempty"`
+	// RequiresApp refuses OSB bind requests without bind_resource.app_guid
+	// (the OSB RequiresApp error): the plan's bindings are made for an app.
+	// +optional
+	RequiresApp bool `json:"requiresApp,omitempty"`
 }
 
 // SFPlanSpec is an OSB plan, as served by /v2/catalog, plus the templates

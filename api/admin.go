@@ -1,0 +1,90 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/activities"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/workflows"
+)
+
+// adminInstance is how the admin API shows an instance: enough to find its
+// runs in the Temporal UI.
+type adminInstance struct {
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	InstanceID  string `json:"instance_id"`
+	ServiceID   string `json:"service_id"`
+	PlanID      string `json:"plan_id"`
+	State       string `json:"state"`
+	Description string `json:"description,omitempty"`
+	Operation   string `json:"operation"`
+	WorkflowID  string `json:"workflow_id"`
+	Deleting    bool   `json:"deleting,omitempty"`
+}
+
+// adminEnabled answers 404 for the whole admin API when it has no
+// credentials, rather than serving it unprotected.
+func (s *Server) adminEnabled(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.Admin.Username == "" || s.Admin.Password == "" {
+			writeError(w, http.StatusNotFound, "", "the admin API is off; set QM_ADMIN_USERNAME and QM_ADMIN_PASSWORD to turn it on")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// adminListInstances lists every SFServiceInstance, or those of the
+// namespace the query parameter names, whether made by OSB or kubectl.
+func (s *Server) adminListInstances(w http.ResponseWriter, r *http.Request) {
+	var list osbv1alpha1.SFServiceInstanceList
+	var opts []client.ListOption
+	if ns := r.URL.Query().Get("namespace"); ns != "" {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	if err := s.Kube.List(r.Context(), &list, opts...); err != nil {
+		s.internalError(w, r, "listing instances", err)
+		return
+	}
+	out := struct {
+		Instances []adminInstance `json:"instances"`
+	}{Instances: make([]adminInstance, 0, len(list.Items))}
+	for i := range list.Items {
+		out.Instances = append(out.Instances, toAdminInstance(&list.Items[i]))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// adminGetInstance shows one instance by namespace and name.
+func (s *Server) adminGetInstance(w http.ResponseWriter, r *http.Request) {
+	key := types.NamespacedName{Namespace: chi.URLParam(r, "namespace"), Name: chi.URLParam(r, "name")}
+	var inst osbv1alpha1.SFServiceInstance
+	if err := s.Kube.Get(r.Context(), key, &inst); apierrors.IsNotFound(err) {
+		writeError(w, http.StatusNotFound, "", "instance "+key.String()+" does not exist")
+		return
+	} else if err != nil {
+		s.internalError(w, r, "reading instance "+key.String(), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toAdminInstance(&inst))
+}
+
+func toAdminInstance(inst *osbv1alpha1.SFServiceInstance) adminInstance {
+	state := string(inst.Status.State)
+	if state == "" {
+		state = string(osbv1alpha1.StateInQueue)
+	}
+	return adminInstance{
+		Namespace: inst.Namespace, Name: inst.Name, InstanceID: inst.Spec.InstanceID,
+		ServiceID: inst.Spec.ServiceID, PlanID: inst.Spec.PlanID,
+		State: state, Description: inst.Status.Description, Operation: instanceOperation(inst),
+		WorkflowID: workflows.WorkflowID(activities.KindInstance, inst.Namespace, inst.Name),
+		Deleting:   inst.DeletionTimestamp != nil,
+	}
+}

@@ -1,0 +1,307 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/activities"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// bindingResponse is the body of a bind that succeeded and of GET binding.
+type bindingResponse struct {
+	Credentials map[string]any `json:"credentials"`
+	Parameters  any            `json:"parameters,omitempty"`
+}
+
+// putBinding binds: it records the request as an SFServiceBinding, which
+// the watcher hands to the Bind workflow, and answers with the credentials
+// once the binding succeeded.
+func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
+	var req bindRequest
+	if e := decodeBody(r, s.MaxBodyBytes, &req); e != nil {
+		s.refuse(w, e)
+		return
+	}
+	inst, plan, identity, e := s.checkBind(ctx, r, iid, &req)
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	var bindResource json.RawMessage
+	if req.BindResource != nil {
+		bindResource, _ = json.Marshal(req.BindResource)
+	}
+	b := &osbv1alpha1.SFServiceBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ResourceName(bid), Namespace: s.Namespace},
+		Spec: osbv1alpha1.SFServiceBindingSpec{
+			ID: bid, InstanceID: inst.Name, ServiceID: req.ServiceID, PlanID: req.PlanID,
+			BindResource: toJSON(bindResource), Context: toJSON(req.Context), Parameters: toJSON(req.Parameters),
+			AcceptsIncomplete: acceptsIncomplete(r),
+		},
+	}
+	if identity != "" {
+		b.Annotations = map[string]string{OriginatingIdentityAnnotation: identity}
+	}
+	created := true
+	if err := s.Kube.Create(ctx, b); apierrors.IsAlreadyExists(err) {
+		created = false
+		want := b.Spec
+		if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+			s.internalError(w, r, "reading binding "+bid, err)
+			return
+		}
+		switch {
+		case b.DeletionTimestamp != nil:
+			s.refuse(w, concurrencyError("binding %q is being unbound", bid))
+			return
+		case !sameBinding(b.Spec, want):
+			s.refuse(w, &requestError{status: http.StatusConflict,
+				description: fmt.Sprintf("binding %q already exists with different attributes", bid)})
+			return
+		}
+	} else if err != nil {
+		s.internalError(w, r, "recording binding "+bid, err)
+		return
+	} else {
+		s.markQueued(ctx, b, &b.Status.State)
+	}
+
+	lo := bindingProgress(b)
+	waited := false
+	if lo.State == osbInProgress && !asyncBinding(plan) {
+		ended, gone, err := s.waitFor(ctx, b, s.BindTimeout, func() bool {
+			lo = bindingProgress(b)
+			return lo.State != osbInProgress
+		})
+		if err != nil {
+			s.internalError(w, r, "waiting for the bind", err)
+			return
+		}
+		if gone {
+			s.refuse(w, concurrencyError("binding %q was unbound meanwhile", bid))
+			return
+		}
+		waited = ended
+	}
+	switch {
+	case lo.State == osbSucceeded:
+		resp, err := s.bindingResponse(ctx, b)
+		if err != nil {
+			s.internalError(w, r, "reading the credentials of binding "+bid, err)
+			return
+		}
+		status := http.StatusOK
+		if created || waited {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, resp)
+	case acceptsIncomplete(r):
+		writeJSON(w, http.StatusAccepted, operationResponse{Operation: opBind})
+	case lo.State == osbFailed:
+		writeError(w, http.StatusInternalServerError, "", lo.Description)
+	default:
+		writeError(w, http.StatusInternalServerError, "", fmt.Sprintf(
+			"bind %q did not finish within %s; it goes on, and GET .../service_bindings/%s shows it once done", bid, s.BindTimeout, bid))
+	}
+}
+
+// checkBind validates a bind request against its instance and the catalog.
+func (s *Server) checkBind(ctx context.Context, r *http.Request, iid string, req *bindRequest) (*osbv1alpha1.SFServiceInstance, *osbv1alpha1.SFPlan, string, *requestError) {
+	if e := req.validate(); e != nil {
+		return nil, nil, "", e
+	}
+	identity, e := originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
+	if e != nil {
+		return nil, nil, "", e
+	}
+	inst, e := s.instance(ctx, iid, http.StatusNotFound)
+	if e != nil {
+		return nil, nil, "", e
+	}
+	switch {
+	case inst.DeletionTimestamp != nil:
+		return nil, nil, "", concurrencyError("instance %q is being deprovisioned", iid)
+	case inst.Status.AppliedSpec == nil && instanceBusy(inst) != "":
+		return nil, nil, "", concurrencyError("instance %q is being provisioned", iid)
+	case inst.Status.AppliedSpec == nil:
+		return nil, nil, "", badRequest("instance %q cannot be bound: its provision failed", iid)
+	case req.ServiceID != inst.Spec.ServiceID || req.PlanID != inst.Spec.PlanID:
+		return nil, nil, "", badRequest("service_id %q and plan_id %q are not those of instance %q (%q, %q)",
+			req.ServiceID, req.PlanID, iid, inst.Spec.ServiceID, inst.Spec.PlanID)
+	}
+	plan, svc, e := s.plan(ctx, req.ServiceID, req.PlanID)
+	if e != nil {
+		return nil, nil, "", e
+	}
+	bindable := svc.Spec.Bindable
+	if plan.Spec.Bindable != nil {
+		bindable = *plan.Spec.Bindable
+	}
+	if !bindable {
+		return nil, nil, "", badRequest("plan %q of service %q is not bindable", plan.Spec.Name, svc.Spec.Name)
+	}
+	if plan.Spec.Manager != nil && plan.Spec.Manager.RequiresApp && req.appGUID() == "" {
+		return nil, nil, "", &requestError{status: http.StatusUnprocessableEntity, code: codeRequiresApp,
+			description: fmt.Sprintf("plan %q binds to apps only: bind_resource.app_guid is required", plan.Spec.Name)}
+	}
+	if asyncBinding(plan) && !acceptsIncomplete(r) {
+		return nil, nil, "", &requestError{status: http.StatusUnprocessableEntity, code: codeAsyncRequired,
+			description: fmt.Sprintf("plan %q binds asynchronously; repeat the request with accepts_incomplete=true", plan.Spec.Name)}
+	}
+	if e := s.schemas.validate(plan, bindingCreate, req.Parameters); e != nil {
+		return nil, nil, "", e
+	}
+	return inst, plan, identity, nil
+}
+
+// deleteBinding unbinds: it deletes the SFServiceBinding, whose finalizer
+// holds it until the Unbind workflow has removed what it created.
+func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
+	q := r.URL.Query()
+	if e := required("the query parameter service_id", q.Get("service_id"), "the query parameter plan_id", q.Get("plan_id")); e != nil {
+		s.refuse(w, e)
+		return
+	}
+	b, e := s.binding(ctx, iid, bid, http.StatusGone)
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	plan, _ := s.Catalog.Plan(ctx, b.Spec.PlanID)
+	if asyncBinding(plan) && !acceptsIncomplete(r) {
+		s.refuse(w, &requestError{status: http.StatusUnprocessableEntity, code: codeAsyncRequired,
+			description: fmt.Sprintf("plan %q unbinds asynchronously; repeat the request with accepts_incomplete=true", plan.Spec.Name)})
+		return
+	}
+	if b.DeletionTimestamp == nil {
+		if lo := bindingProgress(b); lo.State == osbInProgress {
+			s.refuse(w, concurrencyError("binding %q is busy: %s", bid, lo.Description))
+			return
+		}
+		uid := b.UID
+		if err := s.Kube.Delete(ctx, b, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
+			writeJSON(w, http.StatusGone, struct{}{})
+			return
+		} else if err != nil {
+			s.internalError(w, r, "deleting binding "+bid, err)
+			return
+		}
+		if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(b), b); apierrors.IsNotFound(err) {
+			writeJSON(w, http.StatusOK, struct{}{})
+			return
+		} else if err != nil {
+			s.internalError(w, r, "reading binding "+bid, err)
+			return
+		}
+	}
+	s.answerRemoval(w, r, b, opUnbind, asyncBinding(plan), s.BindTimeout, func() lastOperation { return bindingProgress(b) })
+}
+
+// getBinding serves a binding that succeeded, with its credentials; one
+// that is being bound or unbound is 404, as the spec says.
+func (s *Server) getBinding(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
+	b, e := s.binding(ctx, iid, bid, http.StatusNotFound)
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	if lo := bindingProgress(b); lo.State != osbSucceeded || b.DeletionTimestamp != nil {
+		s.refuse(w, &requestError{status: http.StatusNotFound,
+			description: fmt.Sprintf("binding %q is not bound (%s: %s)", bid, lo.State, lo.Description)})
+		return
+	}
+	resp, err := s.bindingResponse(ctx, b)
+	if err != nil {
+		s.internalError(w, r, "reading the credentials of binding "+bid, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// bindingLastOperation serves GET .../service_bindings/:bid/last_operation.
+func (s *Server) bindingLastOperation(w http.ResponseWriter, r *http.Request) {
+	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
+	asked := r.URL.Query().Get("operation")
+	missing := http.StatusNotFound
+	if asked == opUnbind {
+		missing = http.StatusGone
+	}
+	b, e := s.binding(r.Context(), iid, bid, missing)
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	if e := checkOperation(asked, bindingOperation(b), fmt.Sprintf("binding %q", bid)); e != nil {
+		s.refuse(w, e)
+		return
+	}
+	writeLastOperation(w, bindingProgress(b))
+}
+
+// binding reads the SFServiceBinding of an OSB binding_id of instance iid.
+func (s *Server) binding(ctx context.Context, iid, bid string, missing int) (*osbv1alpha1.SFServiceBinding, *requestError) {
+	var b osbv1alpha1.SFServiceBinding
+	err := s.Kube.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(bid)}, &b)
+	if apierrors.IsNotFound(err) || (err == nil && (b.Spec.ID != bid || b.Spec.InstanceID != ResourceName(iid))) {
+		if missing == http.StatusGone {
+			return nil, &requestError{status: missing}
+		}
+		return nil, &requestError{status: missing, description: fmt.Sprintf("binding %q of instance %q does not exist", bid, iid)}
+	}
+	if err != nil {
+		return nil, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading binding %q: %v", bid, err)}
+	}
+	return &b, nil
+}
+
+// bindingResponse reads the credentials from the binding's Secret, giving
+// JSON values back their types.
+func (s *Server) bindingResponse(ctx context.Context, b *osbv1alpha1.SFServiceBinding) (bindingResponse, error) {
+	resp := bindingResponse{Credentials: map[string]any{}, Parameters: rawOf(b.Spec.Parameters)}
+	name := b.Status.Response.SecretRef
+	if name == "" {
+		return resp, nil
+	}
+	var secret corev1.Secret
+	if err := s.Kube.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, &secret); err != nil {
+		return resp, fmt.Errorf("reading Secret %s/%s: %w", b.Namespace, name, err)
+	}
+	jsonKeys := map[string]bool{}
+	for _, k := range strings.Split(secret.Annotations[activities.CredentialsJSONKeysAnnotation], ",") {
+		jsonKeys[k] = true
+	}
+	for k, v := range secret.Data {
+		var decoded any
+		if jsonKeys[k] && json.Unmarshal(v, &decoded) == nil {
+			resp.Credentials[k] = decoded
+		} else {
+			resp.Credentials[k] = string(v)
+		}
+	}
+	return resp, nil
+}
+
+// sameBinding reports whether a bind request asks for what the binding
+// records.
+func sameBinding(have, want osbv1alpha1.SFServiceBindingSpec) bool {
+	return have.InstanceID == want.InstanceID && have.ServiceID == want.ServiceID && have.PlanID == want.PlanID &&
+		sameJSON(have.BindResource, want.BindResource) && sameJSON(have.Context, want.Context) &&
+		sameJSON(have.Parameters, want.Parameters)
+}

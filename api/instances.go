@@ -1,0 +1,537 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/catalog"
+)
+
+// OriginatingIdentityAnnotation holds the decoded
+// X-Broker-API-Originating-Identity of the last OSB request that changed a
+// resource, as {"platform": ..., "value": {...}}.
+const OriginatingIdentityAnnotation = "quartermaster.io/originating-identity"
+
+// OSB error codes.
+const (
+	codeAsyncRequired           = "AsyncRequired"
+	codeConcurrencyError        = "ConcurrencyError"
+	codeMaintenanceInfoConflict = "MaintenanceInfoConflict"
+	codeRequiresApp             = "RequiresApp"
+)
+
+// instanceResponse is the body of GET /v2/service_instances/:id.
+type instanceResponse struct {
+	ServiceID       string                       `json:"service_id"`
+	PlanID          string                       `json:"plan_id"`
+	DashboardURL    string                       `json:"dashboard_url,omitempty"`
+	Parameters      any                          `json:"parameters,omitempty"`
+	MaintenanceInfo *osbv1alpha1.MaintenanceInfo `json:"maintenance_info,omitempty"`
+}
+
+// putInstance provisions: it records the request as an SFServiceInstance,
+// which the watcher hands to the Provision workflow, and answers from the
+// instance's state. Repeating the same request is safe.
+func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := chi.URLParam(r, "instance_id")
+	var req provisionRequest
+	if e := decodeBody(r, s.MaxBodyBytes, &req); e != nil {
+		s.refuse(w, e)
+		return
+	}
+	identity, e := s.checkProvision(ctx, r, &req)
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	plan, _, _ := s.plan(ctx, req.ServiceID, req.PlanID)
+	inst := &osbv1alpha1.SFServiceInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: ResourceName(id), Namespace: s.Namespace},
+		Spec: osbv1alpha1.SFServiceInstanceSpec{
+			InstanceID: id, ServiceID: req.ServiceID, PlanID: req.PlanID,
+			Context: toJSON(req.Context), OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID,
+			Parameters: toJSON(req.Parameters), MaintenanceInfo: req.MaintenanceInfo,
+		},
+	}
+	if identity != "" {
+		inst.Annotations = map[string]string{OriginatingIdentityAnnotation: identity}
+	}
+	created := true
+	if err := s.Kube.Create(ctx, inst); apierrors.IsAlreadyExists(err) {
+		created = false
+		want := inst.Spec
+		if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(inst), inst); err != nil {
+			s.internalError(w, r, "reading instance "+id, err)
+			return
+		}
+		switch {
+		case inst.DeletionTimestamp != nil:
+			s.refuse(w, concurrencyError("instance %q is being deprovisioned", id))
+			return
+		case !sameInstance(inst.Spec, want):
+			s.refuse(w, &requestError{status: http.StatusConflict,
+				description: fmt.Sprintf("instance %q already exists with different attributes", id)})
+			return
+		}
+	} else if err != nil {
+		s.internalError(w, r, "recording instance "+id, err)
+		return
+	} else {
+		s.markQueued(ctx, inst, &inst.Status.State)
+	}
+	s.answerInstance(w, r, inst, plan, created)
+}
+
+// checkProvision validates a provision request against the catalog and
+// returns the originating identity to record.
+func (s *Server) checkProvision(ctx context.Context, r *http.Request, req *provisionRequest) (string, *requestError) {
+	if e := req.validate(); e != nil {
+		return "", e
+	}
+	identity, e := originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
+	if e != nil {
+		return "", e
+	}
+	plan, _, e := s.plan(ctx, req.ServiceID, req.PlanID)
+	if e != nil {
+		return "", e
+	}
+	if e := checkMaintenanceInfo(plan, req.MaintenanceInfo); e != nil {
+		return "", e
+	}
+	if async(plan) && !acceptsIncomplete(r) {
+		return "", asyncRequired(plan)
+	}
+	if e := s.schemas.validate(plan, instanceCreate, req.Parameters); e != nil {
+		return "", e
+	}
+	return identity, nil
+}
+
+// answerInstance replies to a provision or update once the instance is
+// recorded. An asynchronous plan answers 202 at once (200 when there is
+// nothing left to do); a synchronous one waits up to SyncTimeout for the
+// workflow, and falls back to 202 if the client accepts it.
+func (s *Server) answerInstance(w http.ResponseWriter, r *http.Request, inst *osbv1alpha1.SFServiceInstance, plan *osbv1alpha1.SFPlan, created bool) {
+	op := instanceOperation(inst)
+	lo := instanceProgress(inst)
+	waited := false
+	if lo.State == osbInProgress && !async(plan) {
+		ended, gone, err := s.waitFor(r.Context(), inst, s.SyncTimeout, func() bool {
+			lo = instanceProgress(inst)
+			return lo.State != osbInProgress
+		})
+		if err != nil {
+			s.internalError(w, r, "waiting for the "+op, err)
+			return
+		}
+		if gone {
+			s.refuse(w, concurrencyError("instance %q was deprovisioned meanwhile", inst.Spec.InstanceID))
+			return
+		}
+		waited = ended
+	}
+	switch {
+	case lo.State == osbSucceeded && (created || waited) && op == opProvision:
+		writeJSON(w, http.StatusCreated, operationResponse{DashboardURL: inst.Status.DashboardURL})
+	case lo.State == osbSucceeded:
+		writeJSON(w, http.StatusOK, operationResponse{DashboardURL: inst.Status.DashboardURL})
+	case acceptsIncomplete(r):
+		writeJSON(w, http.StatusAccepted, operationResponse{DashboardURL: inst.Status.DashboardURL, Operation: op})
+	case lo.State == osbFailed:
+		writeError(w, http.StatusInternalServerError, "", lo.Description)
+	default:
+		writeError(w, http.StatusInternalServerError, "", fmt.Sprintf(
+			"%s of instance %q did not finish within %s; it goes on, and GET /v2/service_instances/%s shows it once done",
+			op, inst.Spec.InstanceID, s.SyncTimeout, inst.Spec.InstanceID))
+	}
+}
+
+// patchInstance updates an instance: a plan change, new parameters or
+// context, or a maintenance_info upgrade. The Update workflow starts when
+// the watcher sees the new generation.
+func (s *Server) patchInstance(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := chi.URLParam(r, "instance_id")
+	var req updateRequest
+	if e := decodeBody(r, s.MaxBodyBytes, &req); e != nil {
+		s.refuse(w, e)
+		return
+	}
+	if e := req.validate(); e != nil {
+		s.refuse(w, e)
+		return
+	}
+	identity, e := originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	inst, e := s.instance(ctx, id, http.StatusNotFound)
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	var plan *osbv1alpha1.SFPlan
+	// The patch is made on the version read; if the instance changes
+	// meanwhile (a status write), it is checked and patched again.
+	for attempt := 0; ; attempt++ {
+		var changed bool
+		if plan, changed, e = s.checkUpdate(ctx, r, inst, &req, identity); e != nil {
+			s.refuse(w, e)
+			return
+		}
+		if !changed {
+			writeJSON(w, http.StatusOK, struct{}{})
+			return
+		}
+		err := s.Kube.Update(ctx, inst)
+		if err == nil {
+			break
+		}
+		if !apierrors.IsConflict(err) || attempt == 4 {
+			s.internalError(w, r, "updating instance "+id, err)
+			return
+		}
+		if inst, e = s.instance(ctx, id, http.StatusNotFound); e != nil {
+			s.refuse(w, e)
+			return
+		}
+	}
+	s.answerInstance(w, r, inst, plan, false)
+}
+
+// checkUpdate validates an update request against the instance and the
+// catalog, and applies it to inst. changed is false when the request asks
+// for what the instance already has.
+func (s *Server) checkUpdate(ctx context.Context, r *http.Request, inst *osbv1alpha1.SFServiceInstance, req *updateRequest, identity string) (*osbv1alpha1.SFPlan, bool, *requestError) {
+	id := inst.Spec.InstanceID
+	if req.ServiceID != inst.Spec.ServiceID {
+		return nil, false, badRequest("service_id %q is not the service of instance %q (%q)", req.ServiceID, id, inst.Spec.ServiceID)
+	}
+	if busy := instanceBusy(inst); busy != "" {
+		return nil, false, concurrencyError("instance %q is busy: %s", id, busy)
+	}
+	if inst.Status.AppliedSpec == nil {
+		return nil, false, badRequest("instance %q cannot be updated: its provision failed (%s); deprovision it", id, inst.Status.Description)
+	}
+	planID := req.PlanID
+	if planID == "" {
+		planID = inst.Spec.PlanID
+	}
+	plan, svc, e := s.plan(ctx, req.ServiceID, planID)
+	if e != nil {
+		return nil, false, e
+	}
+	if planID != inst.Spec.PlanID && !planUpdateable(ctx, s.Catalog, svc, inst.Spec.PlanID) {
+		return nil, false, badRequest("the plan of instance %q cannot be changed: its plan is not plan_updateable", id)
+	}
+	if e := checkMaintenanceInfo(plan, req.MaintenanceInfo); e != nil {
+		return nil, false, e
+	}
+	if async(plan) && !acceptsIncomplete(r) {
+		return nil, false, asyncRequired(plan)
+	}
+	if req.Parameters != nil {
+		if e := s.schemas.validate(plan, instanceUpdate, req.Parameters); e != nil {
+			return nil, false, e
+		}
+	}
+	spec := inst.Spec.DeepCopy()
+	spec.PlanID = planID
+	if req.Parameters != nil {
+		spec.Parameters = toJSON(req.Parameters)
+	}
+	if req.Context != nil {
+		spec.Context = toJSON(req.Context)
+	}
+	if req.MaintenanceInfo != nil {
+		spec.MaintenanceInfo = req.MaintenanceInfo
+	}
+	if sameInstance(*spec, inst.Spec) && spec.PlanID == inst.Spec.PlanID {
+		return plan, false, nil
+	}
+	spec.PreviousValues = toJSON(req.PreviousValues)
+	inst.Spec = *spec
+	if identity != "" {
+		if inst.Annotations == nil {
+			inst.Annotations = map[string]string{}
+		}
+		inst.Annotations[OriginatingIdentityAnnotation] = identity
+	}
+	return plan, true, nil
+}
+
+// deleteInstance deprovisions: it deletes the SFServiceInstance, whose
+// finalizer holds it until the Deprovision workflow has removed what it
+// created.
+func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := chi.URLParam(r, "instance_id")
+	q := r.URL.Query()
+	if e := required("the query parameter service_id", q.Get("service_id"), "the query parameter plan_id", q.Get("plan_id")); e != nil {
+		s.refuse(w, e)
+		return
+	}
+	inst, e := s.instance(ctx, id, http.StatusGone)
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	if q.Get("service_id") != inst.Spec.ServiceID {
+		s.refuse(w, badRequest("service_id %q is not the service of instance %q (%q)", q.Get("service_id"), id, inst.Spec.ServiceID))
+		return
+	}
+	plan, _ := s.Catalog.Plan(ctx, inst.Spec.PlanID) // a plan gone from the catalog is deprovisioned synchronously
+	if async(plan) && !acceptsIncomplete(r) {
+		s.refuse(w, asyncRequired(plan))
+		return
+	}
+	if inst.DeletionTimestamp == nil {
+		if busy := instanceBusy(inst); busy != "" {
+			s.refuse(w, concurrencyError("instance %q is busy: %s", id, busy))
+			return
+		}
+		uid := inst.UID
+		if err := s.Kube.Delete(ctx, inst, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
+			writeJSON(w, http.StatusGone, struct{}{})
+			return
+		} else if err != nil {
+			s.internalError(w, r, "deleting instance "+id, err)
+			return
+		}
+		if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(inst), inst); apierrors.IsNotFound(err) {
+			writeJSON(w, http.StatusOK, struct{}{}) // nothing held it
+			return
+		} else if err != nil {
+			s.internalError(w, r, "reading instance "+id, err)
+			return
+		}
+	}
+	s.answerRemoval(w, r, inst, opDeprovision, async(plan), s.SyncTimeout, func() lastOperation { return instanceProgress(inst) })
+}
+
+// answerRemoval replies to a deprovision or unbind of obj, whose deletion
+// has been requested.
+func (s *Server) answerRemoval(w http.ResponseWriter, r *http.Request, obj client.Object, op string, isAsync bool, timeout time.Duration, progress func() lastOperation) {
+	lo := progress()
+	gone := false
+	if !isAsync && lo.State == osbInProgress {
+		var err error
+		if _, gone, err = s.waitFor(r.Context(), obj, timeout, func() bool {
+			lo = progress()
+			return lo.State != osbInProgress
+		}); err != nil {
+			s.internalError(w, r, "waiting for the "+op, err)
+			return
+		}
+	}
+	switch {
+	case gone:
+		writeJSON(w, http.StatusOK, struct{}{})
+	case acceptsIncomplete(r):
+		writeJSON(w, http.StatusAccepted, operationResponse{Operation: op})
+	case lo.State == osbFailed:
+		writeError(w, http.StatusInternalServerError, "", lo.Description)
+	default:
+		writeError(w, http.StatusInternalServerError, "", fmt.Sprintf("%s did not finish within %s; it goes on", op, timeout))
+	}
+}
+
+// getInstance serves an instance as provisioned: 404 while it is being
+// provisioned, 422 while an update or deprovision runs.
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "instance_id")
+	inst, e := s.instance(r.Context(), id, http.StatusNotFound)
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	applied := inst.Status.AppliedSpec
+	if applied == nil {
+		s.refuse(w, &requestError{status: http.StatusNotFound,
+			description: fmt.Sprintf("instance %q is not provisioned (%s)", id, instanceProgress(inst).Description)})
+		return
+	}
+	if busy := instanceBusy(inst); busy != "" {
+		s.refuse(w, concurrencyError("instance %q is busy: %s", id, busy))
+		return
+	}
+	writeJSON(w, http.StatusOK, instanceResponse{
+		ServiceID: applied.ServiceID, PlanID: applied.PlanID, DashboardURL: inst.Status.DashboardURL,
+		Parameters: rawOf(applied.Parameters), MaintenanceInfo: applied.MaintenanceInfo,
+	})
+}
+
+// instanceLastOperation serves GET .../last_operation. A missing instance
+// is 410 Gone when the poll is for its deprovision, 404 otherwise.
+func (s *Server) instanceLastOperation(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "instance_id")
+	asked := r.URL.Query().Get("operation")
+	missing := http.StatusNotFound
+	if asked == opDeprovision {
+		missing = http.StatusGone
+	}
+	inst, e := s.instance(r.Context(), id, missing)
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
+	if e := checkOperation(asked, instanceOperation(inst), fmt.Sprintf("instance %q", id)); e != nil {
+		s.refuse(w, e)
+		return
+	}
+	writeLastOperation(w, instanceProgress(inst))
+}
+
+// instance reads the SFServiceInstance of an OSB instance_id; a missing one
+// is refused with the status the endpoint gives for it.
+func (s *Server) instance(ctx context.Context, id string, missing int) (*osbv1alpha1.SFServiceInstance, *requestError) {
+	var inst osbv1alpha1.SFServiceInstance
+	err := s.Kube.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(id)}, &inst)
+	if apierrors.IsNotFound(err) || (err == nil && inst.Spec.InstanceID != "" && inst.Spec.InstanceID != id) {
+		if missing == http.StatusGone {
+			return nil, &requestError{status: missing} // the spec's empty body
+		}
+		return nil, &requestError{status: missing, description: fmt.Sprintf("instance %q does not exist", id)}
+	}
+	if err != nil {
+		return nil, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading instance %q: %v", id, err)}
+	}
+	return &inst, nil
+}
+
+// instanceBusy says what operation runs on the instance, or "" if none.
+func instanceBusy(inst *osbv1alpha1.SFServiceInstance) string {
+	if inst.DeletionTimestamp != nil {
+		return "deprovision in progress"
+	}
+	if lo := instanceProgress(inst); lo.State == osbInProgress {
+		return lo.Description
+	}
+	return ""
+}
+
+// markQueued writes state in_queue on a resource just created, unless a
+// workflow has moved it on already (the write is conditional on the
+// version created).
+func (s *Server) markQueued(ctx context.Context, obj client.Object, state *osbv1alpha1.OperationState) {
+	base := obj.DeepCopyObject().(client.Object)
+	*state = osbv1alpha1.StateInQueue
+	err := s.Kube.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		s.Logger.WarnContext(ctx, "could not mark the request in_queue; the watcher picks it up regardless",
+			"name", obj.GetName(), "error", err)
+	}
+}
+
+// plan finds a plan of the catalog and its service; unknown IDs, or a plan
+// of another service, are a 400.
+func (s *Server) plan(ctx context.Context, serviceID, planID string) (*osbv1alpha1.SFPlan, *osbv1alpha1.SFService, *requestError) {
+	plan, err := s.Catalog.Plan(ctx, planID)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, nil, badRequest("plan_id %q is not in the catalog", planID)
+	} else if err != nil {
+		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}
+	}
+	if plan.Spec.ServiceID != serviceID {
+		return nil, nil, badRequest("plan_id %q is not a plan of service_id %q", planID, serviceID)
+	}
+	svc, err := s.Catalog.Service(ctx, serviceID)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, nil, badRequest("service_id %q is not in the catalog", serviceID)
+	} else if err != nil {
+		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}
+	}
+	return plan, svc, nil
+}
+
+// planUpdateable reports whether an instance of the plan may move to
+// another plan: the plan's plan_updateable, else its service's.
+func planUpdateable(ctx context.Context, cat Catalog, svc *osbv1alpha1.SFService, currentPlanID string) bool {
+	if p, err := cat.Plan(ctx, currentPlanID); err == nil && p.Spec.PlanUpdatable != nil {
+		return *p.Spec.PlanUpdatable
+	}
+	return svc.Spec.PlanUpdatable
+}
+
+// checkMaintenanceInfo refuses a maintenance_info the plan does not offer.
+func checkMaintenanceInfo(plan *osbv1alpha1.SFPlan, asked *osbv1alpha1.MaintenanceInfo) *requestError {
+	if asked == nil {
+		return nil
+	}
+	offered := plan.Spec.MaintenanceInfo
+	if offered == nil || offered.Version != asked.Version {
+		have := "none"
+		if offered != nil {
+			have = offered.Version
+		}
+		return &requestError{status: http.StatusUnprocessableEntity, code: codeMaintenanceInfoConflict,
+			description: fmt.Sprintf("maintenance_info.version %q does not match the catalog's for plan %q (%s)", asked.Version, plan.Spec.Name, have)}
+	}
+	return nil
+}
+
+func async(plan *osbv1alpha1.SFPlan) bool {
+	return plan != nil && plan.Spec.Manager != nil && plan.Spec.Manager.Async
+}
+
+func asyncBinding(plan *osbv1alpha1.SFPlan) bool {
+	return plan != nil && plan.Spec.Manager != nil && plan.Spec.Manager.AsyncBinding
+}
+
+func acceptsIncomplete(r *http.Request) bool {
+	return r.URL.Query().Get("accepts_incomplete") == "true"
+}
+
+func asyncRequired(plan *osbv1alpha1.SFPlan) *requestError {
+	return &requestError{status: http.StatusUnprocessableEntity, code: codeAsyncRequired,
+		description: fmt.Sprintf("plan %q runs its operations asynchronously; repeat the request with accepts_incomplete=true", plan.Spec.Name)}
+}
+
+func concurrencyError(format string, args ...any) *requestError {
+	return &requestError{status: http.StatusUnprocessableEntity, code: codeConcurrencyError, description: fmt.Sprintf(format, args...)}
+}
+
+// sameInstance reports whether a provision request asks for what the
+// instance records: the same IDs, organization, space, context, parameters
+// and maintenance_info.
+func sameInstance(have, want osbv1alpha1.SFServiceInstanceSpec) bool {
+	return have.ServiceID == want.ServiceID && have.PlanID == want.PlanID &&
+		have.OrganizationGUID == want.OrganizationGUID && have.SpaceGUID == want.SpaceGUID &&
+		sameJSON(have.Context, want.Context) && sameJSON(have.Parameters, want.Parameters) &&
+		sameMaintenanceInfo(have.MaintenanceInfo, want.MaintenanceInfo)
+}
+
+func sameMaintenanceInfo(a, b *osbv1alpha1.MaintenanceInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Version == b.Version
+}
+
+// refuse writes the OSB error body of a refused request.
+func (s *Server) refuse(w http.ResponseWriter, e *requestError) {
+	if e.status == http.StatusGone && e.description == "" {
+		writeJSON(w, e.status, struct{}{})
+		return
+	}
+	writeError(w, e.status, e.code, e.description)
+}
+
+// internalError answers 500 for a failure of the broker itself, and logs it.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, doing string, err error) {
+	s.Logger.ErrorContext(r.Context(), doing+" failed", "error", err, "requestIdentity", r.Header.Get("X-Broker-API-Request-Identity"))
+	writeError(w, http.StatusInternalServerError, "", doing+": "+err.Error())
+}

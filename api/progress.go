@@ -1,0 +1,207 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strconv"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// The OSB operation names this broker hands out. They are derived from the
+// resource, not stored: "provision", "update-<generation>" and
+// "deprovision" for instances, "bind" and "unbind" for bindings.
+const (
+	opProvision   = "provision"
+	opUpdate      = "update"
+	opDeprovision = "deprovision"
+	opBind        = "bind"
+	opUnbind      = "unbind"
+)
+
+// The states of an OSB last_operation response.
+const (
+	osbInProgress = "in progress"
+	osbSucceeded  = "succeeded"
+	osbFailed     = "failed"
+)
+
+// retryAfter is the Retry-After, in seconds, of an operation in progress.
+const retryAfter = 2
+
+// lastOperation is the OSB last_operation response body.
+type lastOperation struct {
+	State            string `json:"state"`
+	Description      string `json:"description,omitempty"`
+	InstanceUsable   *bool  `json:"instance_usable,omitempty"`
+	UpdateRepeatable *bool  `json:"update_repeatable,omitempty"`
+}
+
+// operationResponse is the body of a 202 Accepted.
+type operationResponse struct {
+	DashboardURL string `json:"dashboard_url,omitempty"`
+	Operation    string `json:"operation,omitempty"`
+}
+
+// instanceOperation names the operation an instance's state is about.
+func instanceOperation(inst *osbv1alpha1.SFServiceInstance) string {
+	switch {
+	case inst.DeletionTimestamp != nil:
+		return opDeprovision
+	case inst.Generation <= 1 || inst.Status.AppliedSpec == nil:
+		return opProvision
+	default:
+		return fmt.Sprintf("%s-%d", opUpdate, inst.Generation)
+	}
+}
+
+// instanceProgress is the last_operation of an instance. The status speaks
+// for the current operation only once it has observed the current
+// generation; until then, and while a deprovision runs, it is in progress.
+func instanceProgress(inst *osbv1alpha1.SFServiceInstance) lastOperation {
+	st := inst.Status
+	if inst.DeletionTimestamp != nil {
+		if st.State == osbv1alpha1.StateFailed && readyReason(st.Conditions) == "DeprovisionFailed" {
+			return lastOperation{State: osbFailed, Description: st.Description, InstanceUsable: st.InstanceUsable}
+		}
+		return lastOperation{State: osbInProgress, Description: "deprovision in progress"}
+	}
+	if st.State.Terminal() && st.ObservedGeneration >= inst.Generation {
+		if st.State == osbv1alpha1.StateSucceeded {
+			return lastOperation{State: osbSucceeded, Description: st.Description}
+		}
+		return lastOperation{State: osbFailed, Description: st.Description,
+			InstanceUsable: st.InstanceUsable, UpdateRepeatable: st.UpdateRepeatable}
+	}
+	return lastOperation{State: osbInProgress, Description: inProgressDescription(instanceOperation(inst), st.State, st.Description)}
+}
+
+// bindingOperation names the operation a binding's state is about.
+func bindingOperation(b *osbv1alpha1.SFServiceBinding) string {
+	if b.DeletionTimestamp != nil {
+		return opUnbind
+	}
+	return opBind
+}
+
+// bindingProgress is the last_operation of a binding.
+func bindingProgress(b *osbv1alpha1.SFServiceBinding) lastOperation {
+	st := b.Status
+	if b.DeletionTimestamp != nil {
+		if st.State == osbv1alpha1.StateFailed && readyReason(st.Conditions) == "UnbindFailed" {
+			return lastOperation{State: osbFailed, Description: st.Description}
+		}
+		return lastOperation{State: osbInProgress, Description: "unbind in progress"}
+	}
+	if st.State.Terminal() && st.ObservedGeneration >= b.Generation {
+		return lastOperation{State: string(st.State), Description: st.Description}
+	}
+	return lastOperation{State: osbInProgress, Description: inProgressDescription(opBind, st.State, st.Description)}
+}
+
+func inProgressDescription(op string, state osbv1alpha1.OperationState, description string) string {
+	if state == osbv1alpha1.StateInProgress && description != "" {
+		return description
+	}
+	return op + " is queued"
+}
+
+func readyReason(conds []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conds, "Ready"); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+// writeLastOperation answers a last_operation poll; while the operation
+// runs, Retry-After tells the platform when to ask again.
+func writeLastOperation(w http.ResponseWriter, lo lastOperation) {
+	if lo.State == osbInProgress {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	writeJSON(w, http.StatusOK, lo)
+}
+
+// checkOperation refuses a last_operation poll for an operation other than
+// the resource's current one: its outcome is no longer known.
+func checkOperation(asked, current, what string) *requestError {
+	if asked == "" || asked == current {
+		return nil
+	}
+	return badRequest("operation %q is not the last operation of %s (the last one is %q)", asked, what, current)
+}
+
+// waitFor polls obj until done says its operation ended, the object is
+// gone, or timeout passes. It reports whether the operation ended; a gone
+// object ends it (a deprovision or unbind that succeeded).
+func (s *Server) waitFor(ctx context.Context, obj client.Object, timeout time.Duration, done func() bool) (ended, gone bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	key := client.ObjectKeyFromObject(obj)
+	interval := 50 * time.Millisecond
+	for {
+		if done() {
+			return true, false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, false, nil
+		case <-time.After(interval):
+		}
+		interval = min(2*interval, 500*time.Millisecond)
+		if err := s.Kube.Get(ctx, key, obj); apierrors.IsNotFound(err) {
+			return true, true, nil
+		} else if err != nil {
+			if ctx.Err() != nil {
+				return false, false, nil
+			}
+			return false, false, fmt.Errorf("reading %s: %w", key, err)
+		}
+	}
+}
+
+// toJSON keeps a raw JSON field of a request for the resource's spec; an
+// absent or null field is nil.
+func toJSON(raw json.RawMessage) *apiextensionsv1.JSON {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return nil
+	}
+	return &apiextensionsv1.JSON{Raw: append([]byte(nil), t...)}
+}
+
+// sameJSON compares two JSON values by meaning: key order and spacing do
+// not matter, and an absent value equals an empty object.
+func sameJSON(a, b *apiextensionsv1.JSON) bool {
+	return reflect.DeepEqual(decodeAny(a), decodeAny(b))
+}
+
+func decodeAny(j *apiextensionsv1.JSON) any {
+	if j == nil || len(j.Raw) == 0 {
+		return map[string]any{}
+	}
+	var v any
+	if err := json.Unmarshal(j.Raw, &v); err != nil || v == nil {
+		return map[string]any{}
+	}
+	return v
+}
+
+// rawOf returns a stored JSON field for a response body.
+func rawOf(j *apiextensionsv1.JSON) json.RawMessage {
+	if j == nil || len(j.Raw) == 0 {
+		return nil
+	}
+	return j.Raw
+}
