@@ -20,8 +20,8 @@ import (
 
 // bindingResponse is the body of a bind that succeeded and of GET binding.
 type bindingResponse struct {
-	Credentials map[string]any `json:"credentials"`
-	Parameters  any            `json:"parameters,omitempty"`
+	Credentials map[string]any  `json:"credentials"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
 }
 
 // putBinding binds: it records the request as an SFServiceBinding, which

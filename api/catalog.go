@@ -63,8 +63,10 @@ type (
 	}
 )
 
-// getCatalog serves GET /v2/catalog: every SFService with its SFPlans, as
-// the cache holds them now, so that a change shows in the next call.
+// getCatalog serves GET /v2/catalog: every SFService of the broker's
+// namespace with its SFPlans, as the cache holds them now, so that a change
+// shows in the next call. Services registered in other namespaces are for
+// kubectl users of those namespaces, not for OSB platforms.
 func (s *Server) getCatalog(w http.ResponseWriter, r *http.Request) {
 	services, err := s.Catalog.Services(r.Context())
 	if err != nil {
@@ -78,10 +80,16 @@ func (s *Server) getCatalog(w http.ResponseWriter, r *http.Request) {
 	}
 	byService := map[string][]plan{}
 	for _, p := range plans {
+		if p.Namespace != s.Namespace {
+			continue
+		}
 		byService[p.Spec.ServiceID] = append(byService[p.Spec.ServiceID], toPlan(p.Spec))
 	}
 	resp := catalogResponse{Services: make([]service, 0, len(services))}
 	for _, svc := range services {
+		if svc.Namespace != s.Namespace {
+			continue
+		}
 		ps := byService[svc.Spec.ID]
 		if ps == nil {
 			ps = []plan{}

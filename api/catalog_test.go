@@ -58,7 +58,7 @@ func broker(t *testing.T) (*httptest.Server, *testenv.Cluster, string) {
 	cat, err := catalog.New(kube.Config, crds.NewScheme())
 	require.NoError(t, err)
 	require.NoError(t, cat.Start(ctx))
-	srv := httptest.NewServer((&api.Server{Kube: kube.Client, Catalog: cat, OSB: creds}).Handler())
+	srv := httptest.NewServer((&api.Server{Kube: kube.Client, Catalog: cat, Namespace: ns, OSB: creds}).Handler())
 	t.Cleanup(srv.Close)
 	return srv, kube, ns
 }

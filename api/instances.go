@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -35,7 +36,7 @@ type instanceResponse struct {
 	ServiceID       string                       `json:"service_id"`
 	PlanID          string                       `json:"plan_id"`
 	DashboardURL    string                       `json:"dashboard_url,omitempty"`
-	Parameters      any                          `json:"parameters,omitempty"`
+	Parameters      json.RawMessage              `json:"parameters,omitempty"`
 	MaintenanceInfo *osbv1alpha1.MaintenanceInfo `json:"maintenance_info,omitempty"`
 }
 
@@ -259,7 +260,7 @@ func (s *Server) checkUpdate(ctx context.Context, r *http.Request, inst *osbv1al
 	if req.MaintenanceInfo != nil {
 		spec.MaintenanceInfo = req.MaintenanceInfo
 	}
-	if sameInstance(*spec, inst.Spec) && spec.PlanID == inst.Spec.PlanID {
+	if sameInstance(*spec, inst.Spec) {
 		return plan, false, nil
 	}
 	spec.PreviousValues = toJSON(req.PreviousValues)
@@ -440,7 +441,7 @@ func (s *Server) markQueued(ctx context.Context, obj client.Object, state *osbv1
 // of another service, are a 400.
 func (s *Server) plan(ctx context.Context, serviceID, planID string) (*osbv1alpha1.SFPlan, *osbv1alpha1.SFService, *requestError) {
 	plan, err := s.Catalog.Plan(ctx, planID)
-	if errors.Is(err, catalog.ErrNotFound) {
+	if errors.Is(err, catalog.ErrNotFound) || (err == nil && plan.Namespace != s.Namespace) {
 		return nil, nil, badRequest("plan_id %q is not in the catalog", planID)
 	} else if err != nil {
 		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}
@@ -449,7 +450,7 @@ func (s *Server) plan(ctx context.Context, serviceID, planID string) (*osbv1alph
 		return nil, nil, badRequest("plan_id %q is not a plan of service_id %q", planID, serviceID)
 	}
 	svc, err := s.Catalog.Service(ctx, serviceID)
-	if errors.Is(err, catalog.ErrNotFound) {
+	if errors.Is(err, catalog.ErrNotFound) || (err == nil && svc.Namespace != s.Namespace) {
 		return nil, nil, badRequest("service_id %q is not in the catalog", serviceID)
 	} else if err != nil {
 		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}

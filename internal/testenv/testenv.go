@@ -13,6 +13,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,12 +21,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/internal/controlplane"
@@ -53,6 +56,9 @@ var (
 
 // Main runs the tests of a package and then stops the servers they started.
 func Main(m *testing.M) {
+	// Controllers under test log through controller-runtime; without a
+	// logger it prints a warning with a stack trace instead.
+	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	code := m.Run()
 	if temporalSrv != nil {
 		temporalSrv.Client().Close()
