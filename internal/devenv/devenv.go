@@ -133,9 +133,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.Go(func() error { return worker.Run(gctx, tc, kubeCfg, cat) })
 	g.Go(func() error { return watcher.Start(gctx) })
-	g.Go(func() error { return (&api.Server{
-		Kube: kube, Catalog: cat, Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger,
-	}).Serve(gctx, apiLn) })
+	g.Go(func() error {
+		return (&api.Server{
+			Kube: kube, Catalog: cat, Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger,
+		}).Serve(gctx, apiLn)
+	})
 
 	g.Go(func() error {
 		if _, err := selfCheck(gctx, tc); err != nil {
