@@ -83,8 +83,12 @@ vet:
 	cd hack && go vet ./...
 
 .PHONY: test
-test: tools check-generated vet ## Run every test (race detector on), against the real API server and Temporal.
+test: tools check-generated vet ## Run every test (race detector on), against the real API server and Temporal, then the fuzz tests.
 	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m $(TEST_FLAGS) $(PKG)
+	QM_BIN_DIR=$(BIN) go test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./api
+
+# How long `make test` fuzzes the OSB request decoding.
+FUZZ_TIME ?= 20s
 
 .PHONY: bench
 bench: tools ## Run the benchmarks and print their figures (QM_BENCH_N sets the provision count, default 1000).

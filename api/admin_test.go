@@ -1,0 +1,122 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quartermaster/qm/api"
+)
+
+// lockedBuffer is a log sink that the server's goroutines may share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestAdminAPIMetricsAndLogs: the admin API lists instances with their
+// workflow IDs behind its own credentials; every request is counted per
+// route and status and logged with its request identity, and no credential
+// reaches the log.
+func TestAdminAPIMetricsAndLogs(t *testing.T) {
+	s := startOSB(t, false)
+	plan := s.plan("async", "  manager: {async: true}", instantTemplates)
+	var logs lockedBuffer
+	srv := httptest.NewServer((&api.Server{
+		Kube: s.kube.Client, Catalog: s.server.Catalog, Namespace: s.ns, OSB: creds, Admin: adminCreds,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	}).Handler())
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+
+	status, body, _ := s.do(http.MethodPut, "/v2/service_instances/adm-1?accepts_incomplete=true",
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"password": "hunter2"}}`, s.svc, plan),
+		map[string]string{"X-Broker-API-Request-Identity": "req-7"})
+	require.Equal(t, http.StatusAccepted, status, body)
+
+	admin := func(path string, auth api.Credentials) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		req.SetBasicAuth(auth.Username, auth.Password)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(raw)
+	}
+	status, body = admin("/admin/instances?namespace="+s.ns, adminCreds)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.JSONEq(t, fmt.Sprintf(`{"instances": [{"namespace": %q, "name": "adm-1", "instance_id": "adm-1", "service_id": %q,
+		"plan_id": %q, "state": "in_queue", "operation": "provision", "workflow_id": "sfserviceinstance/%s/adm-1"}]}`,
+		s.ns, s.svc, plan, s.ns), body)
+	status, body = admin("/admin/instances/"+s.ns+"/adm-1", adminCreds)
+	assert.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, `"workflow_id":"sfserviceinstance/`+s.ns+`/adm-1"`)
+	status, _ = admin("/admin/instances/"+s.ns+"/nobody", adminCreds)
+	assert.Equal(t, http.StatusNotFound, status)
+	status, _ = admin("/admin/instances", creds)
+	assert.Equal(t, http.StatusUnauthorized, status, "the OSB credentials do not open the admin API")
+
+	off := httptest.NewServer((&api.Server{Kube: s.kube.Client, Catalog: s.server.Catalog, OSB: creds,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+	t.Cleanup(off.Close)
+	resp, err := http.Get(off.URL + "/admin/instances")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "without credentials the admin API is off")
+
+	resp, err = http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	for _, line := range []string{
+		`qm_api_requests_total{code="202",method="PUT",route="/v2/service_instances/{instance_id}"} 1`,
+		`qm_api_requests_total{code="401",method="GET",route="/admin/*"} 1`, // refused before routing ends
+		`qm_api_requests_total{code="404",method="GET",route="/admin/instances/{namespace}/{name}"} 1`,
+		`qm_api_request_duration_seconds_count{method="GET",route="/admin/instances/{namespace}/{name}"} 2`,
+	} {
+		assert.True(t, strings.Contains(string(metrics), "\n"+line+"\n"), "/metrics has %s", line)
+	}
+
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"status":401`) }, 5*time.Second, 10*time.Millisecond)
+	var put map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var entry map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
+		if entry["method"] == "PUT" {
+			put = entry
+		}
+	}
+	require.NotNil(t, put, "the PUT is logged")
+	assert.Equal(t, "req-7", put["requestIdentity"])
+	assert.Equal(t, float64(202), put["status"])
+	assert.Equal(t, "/v2/service_instances/{instance_id}", put["route"])
+	for _, secret := range []string{creds.Password, adminCreds.Password, "hunter2", "Basic "} {
+		assert.NotContains(t, logs.String(), secret, "credentials and parameters stay out of the log")
+	}
+}

@@ -1,0 +1,185 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// schemaPlan declares a draft-06 create schema (the seed's) and a 2020-12
+// update schema.
+const schemaPlan = `  schemas:
+    service_instance:
+      create:
+        parameters:
+          $schema: http://json-schema.org/draft-06/schema#
+          type: object
+          additionalProperties: false
+          properties:
+            size: {type: string, enum: [small, medium, large]}
+            replicas: {type: integer, minimum: 1}
+          required: [size]
+      update:
+        parameters:
+          $schema: https://json-schema.org/draft/2020-12/schema
+          type: object
+          properties:
+            replicas: {type: integer, maximum: 5}`
+
+// TestOSBRefusals sends every kind of bad provision request. Each gets the
+// spec's status and an error body that says what is wrong, and none leaves
+// an SFServiceInstance behind.
+func TestOSBRefusals(t *testing.T) {
+	s := startOSB(t, false)
+	plan := s.plan("checked", schemaPlan+"\n  maintenance_info: {version: 1.0.0}", instantTemplates)
+	async := s.plan("async", "  manager: {async: true}", instantTemplates)
+	other := startOSB(t, false)
+	foreign := other.plan("foreign", "", instantTemplates)
+	valid := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}}`, s.svc, plan)
+	put := "/v2/service_instances/bad-1"
+
+	for _, tc := range []struct {
+		name    string
+		path    string
+		body    string
+		header  map[string]string
+		status  int
+		want    string // the description, or the whole body when it starts with {
+		errCode string
+	}{
+		{name: "malformed JSON", body: `{"service_id": `, status: 400,
+			want: "the request body is not valid JSON: unexpected EOF"},
+		{name: "not an object", body: `[1, 2]`, status: 400, want: "the request body must be a JSON object, not array"},
+		{name: "two values", body: valid + valid, status: 400, want: "the request body holds more than one JSON value"},
+		{name: "empty body", body: " ", status: 400, want: "the request body is empty; send a JSON object"},
+		{name: "a field of the wrong type", body: fmt.Sprintf(`{"service_id": 7, "plan_id": %q}`, plan), status: 400,
+			want: "service_id must be a string, not number"},
+		{name: "missing service_id", body: fmt.Sprintf(`{"plan_id": %q}`, plan), status: 400, want: "service_id is required"},
+		{name: "missing plan_id", body: fmt.Sprintf(`{"service_id": %q}`, s.svc), status: 400, want: "plan_id is required"},
+		{name: "parameters not an object", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": "big"}`, s.svc, plan),
+			status: 400, want: "parameters must be a JSON object"},
+		{name: "wrong Content-Type", body: valid, header: map[string]string{"Content-Type": "text/plain"}, status: 400,
+			want: `Content-Type "text/plain" is not supported; send application/json`},
+		{name: "no Content-Type", body: valid, header: map[string]string{"Content-Type": ""}, status: 400,
+			want: "the Content-Type header is missing; send application/json"},
+		{name: "unknown plan", body: fmt.Sprintf(`{"service_id": %q, "plan_id": "nope"}`, s.svc), status: 400,
+			want: `plan_id "nope" is not in the catalog`},
+		{name: "a plan of another service", body: fmt.Sprintf(`{"service_id": "other", "plan_id": %q}`, plan), status: 400,
+			want: fmt.Sprintf(`plan_id %q is not a plan of service_id "other"`, plan)},
+		{name: "a plan outside the broker's namespace", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, other.svc, foreign), status: 400,
+			want: fmt.Sprintf(`plan_id %q is not in the catalog`, foreign)},
+		{name: "parameters against the draft-06 schema", status: 400,
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "huge", "replicas": 0, "color": "red"}}`, s.svc, plan),
+			want: `parameters do not match the service_instance create schema of plan "checked": ` +
+				`parameters/replicas: minimum: got 0, want 1; parameters/size: value must be one of 'small', 'medium', 'large'; parameters: additional properties 'color' not allowed`},
+		{name: "a required parameter missing", status: 400,
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, plan),
+			want: `parameters do not match the service_instance create schema of plan "checked": parameters: missing property 'size'`},
+		{name: "maintenance_info the plan does not offer", status: 422, errCode: "MaintenanceInfoConflict",
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}, "maintenance_info": {"version": "0.9.0"}}`, s.svc, plan),
+			want: `maintenance_info.version "0.9.0" does not match the catalog's for plan "checked" (1.0.0)`},
+		{name: "an async plan without accepts_incomplete", status: 422, errCode: "AsyncRequired",
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, async),
+			want: `plan "async" runs its operations asynchronously; repeat the request with accepts_incomplete=true`},
+		{name: "a malformed originating identity", body: valid, status: 400,
+			header: map[string]string{"X-Broker-API-Originating-Identity": "cloudfoundry not-base64!"},
+			want:   "the value of X-Broker-API-Originating-Identity is not base64: illegal base64 data at input byte 3"},
+		{name: "an originating identity without a value", body: valid, status: 400,
+			header: map[string]string{"X-Broker-API-Originating-Identity": "cloudfoundry"},
+			want:   `X-Broker-API-Originating-Identity must be "<platform> <base64-encoded JSON object>"`},
+		{name: "a body over the size limit", status: 413,
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small", "pad": %q}}`, s.svc, plan, strings.Repeat("x", 1<<20)),
+			want: "the request body is larger than 1048576 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body, header := s.do(http.MethodPut, put, tc.body, tc.header)
+			assert.Equal(t, tc.status, status, body)
+			assert.Equal(t, "application/json", header.Get("Content-Type"))
+			want := fmt.Sprintf(`{"description": %q}`, tc.want)
+			if tc.errCode != "" {
+				want = fmt.Sprintf(`{"error": %q, "description": %q}`, tc.errCode, tc.want)
+			}
+			assert.JSONEq(t, want, body)
+			assert.Zero(t, s.countInstances(), "a refused request leaves nothing behind")
+		})
+	}
+
+	// Unknown instances, on every endpoint.
+	q := fmt.Sprintf("?service_id=%s&plan_id=%s", s.svc, plan)
+	s.expect(http.MethodDelete, "/v2/service_instances/nobody"+q, "", http.StatusGone, `{}`)
+	s.expect(http.MethodDelete, "/v2/service_instances/nobody", "", http.StatusBadRequest,
+		`{"description": "the query parameter service_id is required"}`)
+	s.expect(http.MethodGet, "/v2/service_instances/nobody", "", http.StatusNotFound, `{"description": "instance \"nobody\" does not exist"}`)
+	s.expect(http.MethodGet, "/v2/service_instances/nobody/last_operation", "", http.StatusNotFound, `{"description": "instance \"nobody\" does not exist"}`)
+	s.expect(http.MethodGet, "/v2/service_instances/nobody/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
+	s.expect(http.MethodPatch, "/v2/service_instances/nobody", fmt.Sprintf(`{"service_id": %q}`, s.svc), http.StatusNotFound,
+		`{"description": "instance \"nobody\" does not exist"}`)
+	s.expect(http.MethodPut, "/v2/service_instances/nobody/service_bindings/b", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, plan),
+		http.StatusNotFound, `{"description": "instance \"nobody\" does not exist"}`)
+	s.expect(http.MethodDelete, "/v2/service_instances/nobody/service_bindings/b"+q, "", http.StatusGone, `{}`)
+	s.expect(http.MethodGet, "/v2/service_instances/nobody/service_bindings/b", "", http.StatusNotFound,
+		`{"description": "binding \"b\" of instance \"nobody\" does not exist"}`)
+	s.expect(http.MethodGet, "/v2/service_instances/nobody/service_bindings/b/last_operation?operation=unbind", "", http.StatusGone, `{}`)
+	assert.Zero(t, s.countInstances())
+
+	// An ID that is not a Kubernetes name is recorded under its hash, and
+	// the ID itself stays in the spec.
+	// (There is no worker here: the synchronous plan gives up waiting, and
+	// answers 202 as the client accepts it.)
+	s.server.SyncTimeout = 100 * time.Millisecond
+	s.expect(http.MethodPut, "/v2/service_instances/Team_A:db?accepts_incomplete=true",
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}}`, s.svc, plan), http.StatusAccepted, `{"operation": "provision"}`)
+	var list osbv1alpha1.SFServiceInstanceList
+	require.NoError(t, s.kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.ns)))
+	require.Len(t, list.Items, 1)
+	assert.Equal(t, "Team_A:db", list.Items[0].Spec.InstanceID)
+	assert.Len(t, list.Items[0].Name, 56, "the SHA-224 of the ID")
+}
+
+// TestOSBBindRefusals: a bind the plan cannot serve is refused before
+// anything is recorded.
+func TestOSBBindRefusals(t *testing.T) {
+	s := startOSB(t, true)
+	appOnly := s.plan("app-only", "  manager: {requiresApp: true}", instantTemplates)
+	asyncBind := s.plan("async-bind", "  manager: {asyncBinding: true}", instantTemplates)
+	unbindable := s.plan("unbindable", "  bindable: false", instantTemplates)
+	for _, p := range []string{appOnly, asyncBind, unbindable} {
+		s.expect(http.MethodPut, "/v2/service_instances/"+p, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, p), http.StatusCreated, `{}`)
+	}
+	bind := func(instance, body string) string {
+		return fmt.Sprintf(`{"service_id": %q, "plan_id": %q%s}`, s.svc, instance, body)
+	}
+	s.expect(http.MethodPut, "/v2/service_instances/"+appOnly+"/service_bindings/b1", bind(appOnly, ""),
+		http.StatusUnprocessableEntity, `{"error": "RequiresApp", "description": "plan \"app-only\" binds to apps only: bind_resource.app_guid is required"}`)
+	s.expect(http.MethodPut, "/v2/service_instances/"+asyncBind+"/service_bindings/b2", bind(asyncBind, ""),
+		http.StatusUnprocessableEntity, `{"error": "AsyncRequired", "description": "plan \"async-bind\" binds asynchronously; repeat the request with accepts_incomplete=true"}`)
+	s.expect(http.MethodPut, "/v2/service_instances/"+unbindable+"/service_bindings/b3", bind(unbindable, ""),
+		http.StatusBadRequest, fmt.Sprintf(`{"description": "plan \"unbindable\" of service \"%s\" is not bindable"}`, s.ns))
+	s.expect(http.MethodPut, "/v2/service_instances/"+appOnly+"/service_bindings/b4", bind(asyncBind, ""),
+		http.StatusBadRequest, "")
+	var list osbv1alpha1.SFServiceBindingList
+	require.NoError(t, s.kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.ns)))
+	assert.Empty(t, list.Items, "no refused bind leaves a binding behind")
+
+	// With what they ask for, they bind: the app's GUID, or asynchronously.
+	s.expect(http.MethodPut, "/v2/service_instances/"+appOnly+"/service_bindings/b1", bind(appOnly, `, "bind_resource": {"app_guid": "app-1"}`),
+		http.StatusCreated, `{"credentials": {"user": "u"}}`)
+	s.expect(http.MethodPut, "/v2/service_instances/"+asyncBind+"/service_bindings/b2?accepts_incomplete=true", bind(asyncBind, ""),
+		http.StatusAccepted, `{"operation": "bind"}`)
+	assert.Equal(t, map[string]any{"state": "succeeded"},
+		s.pollLastOperation("/v2/service_instances/"+asyncBind+"/service_bindings/b2/last_operation?operation=bind"))
+	s.expect(http.MethodGet, "/v2/service_instances/"+asyncBind+"/service_bindings/b2", "", http.StatusOK, `{"credentials": {"user": "u"}}`)
+	s.expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/%s/service_bindings/b2?service_id=%s&plan_id=%s", asyncBind, s.svc, asyncBind), "",
+		http.StatusUnprocessableEntity, "")
+	s.expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/%s/service_bindings/b2?service_id=%s&plan_id=%s&accepts_incomplete=true", asyncBind, s.svc, asyncBind), "",
+		http.StatusAccepted, `{"operation": "unbind"}`)
+}
