@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/catalog"
 )
@@ -58,7 +59,10 @@ func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) {
 	}
 	plan, _, _ := s.plan(ctx, req.ServiceID, req.PlanID)
 	inst := &osbv1alpha1.SFServiceInstance{
-		ObjectMeta: metav1.ObjectMeta{Name: ResourceName(id), Namespace: s.Namespace},
+		// The finalizer is there from the start, which spares the watcher a
+		// write: the instance is never deleted without a Deprovision run.
+		ObjectMeta: metav1.ObjectMeta{Name: ResourceName(id), Namespace: s.Namespace,
+			Finalizers: []string{activities.InstanceFinalizer}},
 		Spec: osbv1alpha1.SFServiceInstanceSpec{
 			InstanceID: id, ServiceID: req.ServiceID, PlanID: req.PlanID,
 			Context: toJSON(req.Context), OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID,

@@ -1,0 +1,283 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/catalog"
+	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/starter"
+	"github.com/quartermaster/qm/worker"
+)
+
+// Load of the OSB benchmark: concurrent clients on loopback, each sending
+// its next request as soon as the last one is answered.
+const (
+	loadClients  = 32
+	loadDuration = 5 * time.Second
+	osbClients   = 16 // platforms provisioning in parallel
+)
+
+// BenchmarkOSB measures the OSB API as platforms load it, on the embedded
+// default (envtest's API server, the dev server with SQLite in a file):
+// GET /v2/catalog and GET .../last_operation requests/s and p99 latency
+// under 32 concurrent clients, and provision-to-succeeded throughput of N
+// instances (QM_BENCH_N, default 1000) provisioned with PUT and polled with
+// last_operation by 16 clients. Run it with `make bench`.
+func BenchmarkOSB(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_N")); err == nil && v > 0 {
+		n = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	kube := testenv.Kubernetes(b)
+	srv, err := devserver.Start(ctx, devserver.Options{
+		Path:   filepath.Join(testenv.BinDir(), "temporal"),
+		DBFile: filepath.Join(b.TempDir(), "temporal.db"),
+	})
+	require.NoError(b, err)
+	defer func() { srv.Client().Close(); _ = srv.Stop() }()
+	tc := srv.Client()
+
+	ns := kube.Namespace(b)
+	for _, manifest := range []string{fmt.Sprintf(`
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFService
+metadata: {name: bench, namespace: %[1]s}
+spec: {name: bench, id: %[1]s-bench, description: bench, bindable: false, instancesRetrievable: true}`, ns), fmt.Sprintf(`
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {name: one-configmap, namespace: %[1]s}
+spec:
+  name: one-configmap
+  id: %[1]s-one-configmap
+  description: one ConfigMap per instance
+  serviceId: %[1]s-bench
+  manager: {async: true}
+  templates:
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: {{ .instance.metadata.name }}}
+      data: {plan: {{ .plan.spec.name }}}`, ns)} {
+		obj := &unstructured.Unstructured{}
+		require.NoError(b, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(&obj.Object))
+		require.NoError(b, kube.Client.Create(ctx, obj))
+	}
+	planID, serviceID := ns+"-one-configmap", ns+"-bench"
+
+	cfg := rest.CopyConfig(kube.Config)
+	cfg.QPS = -1
+	direct, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
+	require.NoError(b, err)
+	cat, err := catalog.New(cfg, crds.NewScheme())
+	require.NoError(b, err)
+	require.NoError(b, cat.Start(ctx))
+	require.Eventually(b, func() bool { _, err := cat.Plan(ctx, planID); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	w := worker.New(tc, direct, cat)
+	require.NoError(b, w.Start())
+	defer w.Stop()
+	mgr, err := starter.NewWatcher(cfg, tc, starter.WatcherOptions{Concurrency: 64})
+	require.NoError(b, err)
+	go func() { _ = mgr.Start(ctx) }()
+
+	broker := httptest.NewServer((&api.Server{Kube: direct, Catalog: cat, Namespace: ns, OSB: creds,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+	defer broker.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: loadClients}}
+	call := func(method, path, body string) (int, []byte, error) {
+		req, err := http.NewRequestWithContext(ctx, method, broker.URL+path, strings.NewReader(body))
+		if err != nil {
+			return 0, nil, err
+		}
+		req.SetBasicAuth(creds.Username, creds.Password)
+		req.Header.Set("X-Broker-API-Version", "2.17")
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, raw, err
+	}
+	provision := func(id string) error {
+		status, body, err := call(http.MethodPut, "/v2/service_instances/"+id+"?accepts_incomplete=true",
+			fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, serviceID, planID))
+		if err == nil && status != http.StatusAccepted {
+			err = fmt.Errorf("PUT %s: %d %s", id, status, body)
+		}
+		return err
+	}
+	state := func(id string) (string, error) {
+		status, body, err := call(http.MethodGet, "/v2/service_instances/"+id+"/last_operation?operation=provision", "")
+		if err != nil {
+			return "", err
+		}
+		if status != http.StatusOK {
+			return "", fmt.Errorf("last_operation of %s: %d %s", id, status, body)
+		}
+		var lo struct {
+			State string `json:"state"`
+		}
+		return lo.State, json.Unmarshal(body, &lo)
+	}
+
+	// 1. Catalog and last_operation under load.
+	require.NoError(b, provision("probe"))
+	require.Eventually(b, func() bool { s, err := state("probe"); return err == nil && s == "succeeded" }, time.Minute, 20*time.Millisecond)
+	catalogRate, catalogP99 := load(b, func() error {
+		status, _, err := call(http.MethodGet, "/v2/catalog", "")
+		if err == nil && status != http.StatusOK {
+			err = fmt.Errorf("catalog: %d", status)
+		}
+		return err
+	})
+	lastOpRate, lastOpP99 := load(b, func() error { _, err := state("probe"); return err })
+
+	// 2. N provisions through the OSB API.
+	b.ResetTimer()
+	start := time.Now()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("osb-%05d", i)
+	}
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	errs := make(chan error, osbClients)
+	for range osbClients {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if err := provision(ids[i]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	putDone := time.Since(start)
+	close(errs)
+	require.NoError(b, <-errs)
+	// Poll until every instance reports succeeded; each client polls its
+	// share of the pending instances in turn, as a platform's poller does.
+	var mu sync.Mutex
+	pending := slices.Clone(ids)
+	var last time.Time
+	deadline := time.Now().Add(10 * time.Minute)
+	errs = make(chan error, osbClients)
+	for c := range osbClients {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				var mine []string
+				for i := c; i < len(pending); i += osbClients {
+					mine = append(mine, pending[i])
+				}
+				mu.Unlock()
+				if len(mine) == 0 {
+					return
+				}
+				for _, id := range mine {
+					s, err := state(id)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if s == "succeeded" {
+						mu.Lock()
+						pending = slices.DeleteFunc(pending, func(p string) bool { return p == id })
+						last = time.Now()
+						mu.Unlock()
+					} else if s == "failed" {
+						errs <- fmt.Errorf("provision of %s failed", id)
+						return
+					}
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	require.NoError(b, <-errs)
+	require.Empty(b, pending, "every instance succeeds within 10 minutes")
+	throughput := float64(n) / last.Sub(start).Seconds()
+
+	b.ReportMetric(catalogRate, "catalog-req/s")
+	b.ReportMetric(catalogP99.Seconds()*1000, "catalog-p99-ms")
+	b.ReportMetric(lastOpRate, "last_operation-req/s")
+	b.ReportMetric(lastOpP99.Seconds()*1000, "last_operation-p99-ms")
+	b.ReportMetric(throughput, "osb-instances/s")
+	fmt.Printf("\nOSB API, %d concurrent clients for %s on loopback:\n"+
+		"  GET /v2/catalog        %8.0f req/s, p99 %v\n"+
+		"  GET .../last_operation %8.0f req/s, p99 %v\n"+
+		"provision through OSB, N=%d, %d clients (PUT, then poll last_operation):\n"+
+		"  PUTs answered in       %v (%.0f/s)\n"+
+		"  throughput             %7.1f instances/s (first PUT to last succeeded)\n",
+		loadClients, loadDuration, catalogRate, catalogP99.Round(10*time.Microsecond), lastOpRate, lastOpP99.Round(10*time.Microsecond),
+		n, osbClients, putDone.Round(time.Millisecond), float64(n)/putDone.Seconds(), throughput)
+}
+
+// load runs do from loadClients goroutines for loadDuration and returns the
+// completed requests per second and the p99 latency.
+func load(b *testing.B, do func() error) (float64, time.Duration) {
+	b.Helper()
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	errs := make(chan error, loadClients)
+	start := time.Now()
+	stop := start.Add(loadDuration)
+	for range loadClients {
+		wg.Go(func() {
+			var mine []time.Duration
+			for t := time.Now(); t.Before(stop); t = time.Now() {
+				if err := do(); err != nil {
+					errs <- err
+					return
+				}
+				mine = append(mine, time.Since(t))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	require.NoError(b, <-errs)
+	slices.Sort(all)
+	return float64(len(all)) / elapsed.Seconds(), all[len(all)*99/100]
+}
