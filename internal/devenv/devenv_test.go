@@ -76,6 +76,46 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode, string(catalogBody))
 	assert.Contains(t, string(catalogBody), `"name":"tenant-namespace"`)
 
+	// A platform provisions the sample through the OSB API, end to end;
+	// the admin API, with the credentials qm dev printed, shows it.
+	osbCall := func(method, path, body string) (int, string) {
+		req, err := http.NewRequest(method, "http://"+opts.Listen+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.SetBasicAuth(osb.Username, osb.Password)
+		req.Header.Set("X-Broker-API-Version", "2.17")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(raw)
+	}
+	status, body := osbCall(http.MethodPut, "/v2/service_instances/osb-1?accepts_incomplete=true",
+		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "parameters": {"pods": 3}}`)
+	require.Equal(t, http.StatusAccepted, status, body)
+	require.Eventually(t, func() bool {
+		status, body := osbCall(http.MethodGet, "/v2/service_instances/osb-1/last_operation?operation=provision", "")
+		return status == http.StatusOK && strings.Contains(body, `"state":"succeeded"`)
+	}, time.Minute, 100*time.Millisecond, "the OSB provision succeeds")
+	var admin struct{ Username, Password string }
+	raw, err = os.ReadFile(filepath.Join(dataDir, "admin-credentials.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &admin))
+	assert.Contains(t, out.String(), fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, opts.Listen),
+		"the banner shows the admin API")
+	req, err = http.NewRequest(http.MethodGet, "http://"+opts.Listen+"/admin/instances/default/osb-1", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth(admin.Username, admin.Password)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	adminBody, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, string(adminBody))
+	assert.Contains(t, string(adminBody), `"state":"succeeded","description":"namespace tenant-`)
+	assert.Contains(t, string(adminBody), `"workflow_id":"sfserviceinstance/default/osb-1"`)
+
 	kubeconfig := filepath.Join(dataDir, "kubeconfig")
 	assert.Contains(t, out.String(), kubeconfig, "the banner names the kubeconfig")
 	assert.Contains(t, out.String(), fmt.Sprintf("http://127.0.0.1:%d", opts.UIPort), "the banner names the UI")
