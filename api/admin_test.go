@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/internal/testenv"
 )
-
-// lockedBuffer is a log sink that the server's goroutines may share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestAdminAPIMetricsAndLogs: the admin API lists instances with their
 // workflow IDs behind its own credentials; every request is counted per
@@ -44,7 +25,7 @@ func (b *lockedBuffer) String() string {
 func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	s := startOSB(t, false)
 	plan := s.plan("async", "  manager: {async: true}", instantTemplates)
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	srv := httptest.NewServer((&api.Server{
 		Kube: s.kube.Client, Catalog: s.server.Catalog, Namespace: s.ns, OSB: creds, Admin: adminCreds,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,7 +26,6 @@ import (
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/internal/catalog"
-	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/worker"
@@ -56,13 +54,7 @@ func BenchmarkOSB(b *testing.B) {
 	defer cancel()
 
 	kube := testenv.Kubernetes(b)
-	srv, err := devserver.Start(ctx, devserver.Options{
-		Path:   filepath.Join(testenv.BinDir(), "temporal"),
-		DBFile: filepath.Join(b.TempDir(), "temporal.db"),
-	})
-	require.NoError(b, err)
-	defer func() { srv.Client().Close(); _ = srv.Stop() }()
-	tc := srv.Client()
+	tc := testenv.FileTemporal(b)
 
 	ns := kube.Namespace(b)
 	for _, manifest := range []string{fmt.Sprintf(`
@@ -104,9 +96,7 @@ spec:
 	w := worker.New(tc, direct, cat)
 	require.NoError(b, w.Start())
 	defer w.Stop()
-	mgr, err := starter.NewWatcher(cfg, tc, starter.WatcherOptions{Concurrency: 64})
-	require.NoError(b, err)
-	go func() { _ = mgr.Start(ctx) }()
+	testenv.Watch(b, cfg, tc, starter.WatcherOptions{Concurrency: 64})
 
 	broker := httptest.NewServer((&api.Server{Kube: direct, Catalog: cat, Namespace: ns, OSB: creds,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())

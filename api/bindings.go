@@ -56,28 +56,12 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) {
 	if identity != "" {
 		b.Annotations = map[string]string{OriginatingIdentityAnnotation: identity}
 	}
-	created := true
-	if err := s.Kube.Create(ctx, b); apierrors.IsAlreadyExists(err) {
-		created = false
-		want := b.Spec
-		if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
-			s.internalError(w, r, "reading binding "+bid, err)
-			return
-		}
-		switch {
-		case b.DeletionTimestamp != nil:
-			s.refuse(w, concurrencyError("binding %q is being unbound", bid))
-			return
-		case !sameBinding(b.Spec, want):
-			s.refuse(w, &requestError{status: http.StatusConflict,
-				description: fmt.Sprintf("binding %q already exists with different attributes", bid)})
-			return
-		}
-	} else if err != nil {
-		s.internalError(w, r, "recording binding "+bid, err)
+	want := b.Spec
+	created, e := s.record(ctx, b, &b.Status.State, fmt.Sprintf("binding %q", bid), "unbound",
+		func() bool { return sameBinding(b.Spec, want) })
+	if e != nil {
+		s.refuse(w, e)
 		return
-	} else {
-		s.markQueued(ctx, b, &b.Status.State)
 	}
 
 	lo := bindingProgress(b)

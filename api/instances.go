@@ -52,12 +52,11 @@ func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, e)
 		return
 	}
-	identity, e := s.checkProvision(ctx, r, &req)
+	plan, identity, e := s.checkProvision(ctx, r, &req)
 	if e != nil {
 		s.refuse(w, e)
 		return
 	}
-	plan, _, _ := s.plan(ctx, req.ServiceID, req.PlanID)
 	inst := &osbv1alpha1.SFServiceInstance{
 		// The finalizer is there from the start, which spares the watcher a
 		// write: the instance is never deleted without a Deprovision run.
@@ -72,56 +71,40 @@ func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) {
 	if identity != "" {
 		inst.Annotations = map[string]string{OriginatingIdentityAnnotation: identity}
 	}
-	created := true
-	if err := s.Kube.Create(ctx, inst); apierrors.IsAlreadyExists(err) {
-		created = false
-		want := inst.Spec
-		if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(inst), inst); err != nil {
-			s.internalError(w, r, "reading instance "+id, err)
-			return
-		}
-		switch {
-		case inst.DeletionTimestamp != nil:
-			s.refuse(w, concurrencyError("instance %q is being deprovisioned", id))
-			return
-		case !sameInstance(inst.Spec, want):
-			s.refuse(w, &requestError{status: http.StatusConflict,
-				description: fmt.Sprintf("instance %q already exists with different attributes", id)})
-			return
-		}
-	} else if err != nil {
-		s.internalError(w, r, "recording instance "+id, err)
+	want := inst.Spec
+	created, e := s.record(ctx, inst, &inst.Status.State, fmt.Sprintf("instance %q", id), "deprovisioned",
+		func() bool { return sameInstance(inst.Spec, want) })
+	if e != nil {
+		s.refuse(w, e)
 		return
-	} else {
-		s.markQueued(ctx, inst, &inst.Status.State)
 	}
 	s.answerInstance(w, r, inst, plan, created)
 }
 
 // checkProvision validates a provision request against the catalog and
-// returns the originating identity to record.
-func (s *Server) checkProvision(ctx context.Context, r *http.Request, req *provisionRequest) (string, *requestError) {
+// returns its plan and the originating identity to record.
+func (s *Server) checkProvision(ctx context.Context, r *http.Request, req *provisionRequest) (*osbv1alpha1.SFPlan, string, *requestError) {
 	if e := req.validate(); e != nil {
-		return "", e
+		return nil, "", e
 	}
 	identity, e := originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
 	if e != nil {
-		return "", e
+		return nil, "", e
 	}
 	plan, _, e := s.plan(ctx, req.ServiceID, req.PlanID)
 	if e != nil {
-		return "", e
+		return nil, "", e
 	}
 	if e := checkMaintenanceInfo(plan, req.MaintenanceInfo); e != nil {
-		return "", e
+		return nil, "", e
 	}
 	if async(plan) && !acceptsIncomplete(r) {
-		return "", asyncRequired(plan)
+		return nil, "", asyncRequired(plan)
 	}
 	if e := s.schemas.validate(plan, instanceCreate, req.Parameters); e != nil {
-		return "", e
+		return nil, "", e
 	}
-	return identity, nil
+	return plan, identity, nil
 }
 
 // answerInstance replies to a provision or update once the instance is
@@ -428,6 +411,30 @@ func instanceBusy(inst *osbv1alpha1.SFServiceInstance) string {
 	return ""
 }
 
+// record creates obj, the record of an OSB request, or reads the one that
+// an earlier request with the same ID created, into obj. It refuses one
+// that is being removed, or that same says differs from the request.
+func (s *Server) record(ctx context.Context, obj client.Object, state *osbv1alpha1.OperationState, what, removal string, same func() bool) (created bool, e *requestError) {
+	err := s.Kube.Create(ctx, obj)
+	if err == nil {
+		s.markQueued(ctx, obj, state)
+		return true, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return false, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("recording %s: %v", what, err)}
+	}
+	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return false, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading %s: %v", what, err)}
+	}
+	switch {
+	case obj.GetDeletionTimestamp() != nil:
+		return false, concurrencyError("%s is being %s", what, removal)
+	case !same():
+		return false, &requestError{status: http.StatusConflict, description: what + " already exists with different attributes"}
+	}
+	return false, nil
+}
+
 // markQueued writes state in_queue on a resource just created, unless a
 // workflow has moved it on already (the write is conditional on the
 // version created).
@@ -526,8 +533,12 @@ func sameMaintenanceInfo(a, b *osbv1alpha1.MaintenanceInfo) bool {
 	return a.Version == b.Version
 }
 
-// refuse writes the OSB error body of a refused request.
+// refuse writes the OSB error body of a refused request. A failure of the
+// broker itself (5xx) is logged too.
 func (s *Server) refuse(w http.ResponseWriter, e *requestError) {
+	if e.status >= 500 {
+		s.Logger.Error("request failed", "status", e.status, "description", e.description)
+	}
 	if e.status == http.StatusGone && e.description == "" {
 		writeJSON(w, e.status, struct{}{})
 		return

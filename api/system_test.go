@@ -152,14 +152,7 @@ spec:
 		w := worker.New(s.tc, kube.Client, cat)
 		require.NoError(t, w.Start())
 		t.Cleanup(w.Stop)
-		mgr, err := starter.NewWatcher(kube.Config, s.tc, starter.WatcherOptions{})
-		require.NoError(t, err)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			assert.NoError(t, mgr.Start(ctx))
-		}()
-		t.Cleanup(func() { cancel(); <-done })
+		testenv.Watch(t, kube.Config, s.tc, starter.WatcherOptions{})
 	}
 	return s
 }

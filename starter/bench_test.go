@@ -28,7 +28,6 @@ import (
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/catalog"
-	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/worker"
@@ -52,13 +51,7 @@ func BenchmarkProvision(b *testing.B) {
 	defer cancel()
 
 	kube := testenv.Kubernetes(b)
-	srv, err := devserver.Start(ctx, devserver.Options{
-		Path:   filepath.Join(testenv.BinDir(), "temporal"),
-		DBFile: filepath.Join(b.TempDir(), "temporal.db"),
-	})
-	require.NoError(b, err)
-	defer func() { srv.Client().Close(); _ = srv.Stop() }()
-	tc := srv.Client()
+	tc := testenv.FileTemporal(b)
 
 	ns := kube.Namespace(b)
 	plan := decode(b, fmt.Sprintf(`
@@ -99,9 +92,7 @@ spec: {name: bench, id: bench, description: bench, bindable: false}
 	w := worker.New(tc, direct, cat)
 	require.NoError(b, w.Start())
 	defer w.Stop()
-	mgr, err := starter.NewWatcher(cfg, tc, starter.WatcherOptions{Concurrency: 64})
-	require.NoError(b, err)
-	go func() { _ = mgr.Start(ctx) }()
+	testenv.Watch(b, cfg, tc, starter.WatcherOptions{Concurrency: 64})
 
 	// The clock stops when an informer sees the instance succeeded, as a
 	// user watching with kubectl would.

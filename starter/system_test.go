@@ -71,14 +71,7 @@ func start(t *testing.T, withWatcher bool) *system {
 	s := &system{t: t, kube: kube, tc: tc, catalog: cat, ns: kube.Namespace(t)}
 	s.startWorker()
 	if withWatcher {
-		mgr, err := starter.NewWatcher(kube.Config, tc, starter.WatcherOptions{})
-		require.NoError(t, err)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			assert.NoError(t, mgr.Start(ctx))
-		}()
-		t.Cleanup(func() { cancel(); <-done })
+		testenv.Watch(t, kube.Config, tc, starter.WatcherOptions{})
 	}
 	return s
 }

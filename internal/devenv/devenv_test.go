@@ -159,9 +159,9 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 
 // start runs devenv.Run until the banner is printed, and returns a function
 // that stops it as Ctrl-C does and waits until it returned.
-func start(t *testing.T, opts devenv.Options) (func(), *syncBuffer) {
+func start(t *testing.T, opts devenv.Options) (func(), *testenv.SyncBuffer) {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	opts.Out = out
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -224,22 +224,4 @@ func processesUsing(t *testing.T, dir string) []string {
 		found = append(found, string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
 	}
 	return found
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

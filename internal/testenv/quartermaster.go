@@ -1,0 +1,71 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"k8s.io/client-go/rest"
+
+	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/starter"
+)
+
+// Watch runs Quartermaster's watcher against cfg and tc until the test
+// ends; the test fails if it stops with an error.
+func Watch(t testing.TB, cfg *rest.Config, tc client.Client, opts starter.WatcherOptions) {
+	t.Helper()
+	mgr, err := starter.NewWatcher(cfg, tc, opts)
+	if err != nil {
+		t.Fatalf("creating the watcher: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the watcher stopped: %v", err)
+		}
+	})
+}
+
+// FileTemporal starts a dev server of the test's own, with SQLite in a
+// file as `qm dev` runs it, for benchmarks whose figures should be those of
+// the embedded default; it stops when the test ends.
+func FileTemporal(t testing.TB) client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(ctx, devserver.Options{
+		Path:   requireTool(t, "temporal"),
+		DBFile: filepath.Join(t.TempDir(), "temporal.db"),
+	})
+	if err != nil {
+		t.Fatalf("starting a file-backed Temporal dev server: %v", err)
+	}
+	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
+	return srv.Client()
+}
+
+// SyncBuffer collects the output of goroutines that a test reads.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
