@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -178,19 +177,11 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 			s.refuse(w, concurrencyError("binding %q is busy: %s", bid, lo.Description))
 			return
 		}
-		uid := b.UID
-		if err := s.Kube.Delete(ctx, b, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
-			writeJSON(w, http.StatusGone, struct{}{})
+		if ended, e := s.remove(ctx, b, fmt.Sprintf("binding %q", bid)); e != nil {
+			s.refuse(w, e)
 			return
-		} else if err != nil {
-			s.internalError(w, r, "deleting binding "+bid, err)
-			return
-		}
-		if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(b), b); apierrors.IsNotFound(err) {
-			writeJSON(w, http.StatusOK, struct{}{})
-			return
-		} else if err != nil {
-			s.internalError(w, r, "reading binding "+bid, err)
+		} else if ended != 0 {
+			writeJSON(w, ended, struct{}{})
 			return
 		}
 	}

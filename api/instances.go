@@ -291,19 +291,11 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 			s.refuse(w, concurrencyError("instance %q is busy: %s", id, busy))
 			return
 		}
-		uid := inst.UID
-		if err := s.Kube.Delete(ctx, inst, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
-			writeJSON(w, http.StatusGone, struct{}{})
+		if ended, e := s.remove(ctx, inst, fmt.Sprintf("instance %q", id)); e != nil {
+			s.refuse(w, e)
 			return
-		} else if err != nil {
-			s.internalError(w, r, "deleting instance "+id, err)
-			return
-		}
-		if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(inst), inst); apierrors.IsNotFound(err) {
-			writeJSON(w, http.StatusOK, struct{}{}) // nothing held it
-			return
-		} else if err != nil {
-			s.internalError(w, r, "reading instance "+id, err)
+		} else if ended != 0 {
+			writeJSON(w, ended, struct{}{})
 			return
 		}
 	}
@@ -433,6 +425,25 @@ func (s *Server) record(ctx context.Context, obj client.Object, state *osbv1alph
 		return false, &requestError{status: http.StatusConflict, description: what + " already exists with different attributes"}
 	}
 	return false, nil
+}
+
+// remove deletes obj, the record of an OSB instance or binding, and reads
+// it back into obj: its finalizer holds it until the workflow has removed
+// what it created. ended is the reply when there is nothing to wait for:
+// 410 when it was gone already, 200 when nothing held it.
+func (s *Server) remove(ctx context.Context, obj client.Object, what string) (ended int, e *requestError) {
+	uid := obj.GetUID()
+	if err := s.Kube.Delete(ctx, obj, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
+		return http.StatusGone, nil
+	} else if err != nil {
+		return 0, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("deleting %s: %v", what, err)}
+	}
+	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
+		return http.StatusOK, nil
+	} else if err != nil {
+		return 0, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading %s: %v", what, err)}
+	}
+	return 0, nil
 }
 
 // markQueued writes state in_queue on a resource just created, unless a
