@@ -80,7 +80,7 @@ func TestOSBLifecycle(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the provision waiting, with Retry-After")
 
 	// 3. Poll last_operation to succeeded.
-	s.openGate("db-1")
+	s.openGate("db-1", "gate")
 	assert.Equal(t, map[string]any{"state": "succeeded", "description": "ready"},
 		s.pollLastOperation(inst+"/last_operation?operation=provision"))
 
@@ -125,6 +125,17 @@ func TestOSBLifecycle(t *testing.T) {
 	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true",
 		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "maintenance_info": {"version": "2.1.0"}, "previous_values": {"plan_id": %q}}`, s.svc, large, small),
 		http.StatusAccepted, `{"operation": "update-2", "dashboard_url": "https://dashboard.example/db-1"}`)
+	// While the update runs, GET and another update are ConcurrencyErrors.
+	require.Eventually(t, func() bool {
+		status, body, header := s.do(http.MethodGet, inst+"/last_operation?operation=update-2", "", nil)
+		return status == http.StatusOK && header.Get("Retry-After") == "2" &&
+			body == `{"state":"in progress","description":"update in progress"}`
+	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the update waiting")
+	s.expect(http.MethodGet, inst, "", http.StatusUnprocessableEntity,
+		`{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: update in progress"}`)
+	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"size": "large"}}`, s.svc),
+		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: update in progress"}`)
+	s.openGate("db-1", "update-gate")
 	assert.Equal(t, map[string]any{"state": "succeeded", "description": "now large"},
 		s.pollLastOperation(inst+"/last_operation?operation=update-2"))
 	s.expect(http.MethodGet, inst, "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q,
@@ -133,6 +144,19 @@ func TestOSBLifecycle(t *testing.T) {
 	assert.Equal(t, "large", db.Data["plan"], "the update re-rendered the provision template")
 	s.expect(http.MethodGet, inst+"/last_operation?operation=provision", "", http.StatusBadRequest,
 		`{"description": "operation \"provision\" is not the last operation of instance \"db-1\" (the last one is \"update-2\")"}`)
+
+	// A failed update: the instance stays usable with what it ran before,
+	// and the same update would fail again.
+	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"size": "broken"}}`, s.svc),
+		http.StatusAccepted, `{"operation": "update-3", "dashboard_url": "https://dashboard.example/db-1"}`)
+	lo := s.pollLastOperation(inst + "/last_operation?operation=update-3")
+	assert.Equal(t, "failed", lo["state"])
+	assert.Equal(t, true, lo["instance_usable"])
+	assert.Equal(t, false, lo["update_repeatable"])
+	assert.Contains(t, lo["description"], "update failed: provision template: template: provision:1:")
+	assert.Contains(t, lo["description"], "size broken is not supported")
+	s.expect(http.MethodGet, inst, "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q,
+		"dashboard_url": "https://dashboard.example/db-1", "parameters": {"size": "medium"}, "maintenance_info": {"version": "2.1.0"}}`, s.svc, large))
 
 	// 9. Deprovision.
 	deprovision := inst + fmt.Sprintf("?accepts_incomplete=true&service_id=%s&plan_id=%s", s.svc, large)
@@ -178,7 +202,7 @@ func TestOSBSynchronousPlan(t *testing.T) {
 	status, body, _ := s.do(http.MethodPut, "/v2/service_instances/slow-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, gated), nil)
 	assert.Equal(t, http.StatusInternalServerError, status)
 	assert.Contains(t, body, `provision of instance \"slow-1\" did not finish within 3s`)
-	s.openGate("slow-1")
+	s.openGate("slow-1", "gate")
 	assert.Equal(t, "succeeded", s.pollLastOperation("/v2/service_instances/slow-1/last_operation")["state"])
 }
 
@@ -213,7 +237,7 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 	}
 	assert.Equal(t, 1, s.countInstances(), "one SFServiceInstance")
 
-	s.openGate("dup-1")
+	s.openGate("dup-1", "gate")
 	assert.Equal(t, "succeeded", s.pollLastOperation("/v2/service_instances/dup-1/last_operation?operation=provision")["state"])
 	workflowID := "sfserviceinstance/" + s.ns + "/dup-1"
 	require.Eventually(t, func() bool { return s.runs(workflowID) >= 1 }, 10*time.Second, 50*time.Millisecond)

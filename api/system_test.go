@@ -48,12 +48,14 @@ type osbSystem struct {
 }
 
 // gatedTemplates provision a ConfigMap and report success only once a
-// "gate" ConfigMap exists, so that a test can look at an operation in
-// progress; a binding's credentials hold a string, a number and a list.
+// "gate" ConfigMap exists (an "update-gate" for updates), so that a test can
+// look at an operation in progress; the size "broken" does not render. A
+// binding's credentials hold a string, a number and a list.
 const gatedTemplates = `
   - action: provision
     type: gotemplate
     content: |
+      {{- if eq "broken" (dig "size" "" (.instance.spec.parameters | default dict)) }}{{ fail "size broken is not supported" }}{{ end }}
       apiVersion: v1
       kind: ConfigMap
       metadata:
@@ -77,6 +79,10 @@ const gatedTemplates = `
         apiVersion: v1
         kind: ConfigMap
         name: {{ .instance.metadata.name }}-gate
+      updategate:
+        apiVersion: v1
+        kind: ConfigMap
+        name: {{ .instance.metadata.name }}-update-gate
   - action: status
     type: gotemplate
     content: |
@@ -85,7 +91,7 @@ const gatedTemplates = `
         description: {{ if .gate }}ready{{ else }}waiting for the gate{{ end }}
         dashboardUrl: https://dashboard.example/{{ .instance.metadata.name }}
       update:
-        state: succeeded
+        state: {{ if .updategate }}succeeded{{ else }}in progress{{ end }}
         description: now {{ .plan.spec.name }}
       bind:
         state: succeeded
@@ -191,11 +197,12 @@ func (s *osbSystem) create(manifest string) {
 	require.NoError(s.t, s.kube.Client.Create(context.Background(), obj))
 }
 
-// openGate lets the gated provision of the instance named name finish.
-func (s *osbSystem) openGate(name string) {
+// openGate lets the gated provision (gate "gate") or update (gate
+// "update-gate") of the instance named name finish.
+func (s *osbSystem) openGate(name, gate string) {
 	s.t.Helper()
-	gate := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-gate", Namespace: s.ns}}
-	require.NoError(s.t, s.kube.Client.Create(context.Background(), gate))
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + gate, Namespace: s.ns}}
+	require.NoError(s.t, s.kube.Client.Create(context.Background(), cm))
 }
 
 // do sends an OSB request with the platform's credentials and version

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,11 +124,15 @@ func poll(ctx workflow.Context, t activities.Target, op activities.Operation, ma
 		}
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
-			return activities.Outcome{
+			timedOut := activities.Outcome{
 				State: osbv1alpha1.StateFailed,
 				Description: fmt.Sprintf("%s did not finish within the plan's maximum_polling_duration of %s (last status: %s)",
 					op, maxPolling, describe(o)),
 			}
+			if op == activities.OpUpdate {
+				timedOut.UpdateRepeatable = ptr(true) // it may finish on a second try
+			}
+			return timedOut
 		}
 		if err := workflow.Sleep(ctx, min(wait, remaining)); err != nil {
 			return failed(op, err)
@@ -166,20 +171,28 @@ func endEarly(ctx workflow.Context, t activities.Target, op activities.Operation
 
 // failed turns an activity error into a failed outcome whose description is
 // the error's own message (a template error with its line, an API server's
-// refusal), without Temporal's wrapping.
+// refusal), without Temporal's wrapping. A failed update or deprovision
+// leaves the instance usable (what ran before still runs); a failed update
+// may be repeated unless the error is one that repeating cannot fix.
 func failed(op activities.Operation, err error) activities.Outcome {
 	msg := err.Error()
+	permanent := false
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
 		msg = appErr.Message()
+		permanent = slices.Contains([]string{activities.ErrTemplate, activities.ErrPlan, activities.ErrApply}, appErr.Type())
 	}
-	usable := op == activities.OpUpdate || op == activities.OpDeprovision
 	o := activities.Outcome{State: osbv1alpha1.StateFailed, Description: fmt.Sprintf("%s failed: %s", op, msg), Error: msg}
 	if op == activities.OpUpdate || op == activities.OpDeprovision {
-		o.InstanceUsable = &usable
+		o.InstanceUsable = ptr(true)
+	}
+	if op == activities.OpUpdate {
+		o.UpdateRepeatable = ptr(!permanent)
 	}
 	return o
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // withActivityOptions sets the options of the operation's local activities.
 // They are short API calls, so they run as local activities inside the

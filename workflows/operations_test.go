@@ -175,6 +175,21 @@ func TestUpdateFailureKeepsTheInstanceUsable(t *testing.T) {
 	assert.Equal(t, osbv1alpha1.StateFailed, got.State)
 	require.NotNil(t, got.InstanceUsable)
 	assert.True(t, *got.InstanceUsable, "the previous version still runs")
+	require.NotNil(t, got.UpdateRepeatable)
+	assert.False(t, *got.UpdateRepeatable, "the API server refuses the same update again")
+}
+
+func TestUpdateTimeoutIsRepeatable(t *testing.T) {
+	env := opsEnv(t)
+	env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpUpdate).Return(activities.Begun{Generation: 2, MaxPolling: time.Minute}, nil).Once()
+	env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpUpdate).Return(nil, nil).Once()
+	env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpUpdate).Return(activities.Outcome{State: osbv1alpha1.StateInProgress}, nil)
+	got := finished(env, activities.OpUpdate)
+	env.ExecuteWorkflow(workflows.Update, instance)
+	require.NoError(t, env.GetWorkflowError())
+	assert.Equal(t, osbv1alpha1.StateFailed, got.State)
+	require.NotNil(t, got.UpdateRepeatable)
+	assert.True(t, *got.UpdateRepeatable)
 }
 
 func TestDeprovision(t *testing.T) {
