@@ -183,3 +183,51 @@ func TestOSBBindRefusals(t *testing.T) {
 	s.expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/%s/service_bindings/b2?service_id=%s&plan_id=%s&accepts_incomplete=true", asyncBind, s.svc, asyncBind), "",
 		http.StatusAccepted, `{"operation": "unbind"}`)
 }
+
+// TestOSBUpdateAndDeleteRefusals: updates and deletes the plan or the
+// instance's state does not allow are refused, and an update that asks for
+// nothing new is a 200 that starts nothing.
+func TestOSBUpdateAndDeleteRefusals(t *testing.T) {
+	s := startOSB(t, true)
+	fixed := s.plan("fixed", "  planUpdatable: false\n  manager: {async: true}", instantTemplates)
+	other := s.plan("other", "  manager: {async: true}", instantTemplates)
+	inst := "/v2/service_instances/upd-1"
+	s.expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"a": 1}}`, s.svc, fixed),
+		http.StatusAccepted, `{"operation": "provision"}`)
+	assert.Equal(t, "succeeded", s.pollLastOperation(inst+"/last_operation")["state"])
+
+	s.expect(http.MethodPatch, inst, fmt.Sprintf(`{"service_id": %q, "parameters": {"a": 2}}`, s.svc), http.StatusUnprocessableEntity,
+		`{"error": "AsyncRequired", "description": "plan \"fixed\" runs its operations asynchronously; repeat the request with accepts_incomplete=true"}`)
+	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, other), http.StatusBadRequest,
+		`{"description": "the plan of instance \"upd-1\" cannot be changed: its plan is not plan_updateable"}`)
+	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", `{"service_id": "another"}`, http.StatusBadRequest,
+		fmt.Sprintf(`{"description": "service_id \"another\" is not the service of instance \"upd-1\" (\"%s\")"}`, s.svc))
+	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"a": 1}}`, s.svc), http.StatusOK, `{}`)
+	got, err := s.instance("upd-1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), got.Generation, "a PATCH that asks for nothing new changes nothing")
+
+	// An instance whose deletion is held (here by another finalizer) is
+	// being deprovisioned: a PUT is a ConcurrencyError, last_operation says
+	// in progress, and once it is gone, 410.
+	base := got.DeepCopy()
+	got.Finalizers = append(got.Finalizers, "test.quartermaster.io/hold")
+	require.NoError(t, s.kube.Client.Patch(context.Background(), got, ctrlclient.MergeFrom(base)))
+	deprovision := inst + fmt.Sprintf("?service_id=%s&plan_id=%s", s.svc, fixed)
+	s.expect(http.MethodDelete, deprovision, "", http.StatusUnprocessableEntity,
+		`{"error": "AsyncRequired", "description": "plan \"fixed\" runs its operations asynchronously; repeat the request with accepts_incomplete=true"}`)
+	s.expect(http.MethodDelete, deprovision+"&accepts_incomplete=true", "", http.StatusAccepted, `{"operation": "deprovision"}`)
+	s.expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"a": 1}}`, s.svc, fixed),
+		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"upd-1\" is being deprovisioned"}`)
+	s.expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusOK,
+		`{"state": "in progress", "description": "deprovision in progress"}`)
+	s.expect(http.MethodDelete, deprovision+"&accepts_incomplete=true", "", http.StatusAccepted, `{"operation": "deprovision"}`)
+	require.Eventually(t, func() bool {
+		got, err = s.instance("upd-1")
+		return err == nil && len(got.Finalizers) == 1
+	}, 30*time.Second, 50*time.Millisecond, "the Deprovision workflow releases its finalizer")
+	base = got.DeepCopy()
+	got.Finalizers = nil
+	require.NoError(t, s.kube.Client.Patch(context.Background(), got, ctrlclient.MergeFrom(base)))
+	s.expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
+}
