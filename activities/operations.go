@@ -136,8 +136,8 @@ func (t *target) resources() []osbv1alpha1.Source {
 	return t.instance.Status.Resources
 }
 
-// Begin marks the operation in progress and tells the workflow the
-// generation it works on and how long it may poll.
+// Begin tells the workflow the generation it works on and how long it may
+// poll, and marks a removal in progress.
 func (a *Operations) Begin(ctx context.Context, tg Target, op Operation) (Begun, error) {
 	t, err := a.load(ctx, tg, op)
 	if err != nil {
@@ -150,13 +150,14 @@ func (a *Operations) Begin(ctx context.Context, tg Target, op Operation) (Begun,
 		// Retried until the instance is provisioned, or the bind fails.
 		return Begun{}, fmt.Errorf("instance %s/%s is not provisioned (state %q)", t.Namespace, t.instance.Name, t.instance.Status.State)
 	}
-	err = a.patchStatus(ctx, t, func(s *status) {
-		s.State = osbv1alpha1.StateInProgress
-		s.Description = fmt.Sprintf("%s in progress", op)
-		s.Error = ""
-	})
-	if err != nil {
-		return Begun{}, err
+	// A removal shows at once that it runs. Provision, update and bind
+	// write "in progress" with what they applied (RecordResources), and only
+	// if they have to wait: most finish in their first step, and one status
+	// write fewer per operation is a fifth of their API server work.
+	if op.Removes() {
+		if err := a.patchStatus(ctx, t, inProgress(op)); err != nil {
+			return Begun{}, err
+		}
 	}
 	b := Begun{Generation: t.object().GetGeneration(), MaxPolling: DefaultMaxPolling}
 	if p := t.plan.Spec.MaximumPollingDuration; p != nil {
@@ -230,14 +231,27 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg Target, op Operation
 	return refs, nil
 }
 
-// RecordResources lists what the templates applied in the status, before an
-// operation waits for its status template: a user sees them while it waits.
+// RecordResources marks the operation in progress and lists what the
+// templates applied in the status, before the operation waits for its
+// status template: a user sees them while it waits.
 func (a *Operations) RecordResources(ctx context.Context, tg Target, op Operation, refs []osbv1alpha1.Source) error {
 	t, err := a.loadObjects(ctx, tg, op)
 	if err != nil {
 		return err
 	}
-	return a.patchStatus(ctx, t, func(s *status) { s.Resources = refs })
+	return a.patchStatus(ctx, t, func(s *status) {
+		inProgress(op)(s)
+		s.Resources = refs
+	})
+}
+
+// inProgress marks the operation as running.
+func inProgress(op Operation) func(*status) {
+	return func(s *status) {
+		s.State = osbv1alpha1.StateInProgress
+		s.Description = fmt.Sprintf("%s in progress", op)
+		s.Error = ""
+	}
 }
 
 // RemoveResources deletes what the target's templates applied: the first
