@@ -264,9 +264,9 @@ func (g *globals) kubernetes() (*rest.Config, ctrlclient.Client, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	kube, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
+	kube, err := crds.NewClient(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating a Kubernetes client: %w", err)
+		return nil, nil, err
 	}
 	return cfg, kube, nil
 }

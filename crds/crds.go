@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -46,6 +48,21 @@ func NewScheme() *runtime.Scheme {
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	utilruntime.Must(AddToScheme(s))
 	return s
+}
+
+// NewClient returns a client of the cluster cfg reaches that knows every
+// Quartermaster kind. It has no client-side rate limit (client-go's default
+// is 5 requests/s, controller-runtime's 20, which would cap the worker's
+// activities and the OSB API at a few operations a second); the API
+// server's priority and fairness protects the server instead.
+func NewClient(cfg *rest.Config) (client.Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS = -1
+	c, err := client.New(cfg, client.Options{Scheme: NewScheme()})
+	if err != nil {
+		return nil, fmt.Errorf("creating a Kubernetes client for %s: %w", cfg.Host, err)
+	}
+	return c, nil
 }
 
 // Definitions returns the generated CustomResourceDefinitions, which qm

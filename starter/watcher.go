@@ -7,12 +7,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,6 +56,10 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 16
 	}
+	// Adding finalizers is on every operation's path: no client-side rate
+	// limit, as for the worker (crds.NewClient).
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS = -1
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  crds.NewScheme(),
 		LeaderElection:          opts.LeaderElection,
@@ -106,6 +113,37 @@ type Starter struct {
 	Client ctrlclient.Client
 	// Temporal starts the workflows.
 	Temporal client.Client
+
+	startedOnce sync.Once
+	started     *utilcache.LRUExpireCache // operations started, by resource UID, generation and operation
+}
+
+// A resource reads the same while its operation runs (the workflow writes
+// "in progress" only if it has to wait) and, from a lagging cache, even
+// after it ended: each of those reads would start the operation again, and
+// once the first run has closed, that start is a second, idle run. The
+// Starter remembers what it started instead, until the resource shows the
+// outcome or startedTTL passes (then a run that died is started again).
+const (
+	startedSize = 100000
+	startedTTL  = time.Minute
+)
+
+func (s *Starter) memo() *utilcache.LRUExpireCache {
+	s.startedOnce.Do(func() { s.started = utilcache.NewLRUExpireCache(startedSize) })
+	return s.started
+}
+
+func startedKey(obj ctrlclient.Object, op activities.Operation) string {
+	return fmt.Sprintf("%s/%d/%s", obj.GetUID(), obj.GetGeneration(), op)
+}
+
+// settled forgets what was started for obj's generation: its outcome is
+// written, and a new request (state "update") must start again.
+func (s *Starter) settled(obj ctrlclient.Object) {
+	for _, op := range []activities.Operation{activities.OpProvision, activities.OpUpdate, activities.OpBind} {
+		s.memo().Remove(startedKey(obj, op))
+	}
 }
 
 // ReconcileInstance starts Provision, Update or Deprovision for an instance
@@ -133,6 +171,7 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 			op = activities.OpUpdate
 		}
 	default:
+		s.settled(&inst)
 		return ctrl.Result{}, nil
 	}
 	if op != activities.OpDeprovision {
@@ -148,7 +187,7 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 	if inst.Spec.ClusterID != "" {
 		attrs = append(attrs, workflows.AttrCluster.ValueSet(inst.Spec.ClusterID))
 	}
-	return s.start(ctx, activities.Target{Kind: activities.KindInstance, Namespace: inst.Namespace, Name: inst.Name}, op, attrs)
+	return s.start(ctx, &inst, activities.Target{Kind: activities.KindInstance, Namespace: inst.Namespace, Name: inst.Name}, op, attrs)
 }
 
 // ReconcileBinding starts Bind or Unbind for a binding that needs one.
@@ -168,6 +207,7 @@ func (s *Starter) ReconcileBinding(ctx context.Context, req ctrl.Request) (ctrl.
 		op = activities.OpBind
 	default:
 		// Bindings are immutable in OSB: nothing else starts a workflow.
+		s.settled(&b)
 		return ctrl.Result{}, nil
 	}
 	if op == activities.OpBind {
@@ -181,13 +221,19 @@ func (s *Starter) ReconcileBinding(ctx context.Context, req ctrl.Request) (ctrl.
 		workflows.AttrService.ValueSet(b.Spec.ServiceID),
 		workflows.AttrPlan.ValueSet(b.Spec.PlanID),
 	}
-	return s.start(ctx, activities.Target{Kind: activities.KindBinding, Namespace: b.Namespace, Name: b.Name}, op, attrs)
+	return s.start(ctx, &b, activities.Target{Kind: activities.KindBinding, Namespace: b.Namespace, Name: b.Name}, op, attrs)
 }
 
-// start starts op's workflow under the target's workflow ID. A run already
-// under way is joined rather than duplicated; if it is a different
-// operation, the resource is looked at again once that run is done.
-func (s *Starter) start(ctx context.Context, t activities.Target, op activities.Operation, attrs []temporal.SearchAttributeUpdate) (ctrl.Result, error) {
+// start starts op's workflow under the target's workflow ID, once per
+// generation of the resource. While another run is under way (the workflow
+// ID is the lock), nothing starts: the resource is looked at again shortly,
+// when that run is done. While a run is in progress, a look is a cached
+// read that starts nothing.
+func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t activities.Target, op activities.Operation, attrs []temporal.SearchAttributeUpdate) (ctrl.Result, error) {
+	key := startedKey(obj, op)
+	if _, ok := s.memo().Get(key); ok {
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
 	id := workflows.WorkflowID(t.Kind, t.Namespace, t.Name)
 	attrs = append(attrs,
 		workflows.AttrKind.ValueSet(string(t.Kind)),
@@ -199,17 +245,23 @@ func (s *Starter) start(ctx context.Context, t activities.Target, op activities.
 		ID:                       id,
 		TaskQueue:                workflows.TaskQueue,
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		EnableEagerStart:         true,
-		TypedSearchAttributes:    temporal.NewSearchAttributes(attrs...),
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		// The error tells a run under way, which may be another operation
+		// (an update asked for while a provision was finishing).
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		EnableEagerStart:                         true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
 	}, workflowOf(op), t)
+	var running *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &running) {
+		log.FromContext(ctx).V(1).Info("a run is under way; looking again shortly", "workflowID", id, "operation", op)
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("starting %s of %s: %w", op, id, err)
 	}
-	log.FromContext(ctx).V(1).Info("workflow started or joined", "workflowID", id, "runID", run.GetRunID(), "operation", op)
-	// A joined run may be another operation (an update asked for while a
-	// provision was finishing): look again shortly, when it is done. While
-	// a run is in progress the look is a cached read that starts nothing.
+	s.memo().Add(key, run.GetRunID(), startedTTL)
+	log.FromContext(ctx).V(1).Info("workflow started", "workflowID", id, "runID", run.GetRunID(), "operation", op)
 	return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 }
 

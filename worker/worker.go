@@ -33,14 +33,9 @@ func New(c client.Client, kube ctrlclient.Client, cat activities.Catalog) sdkwor
 // Run runs a worker against the cluster cfg reaches until ctx is done. cat
 // must be started; a process that also serves the API shares it.
 func Run(ctx context.Context, c client.Client, cfg *rest.Config, cat activities.Catalog) error {
-	cfg = rest.CopyConfig(cfg)
-	// Activities are the hot path: no client-side rate limit (client-go's
-	// default is 5 QPS, controller-runtime's 20); the API server's own
-	// priority and fairness protects it.
-	cfg.QPS = -1
-	kube, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
+	kube, err := crds.NewClient(cfg)
 	if err != nil {
-		return fmt.Errorf("creating the worker's Kubernetes client: %w", err)
+		return err
 	}
 	w := New(c, kube, cat)
 	if err := w.Start(); err != nil {

@@ -102,9 +102,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer stopTemporal()
 
-	kube, err := ctrlclient.New(kubeCfg, ctrlclient.Options{Scheme: crds.NewScheme()})
+	kube, err := crds.NewClient(kubeCfg)
 	if err != nil {
-		return fmt.Errorf("creating a Kubernetes client: %w", err)
+		return err
 	}
 	if err := installSamples(ctx, kube); err != nil {
 		return err
