@@ -83,6 +83,12 @@ func TestInstanceLifecycle(t *testing.T) {
 	var tenant corev1.Namespace
 	err := s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Name: tenantNS}, &tenant)
 	assert.True(t, apierrors.IsNotFound(err) || tenant.DeletionTimestamp != nil, "the tenant namespace is terminating")
+
+	// The same name again is a new instance, in a new namespace: the old
+	// one may still be terminating.
+	s.instance("team-a", tenantPlan, "")
+	again := s.waitInstance("team-a", "provisioned again", succeeded(1))
+	assert.NotEqual(t, tenantNS, nsOf(t, again))
 }
 
 // TestBindingLifecycle binds to a provisioned instance and unbinds again.
