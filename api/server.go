@@ -60,7 +60,9 @@ type Server struct {
 func (s *Server) Handler() http.Handler {
 	s.once.Do(s.defaults)
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer, s.observe)
+	// observe is outside Recoverer, so that a request that panicked is
+	// logged and counted with the 500 that Recoverer answers.
+	r.Use(s.observe, middleware.Recoverer)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
