@@ -91,8 +91,9 @@ test: tools check-generated vet ## Run every test (race detector on), against th
 FUZZ_TIME ?= 20s
 
 .PHONY: bench
+# -p 1: one benchmark binary at a time, or they share the machine's two cores.
 bench: tools ## Run the benchmarks and print their figures (QM_BENCH_N sets the provision count, default 1000).
-	QM_BIN_DIR=$(BIN) go test -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKG)
+	QM_BIN_DIR=$(BIN) go test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKG)
 
 .PHONY: clean
 clean: ## Remove bin/ and the state of `make run` (.qm/).
