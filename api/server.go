@@ -120,6 +120,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		// Bodies are at most MaxBodyBytes: a client that trickles one is
+		// cut off rather than holding a connection. Replies may wait up to
+		// SyncTimeout for a workflow, so there is no write timeout.
+		ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
