@@ -194,7 +194,7 @@ func TestOSBUpdateAndDeleteRefusals(t *testing.T) {
 	inst := "/v2/service_instances/upd-1"
 	s.expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"a": 1}}`, s.svc, fixed),
 		http.StatusAccepted, `{"operation": "provision"}`)
-	assert.Equal(t, "succeeded", s.pollLastOperation(inst+"/last_operation")["state"])
+	assert.Equal(t, "succeeded", s.pollLastOperation(inst + "/last_operation")["state"])
 
 	s.expect(http.MethodPatch, inst, fmt.Sprintf(`{"service_id": %q, "parameters": {"a": 2}}`, s.svc), http.StatusUnprocessableEntity,
 		`{"error": "AsyncRequired", "description": "plan \"fixed\" runs its operations asynchronously; repeat the request with accepts_incomplete=true"}`)
