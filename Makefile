@@ -79,6 +79,8 @@ run: tools build ## Start Kubernetes, Temporal (UI on :8233) and Quartermaster o
 
 .PHONY: vet
 vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "not gofmt-ed (run gofmt -w):" $$unformatted >&2; exit 1; fi
 	go vet ./...
 	cd hack && go vet ./...
 

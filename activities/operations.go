@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
