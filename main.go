@@ -224,7 +224,7 @@ func newAPICommand(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", ":8080", "listen address")
-	f.StringVar(&srv.Namespace, "namespace", envOr("QM_NAMESPACE", "default"), "namespace of the instances and bindings OSB requests create (env QM_NAMESPACE)")
+	f.StringVar(&srv.Namespace, "namespace", envOr("QM_NAMESPACE", "default"), "namespace whose SFServices and SFPlans are the catalog, and where OSB requests create instances and bindings (env QM_NAMESPACE)")
 	f.StringVar(&srv.OSB.Username, "osb-username", srv.OSB.Username, "username OSB clients present (env QM_OSB_USERNAME)")
 	f.StringVar(&srv.OSB.Password, "osb-password", srv.OSB.Password, "password OSB clients present (env QM_OSB_PASSWORD; prefer the environment: flags show in ps)")
 	f.StringVar(&srv.Admin.Username, "admin-username", srv.Admin.Username, "username of the admin API (env QM_ADMIN_USERNAME; no credentials turn the admin API off)")
