@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestAPICommand runs `qm api` as an operator would, with a kubeconfig and
+// credentials from the environment, and talks to it over TCP: the catalog
+// of its namespace, a provision recorded as an instance, the admin API,
+// and a clean stop.
+func TestAPICommand(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, kube.Kubeconfig, 0o600))
+	for _, manifest := range []string{
+		fmt.Sprintf(`{"apiVersion": "osb.servicefabrik.io/v1alpha1", "kind": "SFService", "metadata": {"name": "svc", "namespace": %q},
+			"spec": {"name": "svc", "id": %q, "description": "d", "bindable": true}}`, ns, ns+"-svc"),
+		fmt.Sprintf(`{"apiVersion": "osb.servicefabrik.io/v1alpha1", "kind": "SFPlan", "metadata": {"name": "plan", "namespace": %q},
+			"spec": {"name": "plan", "id": %q, "description": "d", "serviceId": %q, "manager": {"async": true}}}`, ns, ns+"-plan", ns+"-svc"),
+	} {
+		obj := &unstructured.Unstructured{}
+		require.NoError(t, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(&obj.Object))
+		require.NoError(t, kube.Client.Create(context.Background(), obj))
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	t.Setenv("QM_OSB_USERNAME", "platform")
+	t.Setenv("QM_OSB_PASSWORD", "osb-secret")
+	t.Setenv("QM_ADMIN_USERNAME", "operator")
+	t.Setenv("QM_ADMIN_PASSWORD", "admin-secret")
+	cmd := newRootCommand()
+	cmd.SetArgs([]string{"api", "--kubeconfig", kubeconfig, "--listen", addr, "--namespace", ns, "--log-level", "warn"})
+	cmd.SetErr(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err, "qm api stops cleanly")
+		case <-time.After(30 * time.Second):
+			t.Error("qm api did not stop")
+		}
+	})
+
+	call := func(method, path, user, password, body string) (int, string) {
+		req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.SetBasicAuth(user, password)
+		req.Header.Set("X-Broker-API-Version", "2.17")
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(raw)
+	}
+	require.Eventually(t, func() bool {
+		status, body := call(http.MethodGet, "/v2/catalog", "platform", "osb-secret", "")
+		return status == http.StatusOK && strings.Contains(body, `"id":"`+ns+`-plan"`)
+	}, 30*time.Second, 50*time.Millisecond, "qm api serves the catalog of its namespace")
+
+	status, _ := call(http.MethodGet, "/v2/catalog", "platform", "wrong", "")
+	assert.Equal(t, http.StatusUnauthorized, status)
+	status, body := call(http.MethodPut, "/v2/service_instances/cmd-1?accepts_incomplete=true", "platform", "osb-secret",
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, ns+"-svc", ns+"-plan"))
+	assert.Equal(t, http.StatusAccepted, status, body)
+	assert.JSONEq(t, `{"operation": "provision"}`, body)
+	status, body = call(http.MethodGet, "/admin/instances/"+ns+"/cmd-1", "operator", "admin-secret", "")
+	assert.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, `"state":"in_queue"`, "no worker runs here: the request waits in the queue")
+	status, _ = call(http.MethodGet, "/admin/instances", "platform", "osb-secret", "")
+	assert.Equal(t, http.StatusUnauthorized, status, "the admin API has its own credentials")
+}
