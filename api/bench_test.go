@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,10 +44,7 @@ const (
 // instances (QM_BENCH_N, default 1000) provisioned with PUT and polled with
 // last_operation by 16 clients. Run it with `make bench`.
 func BenchmarkOSB(b *testing.B) {
-	n := 1000
-	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_N")); err == nil && v > 0 {
-		n = v
-	}
+	n := testenv.BenchN()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 

@@ -43,10 +43,7 @@ const benchClients = 16
 // reports the same API server's raw create rate, and the latency at a steady
 // 20 creates/s. N is QM_BENCH_N (default 1000). Run it with `make bench`.
 func BenchmarkProvision(b *testing.B) {
-	n := 1000
-	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_N")); err == nil && v > 0 {
-		n = v
-	}
+	n := testenv.BenchN()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 

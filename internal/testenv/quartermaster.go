@@ -3,7 +3,9 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -50,6 +52,15 @@ func FileTemporal(t testing.TB) client.Client {
 	}
 	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
 	return srv.Client()
+}
+
+// BenchN is the number of instances a benchmark provisions: QM_BENCH_N, or
+// 1000.
+func BenchN() int {
+	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_N")); err == nil && v > 0 {
+		return v
+	}
+	return 1000
 }
 
 // SyncBuffer collects the output of goroutines that a test reads.
