@@ -81,7 +81,7 @@ func (a *Operations) remember(ctx context.Context, t *target) {
 	if key == "" {
 		return
 	}
-	c := &target{Target: t.Target}
+	c := &target{Target: t.Target, observed: t.observed}
 	if t.instance != nil {
 		c.instance = t.instance.DeepCopy()
 	}
@@ -101,7 +101,7 @@ func (a *Operations) recalled(ctx context.Context, tg Target) *target {
 		return nil
 	}
 	c := v.(*target)
-	t := &target{Target: c.Target}
+	t := &target{Target: c.Target, observed: c.observed}
 	if c.instance != nil {
 		t.instance = c.instance.DeepCopy()
 	}
@@ -118,7 +118,8 @@ type target struct {
 	binding  *osbv1alpha1.SFServiceBinding // nil for instance operations
 	plan     *osbv1alpha1.SFPlan
 	service  *osbv1alpha1.SFService
-	applied  bool // the registry is known to exist
+	applied  bool   // the registry is known to exist
+	observed string // what the status template said of the operation under way, before it was marked in progress
 }
 
 func (t *target) object() client.Object {
@@ -241,8 +242,32 @@ func (a *Operations) RecordResources(ctx context.Context, tg Target, op Operatio
 	}
 	return a.patchStatus(ctx, t, func(s *status) {
 		inProgress(op)(s)
+		if t.observed != "" {
+			s.Description = t.observed
+		}
 		s.Resources = refs
 	})
+}
+
+// showProgress puts what the status template says of an operation under
+// way into the status, so that kubectl and last_operation show it, and
+// writes only when it changed. Until RecordResources has marked the
+// operation in progress, it is kept for that write.
+func (a *Operations) showProgress(ctx context.Context, t *target, description string) error {
+	state, current := t.instance.Status.State, t.instance.Status.Description
+	if t.binding != nil {
+		state, current = t.binding.Status.State, t.binding.Status.Description
+	}
+	switch {
+	case state != osbv1alpha1.StateInProgress:
+		t.observed = description
+		a.remember(ctx, t)
+		return nil
+	case current == description:
+		return nil
+	default:
+		return a.patchStatus(ctx, t, func(s *status) { s.Description = description })
+	}
 }
 
 // inProgress marks the operation as running.
@@ -326,6 +351,11 @@ func (a *Operations) Observe(ctx context.Context, tg Target, op Operation) (Outc
 	}
 	if op == OpBind && o.State == osbv1alpha1.StateSucceeded {
 		if err := a.storeCredentials(ctx, t, reg, regSecret, st.Response); err != nil {
+			return Outcome{}, err
+		}
+	}
+	if o.State == osbv1alpha1.StateInProgress && o.Description != "" {
+		if err := a.showProgress(ctx, t, o.Description); err != nil {
 			return Outcome{}, err
 		}
 	}

@@ -76,7 +76,7 @@ func TestOSBLifecycle(t *testing.T) {
 	require.Eventually(t, func() bool {
 		status, body, header := s.do(http.MethodGet, inst+"/last_operation?operation=provision", "", nil)
 		return status == http.StatusOK && header.Get("Retry-After") == "2" &&
-			body == `{"state":"in progress","description":"provision in progress"}`
+			body == `{"state":"in progress","description":"waiting for the gate"}`
 	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the provision waiting, with Retry-After")
 
 	// 3. Poll last_operation to succeeded.
@@ -129,12 +129,12 @@ func TestOSBLifecycle(t *testing.T) {
 	require.Eventually(t, func() bool {
 		status, body, header := s.do(http.MethodGet, inst+"/last_operation?operation=update-2", "", nil)
 		return status == http.StatusOK && header.Get("Retry-After") == "2" &&
-			body == `{"state":"in progress","description":"update in progress"}`
+			body == `{"state":"in progress","description":"waiting for the update gate"}`
 	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the update waiting")
 	s.expect(http.MethodGet, inst, "", http.StatusUnprocessableEntity,
-		`{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: update in progress"}`)
+		`{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: waiting for the update gate"}`)
 	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"size": "large"}}`, s.svc),
-		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: update in progress"}`)
+		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: waiting for the update gate"}`)
 	s.openGate("db-1", "update-gate")
 	assert.Equal(t, map[string]any{"state": "succeeded", "description": "now large"},
 		s.pollLastOperation(inst+"/last_operation?operation=update-2"))

@@ -92,7 +92,7 @@ const gatedTemplates = `
         dashboardUrl: https://dashboard.example/{{ .instance.metadata.name }}
       update:
         state: {{ if .updategate }}succeeded{{ else }}in progress{{ end }}
-        description: now {{ .plan.spec.name }}
+        description: {{ if .updategate }}now {{ .plan.spec.name }}{{ else }}waiting for the update gate{{ end }}
       bind:
         state: succeeded
         response:

@@ -66,7 +66,7 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 	inst := s.waitInstance("restart-1", "applied, waiting for the gate", func(i *osbv1alpha1.SFServiceInstance) bool {
 		return i.Status.State == osbv1alpha1.StateInProgress && len(i.Status.Resources) == 1
 	})
-	assert.Equal(t, "provision in progress", inst.Status.Description)
+	assert.Equal(t, "waiting for the gate", inst.Status.Description, "what the status template says while it waits")
 	password := s.registryValue("qm-instance-restart-1", "password")
 
 	s.worker.Stop()
@@ -94,8 +94,8 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 }
 
 // TestConcurrentOperationIsRefused: the workflow ID is the lock. A second
-// operation on an instance while one runs is refused by Temporal, and the
-// starter joins the running one instead of starting another.
+// operation on an instance while one runs is refused by Temporal; the
+// starter starts it once the running one is done.
 func TestConcurrentOperationIsRefused(t *testing.T) {
 	s := start(t, true)
 	ctx := context.Background()
@@ -115,7 +115,7 @@ func TestConcurrentOperationIsRefused(t *testing.T) {
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	require.ErrorAs(t, err, &started, "an Update while the Provision runs is refused")
 
-	// The watcher sees a spec change meanwhile and joins the running run.
+	// The watcher sees a spec change meanwhile; its start is refused too.
 	var inst osbv1alpha1.SFServiceInstance
 	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.ns, Name: "busy"}, &inst))
 	base := inst.DeepCopy()
