@@ -18,15 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/rest"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
-	"github.com/quartermaster/qm/crds"
-	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
-	"github.com/quartermaster/qm/worker"
 )
 
 // Load of the OSB benchmark: concurrent clients on loopback, each sending
@@ -80,20 +75,11 @@ spec:
 	}
 	planID, serviceID := ns+"-one-configmap", ns+"-bench"
 
-	cfg := rest.CopyConfig(kube.Config)
-	cfg.QPS = -1
-	direct, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
-	require.NoError(b, err)
-	cat, err := catalog.New(cfg, crds.NewScheme())
-	require.NoError(b, err)
-	require.NoError(b, cat.Start(ctx))
+	cat := testenv.Catalog(b, kube.Config)
 	require.Eventually(b, func() bool { _, err := cat.Plan(ctx, planID); return err == nil }, 10*time.Second, 10*time.Millisecond)
-	w := worker.New(tc, direct, cat)
-	require.NoError(b, w.Start())
-	defer w.Stop()
-	testenv.Watch(b, cfg, tc, starter.WatcherOptions{Concurrency: 64})
+	testenv.Quartermaster(b, kube.Config, tc, cat, starter.WatcherOptions{Concurrency: 64})
 
-	broker := httptest.NewServer((&api.Server{Kube: direct, Catalog: cat, Namespace: ns, OSB: creds,
+	broker := httptest.NewServer((&api.Server{Kube: kube.Client, Catalog: cat, Namespace: ns, OSB: creds,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
 	defer broker.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: loadClients}}

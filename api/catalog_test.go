@@ -19,9 +19,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
-	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -55,9 +53,7 @@ func broker(t *testing.T) (*httptest.Server, *testenv.Cluster, string) {
 		}
 	})
 	ns := seedNS
-	cat, err := catalog.New(kube.Config, crds.NewScheme())
-	require.NoError(t, err)
-	require.NoError(t, cat.Start(ctx))
+	cat := testenv.Catalog(t, kube.Config)
 	srv := httptest.NewServer((&api.Server{Kube: kube.Client, Catalog: cat, Namespace: ns, OSB: creds}).Handler())
 	t.Cleanup(srv.Close)
 	return srv, kube, ns

@@ -25,12 +25,9 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
-	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
-	"github.com/quartermaster/qm/worker"
 )
 
 // osbSystem is Quartermaster as a platform meets it: the OSB API in front
@@ -126,8 +123,6 @@ const instantTemplates = `
 func startOSB(t *testing.T, withWorker bool) *osbSystem {
 	t.Helper()
 	kube := testenv.Kubernetes(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	ns := kube.Namespace(t)
 	s := &osbSystem{t: t, kube: kube, ns: ns, svc: ns + "-svc"}
 	s.create(fmt.Sprintf(`
@@ -143,9 +138,7 @@ spec:
   bindingsRetrievable: true
   planUpdatable: true`, ns, ns, s.svc))
 
-	cat, err := catalog.New(kube.Config, crds.NewScheme())
-	require.NoError(t, err)
-	require.NoError(t, cat.Start(ctx))
+	cat := testenv.Catalog(t, kube.Config)
 	s.server = &api.Server{Kube: kube.Client, Catalog: cat, Namespace: ns, OSB: creds, Admin: adminCreds,
 		SyncTimeout: 20 * time.Second, BindTimeout: 20 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
@@ -155,10 +148,7 @@ spec:
 
 	if withWorker {
 		s.tc = testenv.Temporal(t)
-		w := worker.New(s.tc, kube.Client, cat)
-		require.NoError(t, w.Start())
-		t.Cleanup(w.Stop)
-		testenv.Watch(t, kube.Config, s.tc, starter.WatcherOptions{})
+		testenv.Quartermaster(t, kube.Config, s.tc, cat, starter.WatcherOptions{})
 	}
 	return s
 }

@@ -20,17 +20,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
-	"github.com/quartermaster/qm/worker"
 )
 
 // benchClients is the number of parallel clients creating resources.
@@ -78,18 +74,11 @@ spec: {name: bench, id: bench, description: bench, bindable: false}
 `, ns))
 	require.NoError(b, kube.Client.Create(ctx, svc))
 
-	cfg := rest.CopyConfig(kube.Config)
-	cfg.QPS = -1
-	direct, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
-	require.NoError(b, err)
-	cat, err := catalog.New(cfg, crds.NewScheme())
-	require.NoError(b, err)
-	require.NoError(b, cat.Start(ctx))
+	cfg := kube.Config
+	direct := kube.Client
+	cat := testenv.Catalog(b, cfg)
 	require.Eventually(b, func() bool { _, err := cat.Plan(ctx, ns+"-one-configmap"); return err == nil }, 10*time.Second, 10*time.Millisecond)
-	w := worker.New(tc, direct, cat)
-	require.NoError(b, w.Start())
-	defer w.Stop()
-	testenv.Watch(b, cfg, tc, starter.WatcherOptions{Concurrency: 64})
+	testenv.Quartermaster(b, cfg, tc, cat, starter.WatcherOptions{Concurrency: 64})
 
 	// The clock stops when an informer sees the instance succeeded, as a
 	// user watching with kubectl would.

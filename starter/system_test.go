@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/deploy/samples"
 	"github.com/quartermaster/qm/internal/catalog"
@@ -65,9 +64,7 @@ func start(t *testing.T, withWatcher bool) *system {
 		}
 	})
 
-	cat, err := catalog.New(kube.Config, crds.NewScheme())
-	require.NoError(t, err)
-	require.NoError(t, cat.Start(ctx))
+	cat := testenv.Catalog(t, kube.Config)
 	s := &system{t: t, kube: kube, tc: tc, catalog: cat, ns: kube.Namespace(t)}
 	s.startWorker()
 	if withWatcher {

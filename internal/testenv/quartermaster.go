@@ -13,9 +13,44 @@ import (
 	"go.temporal.io/sdk/client"
 	"k8s.io/client-go/rest"
 
+	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/starter"
+	"github.com/quartermaster/qm/worker"
 )
+
+// Catalog starts a catalog cache of the cluster cfg reaches, synced, until
+// the test ends.
+func Catalog(t testing.TB, cfg *rest.Config) *catalog.Catalog {
+	t.Helper()
+	cat, err := catalog.New(cfg, crds.NewScheme())
+	if err != nil {
+		t.Fatalf("creating the catalog: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := cat.Start(ctx); err != nil {
+		t.Fatalf("starting the catalog: %v", err)
+	}
+	return cat
+}
+
+// Quartermaster runs a worker, with a client of its own as `qm worker`
+// has, and the watcher against cfg and tc until the test ends.
+func Quartermaster(t testing.TB, cfg *rest.Config, tc client.Client, cat *catalog.Catalog, opts starter.WatcherOptions) {
+	t.Helper()
+	kube, err := crds.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := worker.New(tc, kube, cat)
+	if err := w.Start(); err != nil {
+		t.Fatalf("starting the worker: %v", err)
+	}
+	t.Cleanup(w.Stop)
+	Watch(t, cfg, tc, opts)
+}
 
 // Watch runs Quartermaster's watcher against cfg and tc until the test
 // ends; the test fails if it stops with an error.

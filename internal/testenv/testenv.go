@@ -118,7 +118,7 @@ func Kubernetes(t testing.TB) *Cluster {
 			return
 		}
 		var c ctrlclient.Client
-		c, kubeErr = ctrlclient.New(kubeCP.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
+		c, kubeErr = crds.NewClient(kubeCP.Config)
 		cluster = &Cluster{Config: kubeCP.Config, Client: c, Kubeconfig: kubeCP.Kubeconfig}
 	})
 	if kubeErr != nil {
