@@ -63,22 +63,14 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	lo := bindingProgress(b)
-	waited := false
-	if lo.State == osbInProgress && !asyncBinding(plan) {
-		ended, gone, err := s.waitFor(ctx, b, s.BindTimeout, func() bool {
-			lo = bindingProgress(b)
-			return lo.State != osbInProgress
-		})
-		if err != nil {
-			s.internalError(w, r, "waiting for the bind", err)
-			return
-		}
-		if gone {
-			s.refuse(w, concurrencyError("binding %q was unbound meanwhile", bid))
-			return
-		}
-		waited = ended
+	lo, waited, gone, err := s.settle(ctx, b, asyncBinding(plan), s.BindTimeout, func() lastOperation { return bindingProgress(b) })
+	if err != nil {
+		s.internalError(w, r, "waiting for the bind", err)
+		return
+	}
+	if gone {
+		s.refuse(w, concurrencyError("binding %q was unbound meanwhile", bid))
+		return
 	}
 	switch {
 	case lo.State == osbSucceeded:
@@ -142,8 +134,7 @@ func (s *Server) checkBind(ctx context.Context, r *http.Request, iid string, req
 			description: fmt.Sprintf("plan %q binds to apps only: bind_resource.app_guid is required", plan.Spec.Name)}
 	}
 	if asyncBinding(plan) && !acceptsIncomplete(r) {
-		return nil, nil, "", &requestError{status: http.StatusUnprocessableEntity, code: codeAsyncRequired,
-			description: fmt.Sprintf("plan %q binds asynchronously; repeat the request with accepts_incomplete=true", plan.Spec.Name)}
+		return nil, nil, "", asyncRequired(plan, "binds")
 	}
 	if e := s.schemas.validate(plan, bindingCreate, req.Parameters); e != nil {
 		return nil, nil, "", e
@@ -168,8 +159,7 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 	}
 	plan, _ := s.Catalog.Plan(ctx, b.Spec.PlanID)
 	if asyncBinding(plan) && !acceptsIncomplete(r) {
-		s.refuse(w, &requestError{status: http.StatusUnprocessableEntity, code: codeAsyncRequired,
-			description: fmt.Sprintf("plan %q unbinds asynchronously; repeat the request with accepts_incomplete=true", plan.Spec.Name)})
+		s.refuse(w, asyncRequired(plan, "unbinds"))
 		return
 	}
 	if b.DeletionTimestamp == nil {

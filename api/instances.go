@@ -99,7 +99,7 @@ func (s *Server) checkProvision(ctx context.Context, r *http.Request, req *provi
 		return nil, "", e
 	}
 	if async(plan) && !acceptsIncomplete(r) {
-		return nil, "", asyncRequired(plan)
+		return nil, "", asyncRequired(plan, "runs its operations")
 	}
 	if e := s.schemas.validate(plan, instanceCreate, req.Parameters); e != nil {
 		return nil, "", e
@@ -113,22 +113,14 @@ func (s *Server) checkProvision(ctx context.Context, r *http.Request, req *provi
 // workflow, and falls back to 202 if the client accepts it.
 func (s *Server) answerInstance(w http.ResponseWriter, r *http.Request, inst *osbv1alpha1.SFServiceInstance, plan *osbv1alpha1.SFPlan, created bool) {
 	op := instanceOperation(inst)
-	lo := instanceProgress(inst)
-	waited := false
-	if lo.State == osbInProgress && !async(plan) {
-		ended, gone, err := s.waitFor(r.Context(), inst, s.SyncTimeout, func() bool {
-			lo = instanceProgress(inst)
-			return lo.State != osbInProgress
-		})
-		if err != nil {
-			s.internalError(w, r, "waiting for the "+op, err)
-			return
-		}
-		if gone {
-			s.refuse(w, concurrencyError("instance %q was deprovisioned meanwhile", inst.Spec.InstanceID))
-			return
-		}
-		waited = ended
+	lo, waited, gone, err := s.settle(r.Context(), inst, async(plan), s.SyncTimeout, func() lastOperation { return instanceProgress(inst) })
+	if err != nil {
+		s.internalError(w, r, "waiting for the "+op, err)
+		return
+	}
+	if gone {
+		s.refuse(w, concurrencyError("instance %q was deprovisioned meanwhile", inst.Spec.InstanceID))
+		return
 	}
 	switch {
 	case lo.State == osbSucceeded && (created || waited) && op == opProvision:
@@ -229,7 +221,7 @@ func (s *Server) checkUpdate(ctx context.Context, r *http.Request, inst *osbv1al
 		return nil, false, e
 	}
 	if async(plan) && !acceptsIncomplete(r) {
-		return nil, false, asyncRequired(plan)
+		return nil, false, asyncRequired(plan, "runs its operations")
 	}
 	if req.Parameters != nil {
 		if e := s.schemas.validate(plan, instanceUpdate, req.Parameters); e != nil {
@@ -283,7 +275,7 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 	}
 	plan, _ := s.Catalog.Plan(ctx, inst.Spec.PlanID) // a plan gone from the catalog is deprovisioned synchronously
 	if async(plan) && !acceptsIncomplete(r) {
-		s.refuse(w, asyncRequired(plan))
+		s.refuse(w, asyncRequired(plan, "runs its operations"))
 		return
 	}
 	if inst.DeletionTimestamp == nil {
@@ -305,17 +297,10 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 // answerRemoval replies to a deprovision or unbind of obj, whose deletion
 // has been requested.
 func (s *Server) answerRemoval(w http.ResponseWriter, r *http.Request, obj client.Object, op string, isAsync bool, timeout time.Duration, progress func() lastOperation) {
-	lo := progress()
-	gone := false
-	if !isAsync && lo.State == osbInProgress {
-		var err error
-		if _, gone, err = s.waitFor(r.Context(), obj, timeout, func() bool {
-			lo = progress()
-			return lo.State != osbInProgress
-		}); err != nil {
-			s.internalError(w, r, "waiting for the "+op, err)
-			return
-		}
+	lo, _, gone, err := s.settle(r.Context(), obj, isAsync, timeout, progress)
+	if err != nil {
+		s.internalError(w, r, "waiting for the "+op, err)
+		return
 	}
 	switch {
 	case gone:
@@ -518,9 +503,11 @@ func acceptsIncomplete(r *http.Request) bool {
 	return r.URL.Query().Get("accepts_incomplete") == "true"
 }
 
-func asyncRequired(plan *osbv1alpha1.SFPlan) *requestError {
+// asyncRequired refuses a request without accepts_incomplete=true for what
+// the plan does asynchronously.
+func asyncRequired(plan *osbv1alpha1.SFPlan, does string) *requestError {
 	return &requestError{status: http.StatusUnprocessableEntity, code: codeAsyncRequired,
-		description: fmt.Sprintf("plan %q runs its operations asynchronously; repeat the request with accepts_incomplete=true", plan.Spec.Name)}
+		description: fmt.Sprintf("plan %q %s asynchronously; repeat the request with accepts_incomplete=true", plan.Spec.Name, does)}
 }
 
 func concurrencyError(format string, args ...any) *requestError {

@@ -142,31 +142,37 @@ func checkOperation(asked, current, what string) *requestError {
 	return badRequest("operation %q is not the last operation of %s (the last one is %q)", asked, what, current)
 }
 
-// waitFor polls obj until done says its operation ended, the object is
-// gone, or timeout passes. It reports whether the operation ended; a gone
-// object ends it (a deprovision or unbind that succeeded).
-func (s *Server) waitFor(ctx context.Context, obj client.Object, timeout time.Duration, done func() bool) (ended, gone bool, err error) {
+// settle returns the progress of the operation on obj. For a synchronous
+// plan (isAsync false) it first waits, re-reading obj into place, until
+// the operation ends, obj is gone, or timeout passes: waited reports that
+// it saw the operation end, gone that obj was deleted meanwhile (a
+// deprovision or unbind that succeeded).
+func (s *Server) settle(ctx context.Context, obj client.Object, isAsync bool, timeout time.Duration, progress func() lastOperation) (lo lastOperation, waited, gone bool, err error) {
+	lo = progress()
+	if isAsync || lo.State != osbInProgress {
+		return lo, false, false, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	key := client.ObjectKeyFromObject(obj)
 	interval := 50 * time.Millisecond
 	for {
-		if done() {
-			return true, false, nil
-		}
 		select {
 		case <-ctx.Done():
-			return false, false, nil
+			return lo, false, false, nil
 		case <-time.After(interval):
 		}
 		interval = min(2*interval, 500*time.Millisecond)
 		if err := s.Kube.Get(ctx, key, obj); apierrors.IsNotFound(err) {
-			return true, true, nil
+			return lo, true, true, nil
 		} else if err != nil {
 			if ctx.Err() != nil {
-				return false, false, nil
+				return lo, false, false, nil
 			}
-			return false, false, fmt.Errorf("reading %s: %w", key, err)
+			return lo, false, false, fmt.Errorf("reading %s: %w", key, err)
+		}
+		if lo = progress(); lo.State != osbInProgress {
+			return lo, true, false, nil
 		}
 	}
 }
