@@ -464,9 +464,9 @@ func (a *Operations) release(ctx context.Context, t *target) error {
 	}
 	obj := t.object()
 	base := obj.DeepCopyObject().(client.Object)
-	finalizer := InstanceFinalizer
+	finalizer := osbv1alpha1.InstanceFinalizer
 	if t.binding != nil {
-		finalizer = BindingFinalizer
+		finalizer = osbv1alpha1.BindingFinalizer
 	}
 	if !controllerutil.RemoveFinalizer(obj, finalizer) {
 		return nil

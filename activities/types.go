@@ -71,12 +71,6 @@ const (
 // DefaultMaxPolling bounds an operation whose plan sets no maximum_polling_duration.
 const DefaultMaxPolling = time.Hour
 
-// Finalizers that hold a resource until its workflow has removed what it created.
-const (
-	InstanceFinalizer = "quartermaster.io/deprovision"
-	BindingFinalizer  = "quartermaster.io/unbind"
-)
-
 // CredentialsJSONKeysAnnotation lists, comma-separated, the keys of a
 // credentials Secret whose values are JSON (numbers, objects, lists) rather
 // than plain strings.

@@ -45,7 +45,7 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) {
 	}
 	b := &osbv1alpha1.SFServiceBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: ResourceName(bid), Namespace: s.Namespace,
-			Finalizers: []string{activities.BindingFinalizer}},
+			Finalizers: []string{osbv1alpha1.BindingFinalizer}},
 		Spec: osbv1alpha1.SFServiceBindingSpec{
 			ID: bid, InstanceID: inst.Name, ServiceID: req.ServiceID, PlanID: req.PlanID,
 			BindResource: toJSON(bindResource), Context: toJSON(req.Context), Parameters: toJSON(req.Parameters),

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/catalog"
 )
@@ -61,7 +60,7 @@ func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) {
 		// The finalizer is there from the start, which spares the watcher a
 		// write: the instance is never deleted without a Deprovision run.
 		ObjectMeta: metav1.ObjectMeta{Name: ResourceName(id), Namespace: s.Namespace,
-			Finalizers: []string{activities.InstanceFinalizer}},
+			Finalizers: []string{osbv1alpha1.InstanceFinalizer}},
 		Spec: osbv1alpha1.SFServiceInstanceSpec{
 			InstanceID: id, ServiceID: req.ServiceID, PlanID: req.PlanID,
 			Context: toJSON(req.Context), OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID,

@@ -4,13 +4,19 @@
 package crds
 
 import (
+	"bufio"
+	"bytes"
 	"embed"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +30,12 @@ import (
 
 //go:embed bases/*.yaml
 var manifests embed.FS
+
+// policies are the admission policies that belong with the CRDs. Unlike
+// bases/, they are written by hand: controller-gen makes no policies.
+//
+//go:embed policies/*.yaml
+var policies embed.FS
 
 // AddToScheme registers every Quartermaster kind with a scheme.
 func AddToScheme(s *runtime.Scheme) error {
@@ -83,6 +95,43 @@ func Definitions() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 			return nil, fmt.Errorf("decoding %s: %w", p, err)
 		}
 		out = append(out, crd)
+	}
+	return out, nil
+}
+
+// AdmissionPolicies returns the MutatingAdmissionPolicies, and their
+// bindings, that give every new SFServiceInstance and SFServiceBinding its
+// finalizer as the API server admits it (Kubernetes 1.36 and later).
+func AdmissionPolicies() ([]client.Object, error) {
+	paths, err := fs.Glob(policies, "policies/*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	decoder := serializer.NewCodecFactory(NewScheme(), serializer.EnableStrict).UniversalDeserializer()
+	var out []client.Object
+	for _, p := range paths {
+		raw, err := policies.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+		for {
+			doc, err := docs.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", p, err)
+			}
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			obj, _, err := decoder.Decode(doc, nil, nil)
+			if err != nil {
+				return nil, fmt.Errorf("decoding %s: %w", p, err)
+			}
+			out = append(out, obj.(client.Object))
+		}
 	}
 	return out, nil
 }

@@ -21,10 +21,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/crds"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -103,7 +105,8 @@ func TestSeedExamplesAreAccepted(t *testing.T) {
 					assertKept(t, field, normalize(t, value), normalize(t, got.Object[field]))
 				}
 				assert.Equal(t, want.GetLabels(), got.GetLabels(), "labels")
-				assert.Equal(t, want.GetFinalizers(), got.GetFinalizers(), "finalizers")
+				// The admission policies add Quartermaster's own finalizer.
+				assert.Subset(t, got.GetFinalizers(), want.GetFinalizers(), "finalizers")
 			})
 			applied++
 		}
@@ -427,4 +430,53 @@ func assertKept(t *testing.T, path string, want, got any) {
 	default:
 		assert.Equal(t, want, got, "%s was not stored as given (pruned or changed)", path)
 	}
+}
+
+func TestAdmissionPoliciesAddFinalizersOnCreate(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	ctx := context.Background()
+
+	inst := &osbv1alpha1.SFServiceInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns},
+		Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: "svc", PlanID: "plan"},
+	}
+	require.NoError(t, kube.Client.Create(ctx, inst))
+	assert.Equal(t, []string{osbv1alpha1.InstanceFinalizer}, inst.Finalizers, "the create's answer already carries the finalizer")
+
+	own := &osbv1alpha1.SFServiceInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "own-finalizer", Namespace: ns, Finalizers: []string{"example.com/keep"}},
+		Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: "svc", PlanID: "plan"},
+	}
+	require.NoError(t, kube.Client.Create(ctx, own))
+	assert.ElementsMatch(t, []string{"example.com/keep", osbv1alpha1.InstanceFinalizer}, own.Finalizers, "a user's finalizer is kept")
+
+	b := &osbv1alpha1.SFServiceBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "binding", Namespace: ns},
+		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: "binding", InstanceID: "plain", ServiceID: "svc", PlanID: "plan"},
+	}
+	require.NoError(t, kube.Client.Create(ctx, b))
+	assert.Equal(t, []string{osbv1alpha1.BindingFinalizer}, b.Finalizers)
+
+	// Only creates are mutated: the workflow that removes the finalizer
+	// must see it gone, or deletion would never finish.
+	patch := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))
+	require.NoError(t, kube.Client.Patch(ctx, inst, patch))
+	assert.Empty(t, inst.Finalizers)
+	require.NoError(t, kube.Client.Delete(ctx, inst))
+	err := kube.Client.Get(ctx, client.ObjectKeyFromObject(inst), inst)
+	assert.True(t, apierrors.IsNotFound(err), "an instance without finalizer is gone at once: %v", err)
+}
+
+func TestAdmissionPoliciesAreValid(t *testing.T) {
+	objs, err := crds.AdmissionPolicies()
+	require.NoError(t, err)
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName())
+	}
+	assert.ElementsMatch(t, []string{
+		"MutatingAdmissionPolicy/quartermaster-instance-finalizer", "MutatingAdmissionPolicyBinding/quartermaster-instance-finalizer",
+		"MutatingAdmissionPolicy/quartermaster-binding-finalizer", "MutatingAdmissionPolicyBinding/quartermaster-binding-finalizer",
+	}, names)
 }

@@ -13,6 +13,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -191,6 +192,23 @@ func TestTenReconcilesStartOneWorkflow(t *testing.T) {
 	require.Eventually(t, func() bool { return s.runs("sfserviceinstance/"+s.ns+"/once") >= 1 }, 10*time.Second, 100*time.Millisecond)
 	time.Sleep(time.Second)
 	assert.Equal(t, 1, s.runs("sfserviceinstance/"+s.ns+"/once"), "twenty reconciles, one workflow run")
+}
+
+// TestWatcherAddsAMissingFinalizer covers clusters without the admission
+// policies (Kubernetes < 1.36): the watcher adds the finalizer before it
+// starts the provision.
+func TestWatcherAddsAMissingFinalizer(t *testing.T) {
+	s := start(t, false)
+	ctx := context.Background()
+	inst := s.instance("bare", tenantPlan, "")
+	require.NoError(t, s.kube.Client.Patch(ctx, inst, ctrlclient.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))))
+	require.Empty(t, inst.Finalizers)
+
+	st := &starter.Starter{Client: s.kube.Client, Temporal: s.tc}
+	_, err := st.ReconcileInstance(ctx, ctrl.Request{NamespacedName: ctrlclient.ObjectKeyFromObject(inst)})
+	require.NoError(t, err)
+	inst = s.waitInstance("bare", "provisioned", succeeded(1))
+	assert.Equal(t, []string{osbv1alpha1.InstanceFinalizer}, inst.Finalizers)
 }
 
 func nsOf(t *testing.T, inst *osbv1alpha1.SFServiceInstance) string {

@@ -157,7 +157,7 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 	var op activities.Operation
 	switch {
 	case inst.DeletionTimestamp != nil:
-		if !controllerutil.ContainsFinalizer(&inst, activities.InstanceFinalizer) {
+		if !controllerutil.ContainsFinalizer(&inst, osbv1alpha1.InstanceFinalizer) {
 			return ctrl.Result{}, nil
 		}
 		op = activities.OpDeprovision
@@ -175,7 +175,7 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, nil
 	}
 	if op != activities.OpDeprovision {
-		if err := s.addFinalizer(ctx, &inst, activities.InstanceFinalizer); err != nil {
+		if err := s.addFinalizer(ctx, &inst, osbv1alpha1.InstanceFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -199,7 +199,7 @@ func (s *Starter) ReconcileBinding(ctx context.Context, req ctrl.Request) (ctrl.
 	var op activities.Operation
 	switch {
 	case b.DeletionTimestamp != nil:
-		if !controllerutil.ContainsFinalizer(&b, activities.BindingFinalizer) {
+		if !controllerutil.ContainsFinalizer(&b, osbv1alpha1.BindingFinalizer) {
 			return ctrl.Result{}, nil
 		}
 		op = activities.OpUnbind
@@ -211,7 +211,7 @@ func (s *Starter) ReconcileBinding(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, nil
 	}
 	if op == activities.OpBind {
-		if err := s.addFinalizer(ctx, &b, activities.BindingFinalizer); err != nil {
+		if err := s.addFinalizer(ctx, &b, osbv1alpha1.BindingFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

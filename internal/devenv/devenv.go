@@ -187,7 +187,10 @@ func startKubernetes(o Options) (*rest.Config, string, func(), error) {
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("reading kubeconfig %s: %w", o.Kubeconfig, err)
 		}
-		if err := controlplane.InstallCRDs(cfg); err != nil {
+		switch err := controlplane.InstallCRDs(cfg); {
+		case errors.Is(err, controlplane.ErrNoAdmissionPolicies):
+			fmt.Fprintf(o.Out, "Note: %v.\n", err)
+		case err != nil:
 			return nil, "", nil, err
 		}
 		return cfg, o.Kubeconfig, func() {}, nil

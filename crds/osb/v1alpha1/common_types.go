@@ -21,6 +21,13 @@ const (
 	StateFailed OperationState = "failed"
 )
 
+// Finalizers that hold a resource until its workflow has removed what it
+// created. The admission policies in crds/policies set them on create.
+const (
+	InstanceFinalizer = "quartermaster.io/deprovision"
+	BindingFinalizer  = "quartermaster.io/unbind"
+)
+
 // Terminal reports whether no workflow is working on the operation any more.
 func (s OperationState) Terminal() bool {
 	return s == StateSucceeded || s == StateFailed
