@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,17 +17,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
 )
-
-// benchClients is the number of parallel clients creating resources.
-const benchClients = 16
 
 // BenchmarkProvision measures the provision pipeline on the embedded default
 // (envtest's API server, the dev server with SQLite in a file): N instances
@@ -84,10 +80,6 @@ spec: {name: bench, id: bench, description: bench, bindable: false}
 	// user watching with kubectl would.
 	var mu sync.Mutex
 	done := map[string]time.Time{}
-	informers, err := cache.New(cfg, cache.Options{Scheme: crds.NewScheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
-	require.NoError(b, err)
-	inf, err := informers.GetInformer(ctx, &osbv1alpha1.SFServiceInstance{})
-	require.NoError(b, err)
 	record := func(obj any) {
 		inst, ok := obj.(*osbv1alpha1.SFServiceInstance)
 		if !ok || inst.Status.State != osbv1alpha1.StateSucceeded {
@@ -99,10 +91,7 @@ spec: {name: bench, id: bench, description: bench, bindable: false}
 		}
 		mu.Unlock()
 	}
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }})
-	require.NoError(b, err)
-	go func() { _ = informers.Start(ctx) }()
-	require.True(b, informers.WaitForCacheSync(ctx))
+	watchInstances(ctx, b, cfg, ns, toolscache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }})
 
 	newInstance := func(name string) *osbv1alpha1.SFServiceInstance {
 		return &osbv1alpha1.SFServiceInstance{
@@ -135,20 +124,20 @@ spec: {name: bench, id: bench, description: bench, bindable: false}
 
 	// 1. The API server's raw create rate, with the same clients.
 	rawStart := time.Now()
-	parallel(b, n, func(i int) error {
+	testenv.Parallel(b, n, func(i int) error {
 		return direct.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("raw-%05d", i), Namespace: ns}})
 	})
 	rawRate := float64(n) / time.Since(rawStart).Seconds()
 
 	// 2. A burst of N instances.
-	cpuBefore := processCPU()
+	cpuBefore := testenv.CPU()
 	requestsBefore := apiRequests(b)
 	b.ResetTimer()
 	names := make([]string, n)
 	created := make(map[string]time.Time, n)
 	var cmu sync.Mutex
 	burstStart := time.Now()
-	parallel(b, n, func(i int) error {
+	testenv.Parallel(b, n, func(i int) error {
 		name := fmt.Sprintf("burst-%05d", i)
 		names[i] = name
 		t := time.Now()
@@ -167,7 +156,7 @@ spec: {name: bench, id: bench, description: bench, bindable: false}
 	}
 	mu.Unlock()
 	b.StopTimer()
-	cpuAfter := processCPU()
+	cpuAfter := testenv.CPU()
 	requestsAfter := apiRequests(b)
 	throughput := float64(n) / last.Sub(burstStart).Seconds()
 	burst := latencies(names, created)
@@ -208,75 +197,24 @@ spec: {name: bench, id: bench, description: bench, bindable: false}
 		"  burst latency         p50 %v, p99 %v\n"+
 		"  steady 20 creates/s   p50 %v, p99 %v\n"+
 		"  raw ConfigMap creates %7.1f /s (same API server, same clients)\n",
-		n, benchClients, throughput, pct(burst, 50).Round(time.Millisecond), pct(burst, 99).Round(time.Millisecond),
+		n, testenv.BenchClients, throughput, pct(burst, 50).Round(time.Millisecond), pct(burst, 99).Round(time.Millisecond),
 		pct(steady, 50).Round(time.Millisecond), pct(steady, 99).Round(time.Millisecond), rawRate)
 	fmt.Println("  API requests per instance in the burst (the benchmark's own create included):")
 	printRequestsPerInstance(requestsBefore, requestsAfter, n)
-	fmt.Printf("  CPU per instance in the burst:")
-	for _, name := range slices.Sorted(maps.Keys(cpuAfter)) {
-		fmt.Printf(" %s %.1fms", name, (cpuAfter[name]-cpuBefore[name]).Seconds()*1000/float64(n))
-	}
-	fmt.Println()
+	fmt.Printf("  CPU per instance in the burst:%s\n", testenv.CPUPer(cpuBefore, cpuAfter, n))
 }
 
-// processCPU returns the CPU time used so far by this process ("qm", which
-// runs the worker and the watcher) and by its children (kube-apiserver,
-// etcd, temporal), from /proc.
-func processCPU() map[string]time.Duration {
-	out := map[string]time.Duration{}
-	self := os.Getpid()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ... utime(14) stime(15), after the ")".
-		line := string(raw)
-		comm := line[strings.Index(line, "(")+1 : strings.LastIndex(line, ")")]
-		fields := strings.Fields(line[strings.LastIndex(line, ")")+2:])
-		ppid, _ := strconv.Atoi(fields[1])
-		if pid != self && ppid != self {
-			continue
-		}
-		if pid == self {
-			comm = "qm"
-		}
-		utime, _ := strconv.ParseInt(fields[11], 10, 64)
-		stime, _ := strconv.ParseInt(fields[12], 10, 64)
-		out[comm] += time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-	}
-	return out
-}
-
-// parallel runs do(0..n-1) on benchClients goroutines and fails the
-// benchmark on the first error.
-func parallel(b *testing.B, n int, do func(i int) error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
-	for range benchClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := do(i); err != nil {
-					once.Do(func() { first = err })
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	require.NoError(b, first)
+// watchInstances runs an informer on the SFServiceInstances of ns, with
+// handler, until ctx is done; it returns once the informer has synced.
+func watchInstances(ctx context.Context, b *testing.B, cfg *rest.Config, ns string, handler toolscache.ResourceEventHandler) {
+	informers, err := cache.New(cfg, cache.Options{Scheme: crds.NewScheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	require.NoError(b, err)
+	inf, err := informers.GetInformer(ctx, &osbv1alpha1.SFServiceInstance{})
+	require.NoError(b, err)
+	_, err = inf.AddEventHandler(handler)
+	require.NoError(b, err)
+	go func() { _ = informers.Start(ctx) }()
+	require.True(b, informers.WaitForCacheSync(ctx))
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -339,4 +277,69 @@ func printRequestsPerInstance(before, after map[string]float64, n int) {
 			fmt.Printf("    %-40s %.2f\n", k, per)
 		}
 	}
+}
+
+// BenchmarkKubernetesFloor makes, with no Temporal and no logic in between,
+// the API calls that BenchmarkProvision's pipeline makes per instance: the
+// user's create, the worker's read of the instance, its registry Secret, the
+// applied ConfigMap and the final status patch, from the same 16 clients
+// while two informers watch the instances (the watcher's and the
+// benchmark's). Its CPU per set is what the API server, etcd and their
+// clients cost at the least for one provision of the one-ConfigMap plan;
+// BenchmarkTemporalFloor (workflows) gives Temporal's share.
+func BenchmarkKubernetesFloor(b *testing.B) {
+	n := testenv.BenchN()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kube := testenv.Kubernetes(b)
+	ns := kube.Namespace(b)
+	for range 2 {
+		watchInstances(ctx, b, kube.Config, ns, toolscache.ResourceEventHandlerFuncs{})
+	}
+
+	c := kube.Client
+	cpuBefore := testenv.CPU()
+	b.ResetTimer()
+	start := time.Now()
+	testenv.Parallel(b, n, func(i int) error {
+		name := fmt.Sprintf("floor-%05d", i)
+		inst := &osbv1alpha1.SFServiceInstance{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: "bench", PlanID: "one-configmap"},
+		}
+		if err := c.Create(ctx, inst); err != nil {
+			return err
+		}
+		if err := c.Get(ctx, ctrlclient.ObjectKeyFromObject(inst), inst); err != nil {
+			return err
+		}
+		registry := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "qm-instance-" + name, Namespace: ns},
+			Data:       map[string][]byte{"instance-id": []byte(`"` + name + `"`)},
+		}
+		if err := c.Create(ctx, registry); err != nil {
+			return err
+		}
+		cm := &corev1.ConfigMap{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Data:       map[string]string{"plan": "one-configmap"},
+		}
+		if err := c.Patch(ctx, cm, ctrlclient.Apply, ctrlclient.FieldOwner("qm"), ctrlclient.ForceOwnership); err != nil {
+			return err
+		}
+		base := inst.DeepCopy()
+		inst.Status.State = osbv1alpha1.StateSucceeded
+		inst.Status.ObservedGeneration = inst.Generation
+		inst.Status.Resources = []osbv1alpha1.Source{{APIVersion: "v1", Kind: "ConfigMap", Name: name, Namespace: ns}}
+		inst.Status.AppliedSpec = inst.Spec.DeepCopy()
+		return c.Status().Patch(ctx, inst, ctrlclient.MergeFrom(base))
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpuAfter := testenv.CPU()
+	rate := float64(n) / elapsed.Seconds()
+	b.ReportMetric(rate, "sets/s")
+	fmt.Printf("\nKubernetes floor of a provision, N=%d, %d clients (create, get, Secret, apply, status patch):\n"+
+		"  %7.1f sets/s\n  CPU per set:%s\n", n, testenv.BenchClients, rate, testenv.CPUPer(cpuBefore, cpuAfter, n))
 }
