@@ -132,13 +132,7 @@ func jsonKind(goKind string) string {
 
 // validate checks what every provision request needs.
 func (p *provisionRequest) validate() *requestError {
-	if err := required("service_id", p.ServiceID, "plan_id", p.PlanID); err != nil {
-		return err
-	}
-	if err := objectOrAbsent("context", p.Context); err != nil {
-		return err
-	}
-	return objectOrAbsent("parameters", p.Parameters)
+	return validateCreate(p.ServiceID, p.PlanID, p.Context, p.Parameters)
 }
 
 func (u *updateRequest) validate() *requestError {
@@ -157,13 +151,19 @@ func (u *updateRequest) validate() *requestError {
 }
 
 func (b *bindRequest) validate() *requestError {
-	if err := required("service_id", b.ServiceID, "plan_id", b.PlanID); err != nil {
+	return validateCreate(b.ServiceID, b.PlanID, b.Context, b.Parameters)
+}
+
+// validateCreate checks what provision and bind requests both need: the
+// service and plan IDs, and context and parameters that are objects if given.
+func validateCreate(serviceID, planID string, reqContext, parameters json.RawMessage) *requestError {
+	if err := required("service_id", serviceID, "plan_id", planID); err != nil {
 		return err
 	}
-	if err := objectOrAbsent("context", b.Context); err != nil {
+	if err := objectOrAbsent("context", reqContext); err != nil {
 		return err
 	}
-	return objectOrAbsent("parameters", b.Parameters)
+	return objectOrAbsent("parameters", parameters)
 }
 
 // appGUID is the app a bind request is for, from bind_resource or the

@@ -57,8 +57,9 @@ func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	inst := &osbv1alpha1.SFServiceInstance{
-		// The finalizer is there from the start, which spares the watcher a
-		// write: the instance is never deleted without a Deprovision run.
+		// The finalizer is there from the start, also on clusters without
+		// the admission policies: the instance is never deleted without a
+		// Deprovision run, and the watcher need not write it.
 		ObjectMeta: metav1.ObjectMeta{Name: ResourceName(id), Namespace: s.Namespace,
 			Finalizers: []string{osbv1alpha1.InstanceFinalizer}},
 		Spec: osbv1alpha1.SFServiceInstanceSpec{

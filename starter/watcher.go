@@ -56,8 +56,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 16
 	}
-	// Adding finalizers is on every operation's path: no client-side rate
-	// limit, as for the worker (crds.NewClient).
+	// Where no admission policy sets finalizers, adding them is on every
+	// operation's path: no client-side rate limit, as for the worker
+	// (crds.NewClient).
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS = -1
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

@@ -130,8 +130,6 @@ func InstallAdmissionPolicies(cfg *rest.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, obj := range objs {
-		obj.SetManagedFields(nil)
-		obj.SetResourceVersion("")
 		if err := c.Patch(ctx, obj, client.Apply, fieldOwner, client.ForceOwnership); err != nil {
 			if meta.IsNoMatchError(err) {
 				return ErrNoAdmissionPolicies
