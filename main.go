@@ -22,14 +22,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
-	"github.com/quartermaster/qm/crds"
-	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/internal/devenv"
+	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/starter"
-	"github.com/quartermaster/qm/worker"
 )
 
 // globals are the flags every command shares.
@@ -136,26 +133,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 		Short: "Run the Temporal worker that hosts the workflows and activities (scales horizontally)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := kubeConfig(g.kubeconfig)
-			if err != nil {
-				return err
-			}
-			tc, err := g.temporal(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer tc.Close()
-			if err := worker.EnsureSearchAttributes(cmd.Context(), tc, g.temporalNamespace); err != nil {
-				return err
-			}
-			cat, err := catalog.New(cfg, crds.NewScheme())
-			if err != nil {
-				return err
-			}
-			if err := cat.Start(cmd.Context()); err != nil {
-				return err
-			}
-			return worker.Run(cmd.Context(), tc, cfg, cat)
+			return g.run(cmd.Context(), true, system.Options{Worker: true, TemporalNamespace: g.temporalNamespace})
 		},
 	}
 }
@@ -167,20 +145,7 @@ func newWatcherCommand(g *globals) *cobra.Command {
 		Short: "Run the watcher that turns resource events into workflow starts (leader-elected)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, _, err := g.kubernetes()
-			if err != nil {
-				return err
-			}
-			tc, err := g.temporal(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer tc.Close()
-			mgr, err := starter.NewWatcher(cfg, tc, o)
-			if err != nil {
-				return err
-			}
-			return mgr.Start(cmd.Context())
+			return g.run(cmd.Context(), true, system.Options{Watcher: &o})
 		},
 	}
 	f := cmd.Flags()
@@ -201,25 +166,14 @@ func newAPICommand(g *globals) *cobra.Command {
 		Short: "Serve the OSB v2 and admin HTTP API (stateless, active-active)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, kube, err := g.kubernetes()
-			if err != nil {
-				return err
-			}
-			cat, err := catalog.New(cfg, crds.NewScheme())
-			if err != nil {
-				return err
-			}
-			if err := cat.Start(cmd.Context()); err != nil {
-				return err
-			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listening on %s: %w", listen, err)
 			}
 			g.logger.Info("serving the API", "address", ln.Addr().String(), "namespace", srv.Namespace,
 				"admin", srv.Admin.Username != "")
-			srv.Kube, srv.Catalog, srv.Logger = kube, cat, g.logger
-			return srv.Serve(cmd.Context(), ln)
+			srv.Logger = g.logger
+			return g.run(cmd.Context(), false, system.Options{API: srv, APIListener: ln})
 		},
 	}
 	f := cmd.Flags()
@@ -257,18 +211,24 @@ func newVersionCommand() *cobra.Command {
 	}
 }
 
-// kubernetes returns the REST config and a client for the cluster named by
-// --kubeconfig, or the in-cluster config.
-func (g *globals) kubernetes() (*rest.Config, ctrlclient.Client, error) {
+// run connects to the cluster named by --kubeconfig (or the pod's) and,
+// when withTemporal is set, to Temporal, then runs the components o names
+// until ctx is done.
+func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) error {
 	cfg, err := kubeConfig(g.kubeconfig)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	kube, err := crds.NewClient(cfg)
-	if err != nil {
-		return nil, nil, err
+	o.Kube = cfg
+	if withTemporal {
+		tc, err := g.temporal(ctx)
+		if err != nil {
+			return err
+		}
+		defer tc.Close()
+		o.Temporal = tc
 	}
-	return cfg, kube, nil
+	return system.Run(ctx, o)
 }
 
 func kubeConfig(path string) (*rest.Config, error) {

@@ -2,14 +2,13 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 // status is the part of an instance's or binding's status that operations
@@ -68,20 +67,11 @@ func (a *Operations) patchStatus(ctx context.Context, t *target, mutate func(*st
 	return nil
 }
 
-// mergeJSON merges a free-form JSON object into dst; anything else is ignored.
-func mergeJSON(dst map[string]any, src *apiextensionsv1.JSON) {
-	if src == nil || len(src.Raw) == 0 {
-		return
+// inProgress marks the operation as running.
+func inProgress(op lifecycle.Operation) func(*status) {
+	return func(s *status) {
+		s.State = osbv1alpha1.StateInProgress
+		s.Description = fmt.Sprintf("%s in progress", op)
+		s.Error = ""
 	}
-	var m map[string]any
-	if json.Unmarshal(src.Raw, &m) == nil {
-		for k, v := range m {
-			dst[k] = v
-		}
-	}
-}
-
-func mustJSON(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }

@@ -8,9 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // adminInstance is how the admin API shows an instance: enough to find its
@@ -84,7 +84,7 @@ func toAdminInstance(inst *osbv1alpha1.SFServiceInstance) adminInstance {
 		Namespace: inst.Namespace, Name: inst.Name, InstanceID: inst.Spec.InstanceID,
 		ServiceID: inst.Spec.ServiceID, PlanID: inst.Spec.PlanID,
 		State: state, Description: inst.Status.Description, Operation: instanceOperation(inst),
-		WorkflowID: workflows.WorkflowID(activities.KindInstance, inst.Namespace, inst.Name),
+		WorkflowID: runs.WorkflowID(lifecycle.InstanceTarget(inst)),
 		Deleting:   inst.DeletionTimestamp != nil,
 	}
 }

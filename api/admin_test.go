@@ -23,23 +23,17 @@ import (
 // route and status and logged with its request identity, and no credential
 // reaches the log.
 func TestAdminAPIMetricsAndLogs(t *testing.T) {
-	s := startOSB(t, false)
-	plan := s.plan("async", "  manager: {async: true}", instantTemplates)
 	var logs testenv.SyncBuffer
-	srv := httptest.NewServer((&api.Server{
-		Kube: s.kube.Client, Catalog: s.server.Catalog, Namespace: s.ns, OSB: creds, Admin: adminCreds,
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-	}).Handler())
-	t.Cleanup(srv.Close)
-	s.url = srv.URL
+	s := testenv.Start(t, testenv.Parts{API: true, APILogger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	plan := s.Plan("async", "  manager: {async: true}", testenv.Templates("instant"))
 
-	status, body, _ := s.do(http.MethodPut, "/v2/service_instances/adm-1?accepts_incomplete=true",
-		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"password": "hunter2"}}`, s.svc, plan),
+	status, body, _ := s.Do(http.MethodPut, "/v2/service_instances/adm-1?accepts_incomplete=true",
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"password": "hunter2"}}`, s.ServiceID, plan),
 		map[string]string{"X-Broker-API-Request-Identity": "req-7"})
 	require.Equal(t, http.StatusAccepted, status, body)
 
 	admin := func(path string, auth api.Credentials) (int, string) {
-		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req, err := http.NewRequest(http.MethodGet, s.URL+path, nil)
 		require.NoError(t, err)
 		req.SetBasicAuth(auth.Username, auth.Password)
 		resp, err := http.DefaultClient.Do(req)
@@ -49,20 +43,20 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 		require.NoError(t, err)
 		return resp.StatusCode, string(raw)
 	}
-	status, body = admin("/admin/instances?namespace="+s.ns, adminCreds)
+	status, body = admin("/admin/instances?namespace="+s.Namespace, testenv.AdminCredentials)
 	require.Equal(t, http.StatusOK, status, body)
 	assert.JSONEq(t, fmt.Sprintf(`{"instances": [{"namespace": %q, "name": "adm-1", "instance_id": "adm-1", "service_id": %q,
 		"plan_id": %q, "state": "in_queue", "operation": "provision", "workflow_id": "sfserviceinstance/%s/adm-1"}]}`,
-		s.ns, s.svc, plan, s.ns), body)
-	status, body = admin("/admin/instances/"+s.ns+"/adm-1", adminCreds)
+		s.Namespace, s.ServiceID, plan, s.Namespace), body)
+	status, body = admin("/admin/instances/"+s.Namespace+"/adm-1", testenv.AdminCredentials)
 	assert.Equal(t, http.StatusOK, status, body)
-	assert.Contains(t, body, `"workflow_id":"sfserviceinstance/`+s.ns+`/adm-1"`)
-	status, _ = admin("/admin/instances/"+s.ns+"/nobody", adminCreds)
+	assert.Contains(t, body, `"workflow_id":"sfserviceinstance/`+s.Namespace+`/adm-1"`)
+	status, _ = admin("/admin/instances/"+s.Namespace+"/nobody", testenv.AdminCredentials)
 	assert.Equal(t, http.StatusNotFound, status)
-	status, _ = admin("/admin/instances", creds)
+	status, _ = admin("/admin/instances", testenv.OSBCredentials)
 	assert.Equal(t, http.StatusUnauthorized, status, "the OSB credentials do not open the admin API")
 
-	off := httptest.NewServer((&api.Server{Kube: s.kube.Client, Catalog: s.server.Catalog, OSB: creds,
+	off := httptest.NewServer((&api.Server{Kube: s.Kube.Client, Offerings: s.API.Offerings, OSB: testenv.OSBCredentials,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
 	t.Cleanup(off.Close)
 	resp, err := http.Get(off.URL + "/admin/instances")
@@ -70,7 +64,7 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "without credentials the admin API is off")
 
-	resp, err = http.Get(srv.URL + "/metrics")
+	resp, err = http.Get(s.URL + "/metrics")
 	require.NoError(t, err)
 	metrics, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -97,7 +91,7 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	assert.Equal(t, "req-7", put["requestIdentity"])
 	assert.Equal(t, float64(202), put["status"])
 	assert.Equal(t, "/v2/service_instances/{instance_id}", put["route"])
-	for _, secret := range []string{creds.Password, adminCreds.Password, "hunter2", "Basic "} {
+	for _, secret := range []string{testenv.OSBCredentials.Password, testenv.AdminCredentials.Password, "hunter2", "Basic "} {
 		assert.NotContains(t, logs.String(), secret, "credentials and parameters stay out of the log")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -16,12 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/internal/testenv"
-	"github.com/quartermaster/qm/starter"
 )
 
 // Load of the OSB benchmark: concurrent clients on loopback, each sending
@@ -43,52 +38,17 @@ func BenchmarkOSB(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	kube := testenv.Kubernetes(b)
-	tc := testenv.FileTemporal(b)
-
-	ns := kube.Namespace(b)
-	for _, manifest := range []string{fmt.Sprintf(`
-apiVersion: osb.servicefabrik.io/v1alpha1
-kind: SFService
-metadata: {name: bench, namespace: %[1]s}
-spec: {name: bench, id: %[1]s-bench, description: bench, bindable: false, instancesRetrievable: true}`, ns), fmt.Sprintf(`
-apiVersion: osb.servicefabrik.io/v1alpha1
-kind: SFPlan
-metadata: {name: one-configmap, namespace: %[1]s}
-spec:
-  name: one-configmap
-  id: %[1]s-one-configmap
-  description: one ConfigMap per instance
-  serviceId: %[1]s-bench
-  manager: {async: true}
-  templates:
-  - action: provision
-    type: gotemplate
-    content: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: {{ .instance.metadata.name }}}
-      data: {plan: {{ .plan.spec.name }}}`, ns)} {
-		obj := &unstructured.Unstructured{}
-		require.NoError(b, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(&obj.Object))
-		require.NoError(b, kube.Client.Create(ctx, obj))
-	}
-	planID, serviceID := ns+"-one-configmap", ns+"-bench"
-
-	cat := testenv.Catalog(b, kube.Config)
-	require.Eventually(b, func() bool { _, err := cat.Plan(ctx, planID); return err == nil }, 10*time.Second, 10*time.Millisecond)
-	testenv.Quartermaster(b, kube.Config, tc, cat, starter.WatcherOptions{Concurrency: 64})
-
-	broker := httptest.NewServer((&api.Server{Kube: kube.Client, Catalog: cat, Namespace: ns, OSB: creds,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
-	defer broker.Close()
+	s := testenv.Start(b, testenv.Parts{API: true, Worker: true, Watcher: true, Concurrency: 64, FileTemporal: true,
+		APILogger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	planID := s.Plan("one-configmap", "  manager: {async: true}", testenv.Templates("one-configmap"))
+	serviceID := s.ServiceID
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: loadClients}}
 	call := func(method, path, body string) (int, []byte, error) {
-		req, err := http.NewRequestWithContext(ctx, method, broker.URL+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, method, s.URL+path, strings.NewReader(body))
 		if err != nil {
 			return 0, nil, err
 		}
-		req.SetBasicAuth(creds.Username, creds.Password)
+		req.SetBasicAuth(testenv.OSBCredentials.Username, testenv.OSBCredentials.Password)
 		req.Header.Set("X-Broker-API-Version", "2.17")
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 // bindingResponse is the body of a bind that succeeded and of GET binding.
@@ -85,7 +85,7 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, status, resp)
 	case acceptsIncomplete(r):
-		writeJSON(w, http.StatusAccepted, operationResponse{Operation: opBind})
+		writeJSON(w, http.StatusAccepted, operationResponse{Operation: string(lifecycle.OpBind)})
 	case lo.State == osbFailed:
 		writeError(w, http.StatusInternalServerError, "", lo.Description)
 	default:
@@ -157,7 +157,7 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, e)
 		return
 	}
-	plan, _ := s.Catalog.Plan(ctx, b.Spec.PlanID)
+	plan, _ := s.Offerings.Plan(ctx, b.Spec.PlanID)
 	if asyncBinding(plan) && !acceptsIncomplete(r) {
 		s.refuse(w, asyncRequired(plan, "unbinds"))
 		return
@@ -175,7 +175,7 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.answerRemoval(w, r, b, opUnbind, asyncBinding(plan), s.BindTimeout, func() lastOperation { return bindingProgress(b) })
+	s.answerRemoval(w, r, b, string(lifecycle.OpUnbind), asyncBinding(plan), s.BindTimeout, func() lastOperation { return bindingProgress(b) })
 }
 
 // getBinding serves a binding that succeeded, with its credentials; one
@@ -206,7 +206,7 @@ func (s *Server) bindingLastOperation(w http.ResponseWriter, r *http.Request) {
 	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
 	asked := r.URL.Query().Get("operation")
 	missing := http.StatusNotFound
-	if asked == opUnbind {
+	if asked == string(lifecycle.OpUnbind) {
 		missing = http.StatusGone
 	}
 	b, e := s.binding(r.Context(), iid, bid, missing)
@@ -250,7 +250,7 @@ func (s *Server) bindingResponse(ctx context.Context, b *osbv1alpha1.SFServiceBi
 		return resp, fmt.Errorf("reading Secret %s/%s: %w", b.Namespace, name, err)
 	}
 	jsonKeys := map[string]bool{}
-	for _, k := range strings.Split(secret.Annotations[activities.CredentialsJSONKeysAnnotation], ",") {
+	for _, k := range strings.Split(secret.Annotations[osbv1alpha1.CredentialsJSONKeysAnnotation], ",") {
 		jsonKeys[k] = true
 	}
 	for k, v := range secret.Data {

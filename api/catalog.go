@@ -12,13 +12,13 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
 
-// Catalog lists the registered services and plans (internal/catalog, from
-// an informer cache).
-type Catalog interface {
+// Offerings lists the registered services and plans (internal/offerings,
+// from an informer cache): what the catalog endpoint serves.
+type Offerings interface {
 	Services(ctx context.Context) ([]osbv1alpha1.SFService, error)
 	Plans(ctx context.Context) ([]osbv1alpha1.SFPlan, error)
 	// Plan and Service find one by its OSB ID; an unknown ID is
-	// catalog.ErrNotFound.
+	// offerings.ErrNotFound.
 	Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error)
 	Service(ctx context.Context, id string) (*osbv1alpha1.SFService, error)
 }
@@ -68,12 +68,12 @@ type (
 // shows in the next call. Services registered in other namespaces are for
 // kubectl users of those namespaces, not for OSB platforms.
 func (s *Server) getCatalog(w http.ResponseWriter, r *http.Request) {
-	services, err := s.Catalog.Services(r.Context())
+	services, err := s.Offerings.Services(r.Context())
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "", "reading the catalog: "+err.Error())
 		return
 	}
-	plans, err := s.Catalog.Plans(r.Context())
+	plans, err := s.Offerings.Plans(r.Context())
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "", "reading the catalog: "+err.Error())
 		return

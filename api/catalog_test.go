@@ -5,27 +5,19 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 )
-
-func TestMain(m *testing.M) { testenv.Main(m) }
-
-var creds = api.Credentials{Username: "platform", Password: "s3cr3t-pw"}
 
 // The seed's service and plan are registered once per test binary: IDs are
 // unique across the cluster, as a platform expects of a catalog.
@@ -34,29 +26,22 @@ var (
 	seedNS       string
 )
 
-// broker serves the API against the shared API server, with the seed's
-// postgresql service and plan registered.
-func broker(t *testing.T) (*httptest.Server, *testenv.Cluster, string) {
+// broker serves the API for the namespace that holds the seed's postgresql
+// service and plan, registered once.
+func broker(t *testing.T) *testenv.System {
 	t.Helper()
 	kube := testenv.Kubernetes(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	registerOnce.Do(func() {
 		seedNS = kube.Namespace(t)
 		for _, file := range []string{"003-sfservice.yaml", "003-sfplan-postgresql.yaml"} {
 			raw, err := os.ReadFile("../crds/testdata/seeds/" + file)
 			require.NoError(t, err)
-			obj := &unstructured.Unstructured{}
-			require.NoError(t, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(raw)), 4096).Decode(&obj.Object))
+			obj := testenv.Decode(t, string(raw))
 			obj.SetNamespace(seedNS)
-			require.NoError(t, kube.Client.Create(ctx, obj))
+			require.NoError(t, kube.Client.Create(context.Background(), obj))
 		}
 	})
-	ns := seedNS
-	cat := testenv.Catalog(t, kube.Config)
-	srv := httptest.NewServer((&api.Server{Kube: kube.Client, Catalog: cat, Namespace: ns, OSB: creds}).Handler())
-	t.Cleanup(srv.Close)
-	return srv, kube, ns
+	return testenv.Start(t, testenv.Parts{API: true, Namespace: seedNS})
 }
 
 func get(t *testing.T, url string, header map[string]string, auth *api.Credentials) (*http.Response, []byte) {
@@ -78,9 +63,9 @@ func get(t *testing.T, url string, header map[string]string, auth *api.Credentia
 }
 
 func TestAuthAndVersion(t *testing.T) {
-	srv, _, _ := broker(t)
+	s := broker(t)
 	v217 := map[string]string{"X-Broker-API-Version": "2.17"}
-	wrong := api.Credentials{Username: creds.Username, Password: "guess"}
+	wrong := api.Credentials{Username: testenv.OSBCredentials.Username, Password: "guess"}
 
 	for _, tc := range []struct {
 		name   string
@@ -91,13 +76,13 @@ func TestAuthAndVersion(t *testing.T) {
 	}{
 		{"no credentials", v217, nil, 401, `{"description":"missing or wrong credentials"}`},
 		{"wrong password", v217, &wrong, 401, `{"description":"missing or wrong credentials"}`},
-		{"no version header", nil, &creds, 400, `{"description":"the X-Broker-API-Version header is missing"}`},
-		{"a version that is not one", map[string]string{"X-Broker-API-Version": "latest"}, &creds, 400, `{"description":"X-Broker-API-Version \"latest\" is not a version"}`},
-		{"another major version", map[string]string{"X-Broker-API-Version": "3.0"}, &creds, 412, `{"description":"X-Broker-API-Version \"3.0\" is not supported; this broker serves 2.x (up to 2.17)"}`},
-		{"an older minor version", map[string]string{"X-Broker-API-Version": "2.13"}, &creds, 200, ""},
+		{"no version header", nil, &testenv.OSBCredentials, 400, `{"description":"the X-Broker-API-Version header is missing"}`},
+		{"a version that is not one", map[string]string{"X-Broker-API-Version": "latest"}, &testenv.OSBCredentials, 400, `{"description":"X-Broker-API-Version \"latest\" is not a version"}`},
+		{"another major version", map[string]string{"X-Broker-API-Version": "3.0"}, &testenv.OSBCredentials, 412, `{"description":"X-Broker-API-Version \"3.0\" is not supported; this broker serves 2.x (up to 2.17)"}`},
+		{"an older minor version", map[string]string{"X-Broker-API-Version": "2.13"}, &testenv.OSBCredentials, 200, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, body := get(t, srv.URL+"/v2/catalog", tc.header, tc.auth)
+			resp, body := get(t, s.URL+"/v2/catalog", tc.header, tc.auth)
 			assert.Equal(t, tc.status, resp.StatusCode)
 			if tc.body != "" {
 				assert.JSONEq(t, tc.body, string(body))
@@ -109,14 +94,14 @@ func TestAuthAndVersion(t *testing.T) {
 		})
 	}
 
-	resp, _ := get(t, srv.URL+"/v2/catalog", map[string]string{"X-Broker-API-Version": "2.17", "X-Broker-API-Request-Identity": "req-42"}, &creds)
+	resp, _ := get(t, s.URL+"/v2/catalog", map[string]string{"X-Broker-API-Version": "2.17", "X-Broker-API-Request-Identity": "req-42"}, &testenv.OSBCredentials)
 	assert.Equal(t, "req-42", resp.Header.Get("X-Broker-API-Request-Identity"), "the request identity is echoed")
 }
 
 func TestCatalog(t *testing.T) {
-	srv, kube, ns := broker(t)
+	s := broker(t)
 	header := map[string]string{"X-Broker-API-Version": "2.17"}
-	resp, body := get(t, srv.URL+"/v2/catalog", header, &creds)
+	resp, body := get(t, s.URL+"/v2/catalog", header, &testenv.OSBCredentials)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 
 	assert.JSONEq(t, `{"services": [{
@@ -151,13 +136,13 @@ func TestCatalog(t *testing.T) {
 
 	// A change to a plan shows in the next call, without a restart.
 	var plan osbv1alpha1.SFPlan
-	require.NoError(t, kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: "39d7d4c8-6fe2-4c2a-a5ca-b826937d5a88"}, &plan))
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "39d7d4c8-6fe2-4c2a-a5ca-b826937d5a88"}, &plan))
 	base := plan.DeepCopy()
 	plan.Spec.Description = "now with 40GB"
 	plan.Spec.MaintenanceInfo = &osbv1alpha1.MaintenanceInfo{Version: "2.0.0", Description: "PostgreSQL 9.6.24"}
-	require.NoError(t, kube.Client.Patch(context.Background(), &plan, ctrlclient.MergeFrom(base)))
+	require.NoError(t, s.Kube.Client.Patch(context.Background(), &plan, ctrlclient.MergeFrom(base)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, body := get(t, srv.URL+"/v2/catalog", header, &creds)
+		_, body := get(t, s.URL+"/v2/catalog", header, &testenv.OSBCredentials)
 		var got struct {
 			Services []struct {
 				Plans []map[string]any `json:"plans"`

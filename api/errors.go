@@ -22,3 +22,22 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
 }
+
+// refuse writes the OSB error body of a refused request. A failure of the
+// broker itself (5xx) is logged too.
+func (s *Server) refuse(w http.ResponseWriter, e *requestError) {
+	if e.status >= 500 {
+		s.Logger.Error("request failed", "status", e.status, "description", e.description)
+	}
+	if e.status == http.StatusGone && e.description == "" {
+		writeJSON(w, e.status, struct{}{})
+		return
+	}
+	writeError(w, e.status, e.code, e.description)
+}
+
+// internalError answers 500 for a failure of the broker itself, and logs it.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, doing string, err error) {
+	s.Logger.ErrorContext(r.Context(), doing+" failed", "error", err, "requestIdentity", r.Header.Get("X-Broker-API-Request-Identity"))
+	writeError(w, http.StatusInternalServerError, "", doing+": "+err.Error())
+}

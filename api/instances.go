@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -15,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	"github.com/quartermaster/qm/internal/catalog"
+	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 // OriginatingIdentityAnnotation holds the decoded
@@ -123,7 +122,7 @@ func (s *Server) answerInstance(w http.ResponseWriter, r *http.Request, inst *os
 		return
 	}
 	switch {
-	case lo.State == osbSucceeded && (created || waited) && op == opProvision:
+	case lo.State == osbSucceeded && (created || waited) && op == string(lifecycle.OpProvision):
 		writeJSON(w, http.StatusCreated, operationResponse{DashboardURL: inst.Status.DashboardURL})
 	case lo.State == osbSucceeded:
 		writeJSON(w, http.StatusOK, operationResponse{DashboardURL: inst.Status.DashboardURL})
@@ -214,7 +213,7 @@ func (s *Server) checkUpdate(ctx context.Context, r *http.Request, inst *osbv1al
 	if e != nil {
 		return nil, false, e
 	}
-	if planID != inst.Spec.PlanID && !planUpdateable(ctx, s.Catalog, svc, inst.Spec.PlanID) {
+	if planID != inst.Spec.PlanID && !planUpdateable(ctx, s.Offerings, svc, inst.Spec.PlanID) {
 		return nil, false, badRequest("the plan of instance %q cannot be changed: its plan is not plan_updateable", id)
 	}
 	if e := checkMaintenanceInfo(plan, req.MaintenanceInfo); e != nil {
@@ -273,7 +272,7 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, badRequest("service_id %q is not the service of instance %q (%q)", q.Get("service_id"), id, inst.Spec.ServiceID))
 		return
 	}
-	plan, _ := s.Catalog.Plan(ctx, inst.Spec.PlanID) // a plan gone from the catalog is deprovisioned synchronously
+	plan, _ := s.Offerings.Plan(ctx, inst.Spec.PlanID) // a plan gone from the catalog is deprovisioned synchronously
 	if async(plan) && !acceptsIncomplete(r) {
 		s.refuse(w, asyncRequired(plan, "runs its operations"))
 		return
@@ -291,7 +290,7 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.answerRemoval(w, r, inst, opDeprovision, async(plan), s.SyncTimeout, func() lastOperation { return instanceProgress(inst) })
+	s.answerRemoval(w, r, inst, string(lifecycle.OpDeprovision), async(plan), s.SyncTimeout, func() lastOperation { return instanceProgress(inst) })
 }
 
 // answerRemoval replies to a deprovision or unbind of obj, whose deletion
@@ -345,7 +344,7 @@ func (s *Server) instanceLastOperation(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "instance_id")
 	asked := r.URL.Query().Get("operation")
 	missing := http.StatusNotFound
-	if asked == opDeprovision {
+	if asked == string(lifecycle.OpDeprovision) {
 		missing = http.StatusGone
 	}
 	inst, e := s.instance(r.Context(), id, missing)
@@ -386,166 +385,4 @@ func instanceBusy(inst *osbv1alpha1.SFServiceInstance) string {
 		return lo.Description
 	}
 	return ""
-}
-
-// record creates obj, the record of an OSB request, or reads the one that
-// an earlier request with the same ID created, into obj. It refuses one
-// that is being removed, or that same says differs from the request.
-func (s *Server) record(ctx context.Context, obj client.Object, state *osbv1alpha1.OperationState, what, removal string, same func() bool) (created bool, e *requestError) {
-	err := s.Kube.Create(ctx, obj)
-	if err == nil {
-		s.markQueued(ctx, obj, state)
-		return true, nil
-	}
-	if !apierrors.IsAlreadyExists(err) {
-		return false, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("recording %s: %v", what, err)}
-	}
-	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		return false, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading %s: %v", what, err)}
-	}
-	switch {
-	case obj.GetDeletionTimestamp() != nil:
-		return false, concurrencyError("%s is being %s", what, removal)
-	case !same():
-		return false, &requestError{status: http.StatusConflict, description: what + " already exists with different attributes"}
-	}
-	return false, nil
-}
-
-// remove deletes obj, the record of an OSB instance or binding, and reads
-// it back into obj: its finalizer holds it until the workflow has removed
-// what it created. ended is the reply when there is nothing to wait for:
-// 410 when it was gone already, 200 when nothing held it.
-func (s *Server) remove(ctx context.Context, obj client.Object, what string) (ended int, e *requestError) {
-	uid := obj.GetUID()
-	if err := s.Kube.Delete(ctx, obj, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
-		return http.StatusGone, nil
-	} else if err != nil {
-		return 0, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("deleting %s: %v", what, err)}
-	}
-	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
-		return http.StatusOK, nil
-	} else if err != nil {
-		return 0, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading %s: %v", what, err)}
-	}
-	return 0, nil
-}
-
-// markQueued writes state in_queue on a resource just created, unless a
-// workflow has moved it on already (the write is conditional on the
-// version created).
-func (s *Server) markQueued(ctx context.Context, obj client.Object, state *osbv1alpha1.OperationState) {
-	base := obj.DeepCopyObject().(client.Object)
-	*state = osbv1alpha1.StateInQueue
-	err := s.Kube.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-		s.Logger.WarnContext(ctx, "could not mark the request in_queue; the watcher picks it up regardless",
-			"name", obj.GetName(), "error", err)
-	}
-}
-
-// plan finds a plan of the catalog and its service; unknown IDs, or a plan
-// of another service, are a 400.
-func (s *Server) plan(ctx context.Context, serviceID, planID string) (*osbv1alpha1.SFPlan, *osbv1alpha1.SFService, *requestError) {
-	plan, err := s.Catalog.Plan(ctx, planID)
-	if errors.Is(err, catalog.ErrNotFound) || (err == nil && plan.Namespace != s.Namespace) {
-		return nil, nil, badRequest("plan_id %q is not in the catalog", planID)
-	} else if err != nil {
-		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}
-	}
-	if plan.Spec.ServiceID != serviceID {
-		return nil, nil, badRequest("plan_id %q is not a plan of service_id %q", planID, serviceID)
-	}
-	svc, err := s.Catalog.Service(ctx, serviceID)
-	if errors.Is(err, catalog.ErrNotFound) || (err == nil && svc.Namespace != s.Namespace) {
-		return nil, nil, badRequest("service_id %q is not in the catalog", serviceID)
-	} else if err != nil {
-		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}
-	}
-	return plan, svc, nil
-}
-
-// planUpdateable reports whether an instance of the plan may move to
-// another plan: the plan's plan_updateable, else its service's.
-func planUpdateable(ctx context.Context, cat Catalog, svc *osbv1alpha1.SFService, currentPlanID string) bool {
-	if p, err := cat.Plan(ctx, currentPlanID); err == nil && p.Spec.PlanUpdatable != nil {
-		return *p.Spec.PlanUpdatable
-	}
-	return svc.Spec.PlanUpdatable
-}
-
-// checkMaintenanceInfo refuses a maintenance_info the plan does not offer.
-func checkMaintenanceInfo(plan *osbv1alpha1.SFPlan, asked *osbv1alpha1.MaintenanceInfo) *requestError {
-	if asked == nil {
-		return nil
-	}
-	offered := plan.Spec.MaintenanceInfo
-	if offered == nil || offered.Version != asked.Version {
-		have := "none"
-		if offered != nil {
-			have = offered.Version
-		}
-		return &requestError{status: http.StatusUnprocessableEntity, code: codeMaintenanceInfoConflict,
-			description: fmt.Sprintf("maintenance_info.version %q does not match the catalog's for plan %q (%s)", asked.Version, plan.Spec.Name, have)}
-	}
-	return nil
-}
-
-func async(plan *osbv1alpha1.SFPlan) bool {
-	return plan != nil && plan.Spec.Manager != nil && plan.Spec.Manager.Async
-}
-
-func asyncBinding(plan *osbv1alpha1.SFPlan) bool {
-	return plan != nil && plan.Spec.Manager != nil && plan.Spec.Manager.AsyncBinding
-}
-
-func acceptsIncomplete(r *http.Request) bool {
-	return r.URL.Query().Get("accepts_incomplete") == "true"
-}
-
-// asyncRequired refuses a request without accepts_incomplete=true for what
-// the plan does asynchronously.
-func asyncRequired(plan *osbv1alpha1.SFPlan, does string) *requestError {
-	return &requestError{status: http.StatusUnprocessableEntity, code: codeAsyncRequired,
-		description: fmt.Sprintf("plan %q %s asynchronously; repeat the request with accepts_incomplete=true", plan.Spec.Name, does)}
-}
-
-func concurrencyError(format string, args ...any) *requestError {
-	return &requestError{status: http.StatusUnprocessableEntity, code: codeConcurrencyError, description: fmt.Sprintf(format, args...)}
-}
-
-// sameInstance reports whether a provision request asks for what the
-// instance records: the same IDs, organization, space, context, parameters
-// and maintenance_info.
-func sameInstance(have, want osbv1alpha1.SFServiceInstanceSpec) bool {
-	return have.ServiceID == want.ServiceID && have.PlanID == want.PlanID &&
-		have.OrganizationGUID == want.OrganizationGUID && have.SpaceGUID == want.SpaceGUID &&
-		sameJSON(have.Context, want.Context) && sameJSON(have.Parameters, want.Parameters) &&
-		sameMaintenanceInfo(have.MaintenanceInfo, want.MaintenanceInfo)
-}
-
-func sameMaintenanceInfo(a, b *osbv1alpha1.MaintenanceInfo) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Version == b.Version
-}
-
-// refuse writes the OSB error body of a refused request. A failure of the
-// broker itself (5xx) is logged too.
-func (s *Server) refuse(w http.ResponseWriter, e *requestError) {
-	if e.status >= 500 {
-		s.Logger.Error("request failed", "status", e.status, "description", e.description)
-	}
-	if e.status == http.StatusGone && e.description == "" {
-		writeJSON(w, e.status, struct{}{})
-		return
-	}
-	writeError(w, e.status, e.code, e.description)
-}
-
-// internalError answers 500 for a failure of the broker itself, and logs it.
-func (s *Server) internalError(w http.ResponseWriter, r *http.Request, doing string, err error) {
-	s.Logger.ErrorContext(r.Context(), doing+" failed", "error", err, "requestIdentity", r.Header.Get("X-Broker-API-Request-Identity"))
-	writeError(w, http.StatusInternalServerError, "", doing+": "+err.Error())
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quartermaster/qm/api"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/testenv"
 )
 
 // TestOSBLifecycle walks an instance through the OSB API as a platform
@@ -25,15 +26,15 @@ import (
 // deprovision, and last_operation 410 at the end. Along the way it checks
 // the answers to repeated, conflicting and concurrent requests.
 func TestOSBLifecycle(t *testing.T) {
-	s := startOSB(t, true)
-	small := s.plan("small", "  manager: {async: true}", gatedTemplates)
-	large := s.plan("large", "  manager: {async: true}\n  maintenance_info: {version: 2.1.0}", gatedTemplates)
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	small := s.Plan("small", "  manager: {async: true}", testenv.Templates("gated"))
+	large := s.Plan("large", "  manager: {async: true}\n  maintenance_info: {version: 2.1.0}", testenv.Templates("gated"))
 	inst := "/v2/service_instances/db-1"
 	provision := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space",
-		"context": {"platform": "cloudfoundry"}, "parameters": {"size": "medium"}}`, s.svc, small)
+		"context": {"platform": "cloudfoundry"}, "parameters": {"size": "medium"}}`, s.ServiceID, small)
 
 	// 1. The catalog.
-	body := s.expect(http.MethodGet, "/v2/catalog", "", http.StatusOK, "")
+	body := s.Expect(http.MethodGet, "/v2/catalog", "", http.StatusOK, "")
 	var cat struct {
 		Services []struct {
 			ID    string `json:"id"`
@@ -44,15 +45,15 @@ func TestOSBLifecycle(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &cat))
 	require.Len(t, cat.Services, 1, "the broker's namespace holds one service")
-	assert.Equal(t, s.svc, cat.Services[0].ID)
+	assert.Equal(t, s.ServiceID, cat.Services[0].ID)
 	assert.Len(t, cat.Services[0].Plans, 2)
 
 	// 2. Provision, asynchronously; the request is recorded as an instance.
-	status, body, _ := s.do(http.MethodPut, inst+"?accepts_incomplete=true", provision,
+	status, body, _ := s.Do(http.MethodPut, inst+"?accepts_incomplete=true", provision,
 		map[string]string{"X-Broker-API-Originating-Identity": identity("cloudfoundry", `{"user_id": "alice"}`)})
 	require.Equal(t, http.StatusAccepted, status, body)
 	assert.JSONEq(t, `{"operation": "provision"}`, body)
-	recorded, err := s.instance("db-1")
+	recorded, err := s.GetInstance("db-1")
 	require.NoError(t, err)
 	assert.Equal(t, "db-1", recorded.Spec.InstanceID)
 	assert.Equal(t, small, recorded.Spec.PlanID)
@@ -62,117 +63,117 @@ func TestOSBLifecycle(t *testing.T) {
 
 	// While it runs: the same PUT is 202 with the same operation, another
 	// is 409, GET is 404, and every other operation is a ConcurrencyError.
-	s.expect(http.MethodPut, inst+"?accepts_incomplete=true", provision, http.StatusAccepted, `{"operation": "provision"}`)
-	s.expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, small),
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", provision, http.StatusAccepted, `{"operation": "provision"}`)
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, small),
 		http.StatusConflict, `{"description": "instance \"db-1\" already exists with different attributes"}`)
-	s.expect(http.MethodGet, inst, "", http.StatusNotFound, "")
-	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, large),
+	s.Expect(http.MethodGet, inst, "", http.StatusNotFound, "")
+	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, large),
 		http.StatusUnprocessableEntity, "")
-	status, body, _ = s.do(http.MethodDelete, inst+fmt.Sprintf("?accepts_incomplete=true&service_id=%s&plan_id=%s", s.svc, small), "", nil)
+	status, body, _ = s.Do(http.MethodDelete, inst+fmt.Sprintf("?accepts_incomplete=true&service_id=%s&plan_id=%s", s.ServiceID, small), "", nil)
 	assert.Equal(t, http.StatusUnprocessableEntity, status)
 	assert.Contains(t, body, `"error":"ConcurrencyError"`)
-	s.expect(http.MethodPut, inst+"/service_bindings/app-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, small),
+	s.Expect(http.MethodPut, inst+"/service_bindings/app-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, small),
 		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"db-1\" is being provisioned"}`)
 	require.Eventually(t, func() bool {
-		status, body, header := s.do(http.MethodGet, inst+"/last_operation?operation=provision", "", nil)
+		status, body, header := s.Do(http.MethodGet, inst+"/last_operation?operation=provision", "", nil)
 		return status == http.StatusOK && header.Get("Retry-After") == "2" &&
 			body == `{"state":"in progress","description":"waiting for the gate"}`
 	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the provision waiting, with Retry-After")
 
 	// 3. Poll last_operation to succeeded.
-	s.openGate("db-1", "gate")
+	s.OpenGate("db-1", "gate")
 	assert.Equal(t, map[string]any{"state": "succeeded", "description": "ready"},
-		s.pollLastOperation(inst+"/last_operation?operation=provision"))
+		s.PollLastOperation(inst+"/last_operation?operation=provision"))
 
 	// 4. GET the instance; the identical PUT is now 200.
-	s.expect(http.MethodGet, inst, "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q,
-		"dashboard_url": "https://dashboard.example/db-1", "parameters": {"size": "medium"}}`, s.svc, small))
-	s.expect(http.MethodPut, inst+"?accepts_incomplete=true", provision, http.StatusOK, `{"dashboard_url": "https://dashboard.example/db-1"}`)
+	s.Expect(http.MethodGet, inst, "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q,
+		"dashboard_url": "https://dashboard.example/db-1", "parameters": {"size": "medium"}}`, s.ServiceID, small))
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", provision, http.StatusOK, `{"dashboard_url": "https://dashboard.example/db-1"}`)
 	var db corev1.ConfigMap
-	require.NoError(t, s.kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.ns, Name: "db-1-db"}, &db))
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "db-1-db"}, &db))
 	assert.Equal(t, map[string]string{"size": "medium", "plan": "small"}, db.Data)
 
 	// 5. Bind (synchronous for this plan) and get the credentials, with
 	// their JSON types.
 	binding := inst + "/service_bindings/app-1"
-	bind := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "bind_resource": {"app_guid": "app-guid-1"}}`, s.svc, small)
-	creds := `{"credentials": {"uri": "db://db-1", "port": 5432, "hosts": ["a", "b"]}}`
-	s.expect(http.MethodPut, binding, bind, http.StatusCreated, creds)
-	s.expect(http.MethodPut, binding, bind, http.StatusOK, creds)
-	s.expect(http.MethodPut, binding, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, small), http.StatusConflict, "")
+	bind := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "bind_resource": {"app_guid": "app-guid-1"}}`, s.ServiceID, small)
+	wantCreds := `{"credentials": {"uri": "db://db-1", "port": 5432, "hosts": ["a", "b"]}}`
+	s.Expect(http.MethodPut, binding, bind, http.StatusCreated, wantCreds)
+	s.Expect(http.MethodPut, binding, bind, http.StatusOK, wantCreds)
+	s.Expect(http.MethodPut, binding, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, small), http.StatusConflict, "")
 	var bindCM corev1.ConfigMap
-	require.NoError(t, s.kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.ns, Name: "app-1-bind"}, &bindCM))
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "app-1-bind"}, &bindCM))
 	assert.Equal(t, "app-guid-1", bindCM.Data["app"], "the bind template saw bind_resource")
 
 	// 6. GET the binding and its last operation.
-	s.expect(http.MethodGet, binding, "", http.StatusOK, creds)
-	s.expect(http.MethodGet, binding+"/last_operation?operation=bind", "", http.StatusOK, `{"state": "succeeded"}`)
+	s.Expect(http.MethodGet, binding, "", http.StatusOK, wantCreds)
+	s.Expect(http.MethodGet, binding+"/last_operation?operation=bind", "", http.StatusOK, `{"state": "succeeded"}`)
 
 	// 7. Unbind; the binding is gone.
-	unbindQuery := fmt.Sprintf("?service_id=%s&plan_id=%s", s.svc, small)
-	s.expect(http.MethodDelete, binding+unbindQuery, "", http.StatusOK, `{}`)
-	s.expect(http.MethodGet, binding, "", http.StatusNotFound, "")
-	s.expect(http.MethodDelete, binding+unbindQuery, "", http.StatusGone, `{}`)
-	s.expect(http.MethodGet, binding+"/last_operation?operation=unbind", "", http.StatusGone, `{}`)
-	assert.True(t, apierrors.IsNotFound(s.kube.Client.Get(context.Background(),
-		ctrlclient.ObjectKey{Namespace: s.ns, Name: "app-1-bind"}, &bindCM)), "unbind removed what bind applied")
+	unbindQuery := fmt.Sprintf("?service_id=%s&plan_id=%s", s.ServiceID, small)
+	s.Expect(http.MethodDelete, binding+unbindQuery, "", http.StatusOK, `{}`)
+	s.Expect(http.MethodGet, binding, "", http.StatusNotFound, "")
+	s.Expect(http.MethodDelete, binding+unbindQuery, "", http.StatusGone, `{}`)
+	s.Expect(http.MethodGet, binding+"/last_operation?operation=unbind", "", http.StatusGone, `{}`)
+	assert.True(t, apierrors.IsNotFound(s.Kube.Client.Get(context.Background(),
+		ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "app-1-bind"}, &bindCM)), "unbind removed what bind applied")
 
 	// 8. Update the plan; a maintenance_info the plan does not offer is refused.
-	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true",
-		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "maintenance_info": {"version": "9.9.9"}}`, s.svc, large),
+	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true",
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "maintenance_info": {"version": "9.9.9"}}`, s.ServiceID, large),
 		http.StatusUnprocessableEntity, `{"error": "MaintenanceInfoConflict",
 			"description": "maintenance_info.version \"9.9.9\" does not match the catalog's for plan \"large\" (2.1.0)"}`)
-	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true",
-		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "maintenance_info": {"version": "2.1.0"}, "previous_values": {"plan_id": %q}}`, s.svc, large, small),
+	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true",
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "maintenance_info": {"version": "2.1.0"}, "previous_values": {"plan_id": %q}}`, s.ServiceID, large, small),
 		http.StatusAccepted, `{"operation": "update-2", "dashboard_url": "https://dashboard.example/db-1"}`)
 	// While the update runs, GET and another update are ConcurrencyErrors.
 	require.Eventually(t, func() bool {
-		status, body, header := s.do(http.MethodGet, inst+"/last_operation?operation=update-2", "", nil)
+		status, body, header := s.Do(http.MethodGet, inst+"/last_operation?operation=update-2", "", nil)
 		return status == http.StatusOK && header.Get("Retry-After") == "2" &&
 			body == `{"state":"in progress","description":"waiting for the update gate"}`
 	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the update waiting")
-	s.expect(http.MethodGet, inst, "", http.StatusUnprocessableEntity,
+	s.Expect(http.MethodGet, inst, "", http.StatusUnprocessableEntity,
 		`{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: waiting for the update gate"}`)
-	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"size": "large"}}`, s.svc),
+	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"size": "large"}}`, s.ServiceID),
 		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: waiting for the update gate"}`)
-	s.openGate("db-1", "update-gate")
+	s.OpenGate("db-1", "update-gate")
 	assert.Equal(t, map[string]any{"state": "succeeded", "description": "now large"},
-		s.pollLastOperation(inst+"/last_operation?operation=update-2"))
-	s.expect(http.MethodGet, inst, "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q,
-		"dashboard_url": "https://dashboard.example/db-1", "parameters": {"size": "medium"}, "maintenance_info": {"version": "2.1.0"}}`, s.svc, large))
-	require.NoError(t, s.kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.ns, Name: "db-1-db"}, &db))
+		s.PollLastOperation(inst+"/last_operation?operation=update-2"))
+	s.Expect(http.MethodGet, inst, "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q,
+		"dashboard_url": "https://dashboard.example/db-1", "parameters": {"size": "medium"}, "maintenance_info": {"version": "2.1.0"}}`, s.ServiceID, large))
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "db-1-db"}, &db))
 	assert.Equal(t, "large", db.Data["plan"], "the update re-rendered the provision template")
-	s.expect(http.MethodGet, inst+"/last_operation?operation=provision", "", http.StatusBadRequest,
+	s.Expect(http.MethodGet, inst+"/last_operation?operation=provision", "", http.StatusBadRequest,
 		`{"description": "operation \"provision\" is not the last operation of instance \"db-1\" (the last one is \"update-2\")"}`)
 
 	// A failed update: the instance stays usable with what it ran before,
 	// and the same update would fail again.
-	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"size": "broken"}}`, s.svc),
+	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"size": "broken"}}`, s.ServiceID),
 		http.StatusAccepted, `{"operation": "update-3", "dashboard_url": "https://dashboard.example/db-1"}`)
-	lo := s.pollLastOperation(inst + "/last_operation?operation=update-3")
+	lo := s.PollLastOperation(inst + "/last_operation?operation=update-3")
 	assert.Equal(t, "failed", lo["state"])
 	assert.Equal(t, true, lo["instance_usable"])
 	assert.Equal(t, false, lo["update_repeatable"])
 	assert.Contains(t, lo["description"], "update failed: provision template: template: provision:1:")
 	assert.Contains(t, lo["description"], "size broken is not supported")
-	s.expect(http.MethodGet, inst, "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q,
-		"dashboard_url": "https://dashboard.example/db-1", "parameters": {"size": "medium"}, "maintenance_info": {"version": "2.1.0"}}`, s.svc, large))
+	s.Expect(http.MethodGet, inst, "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q,
+		"dashboard_url": "https://dashboard.example/db-1", "parameters": {"size": "medium"}, "maintenance_info": {"version": "2.1.0"}}`, s.ServiceID, large))
 
 	// 9. Deprovision.
-	deprovision := inst + fmt.Sprintf("?accepts_incomplete=true&service_id=%s&plan_id=%s", s.svc, large)
-	s.expect(http.MethodDelete, deprovision, "", http.StatusAccepted, `{"operation": "deprovision"}`)
+	deprovision := inst + fmt.Sprintf("?accepts_incomplete=true&service_id=%s&plan_id=%s", s.ServiceID, large)
+	s.Expect(http.MethodDelete, deprovision, "", http.StatusAccepted, `{"operation": "deprovision"}`)
 
 	// 10. last_operation ends in 410 Gone; so does a second DELETE.
 	require.Eventually(t, func() bool {
-		status, _, _ := s.do(http.MethodGet, inst+"/last_operation?operation=deprovision", "", nil)
+		status, _, _ := s.Do(http.MethodGet, inst+"/last_operation?operation=deprovision", "", nil)
 		return status == http.StatusGone
 	}, 60*time.Second, 50*time.Millisecond, "the deprovision ends")
-	s.expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
-	s.expect(http.MethodDelete, deprovision, "", http.StatusGone, `{}`)
-	_, err = s.instance("db-1")
+	s.Expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
+	s.Expect(http.MethodDelete, deprovision, "", http.StatusGone, `{}`)
+	_, err = s.GetInstance("db-1")
 	assert.True(t, apierrors.IsNotFound(err), "the instance is gone: %v", err)
-	assert.True(t, apierrors.IsNotFound(s.kube.Client.Get(context.Background(),
-		ctrlclient.ObjectKey{Namespace: s.ns, Name: "db-1-db"}, &db)), "and what it applied")
+	assert.True(t, apierrors.IsNotFound(s.Kube.Client.Get(context.Background(),
+		ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "db-1-db"}, &db)), "and what it applied")
 }
 
 // TestOSBSynchronousPlan: a plan without manager.async answers when the
@@ -180,38 +181,38 @@ func TestOSBLifecycle(t *testing.T) {
 // When it cannot finish within the timeout it answers 202 to a client that
 // accepts it, and 500 to one that does not.
 func TestOSBSynchronousPlan(t *testing.T) {
-	s := startOSB(t, true)
-	instant := s.plan("instant", "", instantTemplates)
-	gated := s.plan("gated", "", gatedTemplates)
-	s.server.SyncTimeout = 3 * time.Second
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	instant := s.Plan("instant", "", testenv.Templates("instant"))
+	gated := s.Plan("gated", "", testenv.Templates("gated"))
+	s.API.SyncTimeout = 3 * time.Second
 
-	s.expect(http.MethodPut, "/v2/service_instances/sync-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, instant),
+	s.Expect(http.MethodPut, "/v2/service_instances/sync-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, instant),
 		http.StatusCreated, `{}`)
-	s.expect(http.MethodGet, "/v2/service_instances/sync-1", "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, instant))
-	s.expect(http.MethodPut, "/v2/service_instances/sync-1/service_bindings/b-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, instant),
+	s.Expect(http.MethodGet, "/v2/service_instances/sync-1", "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, instant))
+	s.Expect(http.MethodPut, "/v2/service_instances/sync-1/service_bindings/b-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, instant),
 		http.StatusCreated, `{"credentials": {"user": "u"}}`)
-	s.expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/sync-1/service_bindings/b-1?service_id=%s&plan_id=%s", s.svc, instant), "",
+	s.Expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/sync-1/service_bindings/b-1?service_id=%s&plan_id=%s", s.ServiceID, instant), "",
 		http.StatusOK, `{}`)
-	s.expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/sync-1?service_id=%s&plan_id=%s", s.svc, instant), "",
+	s.Expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/sync-1?service_id=%s&plan_id=%s", s.ServiceID, instant), "",
 		http.StatusOK, `{}`)
-	_, err := s.instance("sync-1")
+	_, err := s.GetInstance("sync-1")
 	assert.True(t, apierrors.IsNotFound(err), "a synchronous deprovision answers once the instance is gone")
 
-	s.expect(http.MethodPut, "/v2/service_instances/slow-1?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, gated),
+	s.Expect(http.MethodPut, "/v2/service_instances/slow-1?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, gated),
 		http.StatusAccepted, `{"operation": "provision"}`)
-	status, body, _ := s.do(http.MethodPut, "/v2/service_instances/slow-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, gated), nil)
+	status, body, _ := s.Do(http.MethodPut, "/v2/service_instances/slow-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, gated), nil)
 	assert.Equal(t, http.StatusInternalServerError, status)
 	assert.Contains(t, body, `provision of instance \"slow-1\" did not finish within 3s`)
-	s.openGate("slow-1", "gate")
-	assert.Equal(t, "succeeded", s.pollLastOperation("/v2/service_instances/slow-1/last_operation")["state"])
+	s.OpenGate("slow-1", "gate")
+	assert.Equal(t, "succeeded", s.PollLastOperation("/v2/service_instances/slow-1/last_operation")["state"])
 }
 
 // TestOSBParallelDuplicatePUTs: 50 identical PUTs at once for one instance
 // ID make one SFServiceInstance and one workflow, and every reply agrees.
 func TestOSBParallelDuplicatePUTs(t *testing.T) {
-	s := startOSB(t, true)
-	plan := s.plan("gated", "  manager: {async: true}", gatedTemplates)
-	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "large"}}`, s.svc, plan)
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	plan := s.Plan("gated", "  manager: {async: true}", testenv.Templates("gated"))
+	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "large"}}`, s.ServiceID, plan)
 
 	type reply struct {
 		status int
@@ -223,7 +224,7 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 	for i := range replies {
 		wg.Go(func() {
 			<-start
-			status, b, _ := s.do(http.MethodPut, "/v2/service_instances/dup-1?accepts_incomplete=true", body, nil)
+			status, b, _ := s.Do(http.MethodPut, "/v2/service_instances/dup-1?accepts_incomplete=true", body, nil)
 			replies[i] = reply{status, b}
 		})
 	}
@@ -235,14 +236,14 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 			assert.JSONEq(t, `{"operation": "provision"}`, r.body, "reply %d", i)
 		}
 	}
-	assert.Equal(t, 1, s.countInstances(), "one SFServiceInstance")
+	assert.Equal(t, 1, s.CountInstances(), "one SFServiceInstance")
 
-	s.openGate("dup-1", "gate")
-	assert.Equal(t, "succeeded", s.pollLastOperation("/v2/service_instances/dup-1/last_operation?operation=provision")["state"])
-	workflowID := "sfserviceinstance/" + s.ns + "/dup-1"
-	require.Eventually(t, func() bool { return s.runs(workflowID) >= 1 }, 10*time.Second, 50*time.Millisecond)
-	assert.Equal(t, 1, s.runs(workflowID), "one workflow run")
-	inst, err := s.instance("dup-1")
+	s.OpenGate("dup-1", "gate")
+	assert.Equal(t, "succeeded", s.PollLastOperation("/v2/service_instances/dup-1/last_operation?operation=provision")["state"])
+	workflowID := "sfserviceinstance/" + s.Namespace + "/dup-1"
+	require.Eventually(t, func() bool { return s.Runs(workflowID) >= 1 }, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, 1, s.Runs(workflowID), "one workflow run")
+	inst, err := s.GetInstance("dup-1")
 	require.NoError(t, err)
 	assert.Equal(t, osbv1alpha1.StateSucceeded, inst.Status.State)
 }

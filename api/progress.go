@@ -12,22 +12,10 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-)
-
-// The OSB operation names this broker hands out. They are derived from the
-// resource, not stored: "provision", "update-<generation>" and
-// "deprovision" for instances, "bind" and "unbind" for bindings.
-const (
-	opProvision   = "provision"
-	opUpdate      = "update"
-	opDeprovision = "deprovision"
-	opBind        = "bind"
-	opUnbind      = "unbind"
+	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 // The states of an OSB last_operation response.
@@ -54,16 +42,15 @@ type operationResponse struct {
 	Operation    string `json:"operation,omitempty"`
 }
 
-// instanceOperation names the operation an instance's state is about.
+// instanceOperation names the OSB operation an instance's state is about:
+// the lifecycle's current operation, with the generation for an update
+// ("update-2"), so that a poll for an earlier update is told apart.
 func instanceOperation(inst *osbv1alpha1.SFServiceInstance) string {
-	switch {
-	case inst.DeletionTimestamp != nil:
-		return opDeprovision
-	case inst.Generation <= 1 || inst.Status.AppliedSpec == nil:
-		return opProvision
-	default:
-		return fmt.Sprintf("%s-%d", opUpdate, inst.Generation)
+	op := lifecycle.Current(inst)
+	if op == lifecycle.OpUpdate {
+		return fmt.Sprintf("%s-%d", op, inst.Generation)
 	}
+	return string(op)
 }
 
 // instanceProgress is the last_operation of an instance. The status speaks
@@ -72,7 +59,7 @@ func instanceOperation(inst *osbv1alpha1.SFServiceInstance) string {
 func instanceProgress(inst *osbv1alpha1.SFServiceInstance) lastOperation {
 	st := inst.Status
 	if inst.DeletionTimestamp != nil {
-		if st.State == osbv1alpha1.StateFailed && readyReason(st.Conditions) == "DeprovisionFailed" {
+		if st.State == osbv1alpha1.StateFailed && lifecycle.Failed(st.Conditions, lifecycle.OpDeprovision) {
 			return lastOperation{State: osbFailed, Description: st.Description, InstanceUsable: st.InstanceUsable}
 		}
 		return lastOperation{State: osbInProgress, Description: "deprovision in progress"}
@@ -87,19 +74,16 @@ func instanceProgress(inst *osbv1alpha1.SFServiceInstance) lastOperation {
 	return lastOperation{State: osbInProgress, Description: inProgressDescription(instanceOperation(inst), st.State, st.Description)}
 }
 
-// bindingOperation names the operation a binding's state is about.
+// bindingOperation names the OSB operation a binding's state is about.
 func bindingOperation(b *osbv1alpha1.SFServiceBinding) string {
-	if b.DeletionTimestamp != nil {
-		return opUnbind
-	}
-	return opBind
+	return string(lifecycle.CurrentBinding(b))
 }
 
 // bindingProgress is the last_operation of a binding.
 func bindingProgress(b *osbv1alpha1.SFServiceBinding) lastOperation {
 	st := b.Status
 	if b.DeletionTimestamp != nil {
-		if st.State == osbv1alpha1.StateFailed && readyReason(st.Conditions) == "UnbindFailed" {
+		if st.State == osbv1alpha1.StateFailed && lifecycle.Failed(st.Conditions, lifecycle.OpUnbind) {
 			return lastOperation{State: osbFailed, Description: st.Description}
 		}
 		return lastOperation{State: osbInProgress, Description: "unbind in progress"}
@@ -107,7 +91,7 @@ func bindingProgress(b *osbv1alpha1.SFServiceBinding) lastOperation {
 	if st.State.Terminal() && st.ObservedGeneration >= b.Generation {
 		return lastOperation{State: string(st.State), Description: st.Description}
 	}
-	return lastOperation{State: osbInProgress, Description: inProgressDescription(opBind, st.State, st.Description)}
+	return lastOperation{State: osbInProgress, Description: inProgressDescription(string(lifecycle.OpBind), st.State, st.Description)}
 }
 
 func inProgressDescription(op string, state osbv1alpha1.OperationState, description string) string {
@@ -115,13 +99,6 @@ func inProgressDescription(op string, state osbv1alpha1.OperationState, descript
 		return description
 	}
 	return op + " is queued"
-}
-
-func readyReason(conds []metav1.Condition) string {
-	if c := meta.FindStatusCondition(conds, "Ready"); c != nil {
-		return c.Reason
-	}
-	return ""
 }
 
 // writeLastOperation answers a last_operation poll; while the operation

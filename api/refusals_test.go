@@ -13,6 +13,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/testenv"
 )
 
 // schemaPlan declares a draft-06 create schema (the seed's) and a 2020-12
@@ -39,12 +40,12 @@ const schemaPlan = `  schemas:
 // spec's status and an error body that says what is wrong, and none leaves
 // an SFServiceInstance behind.
 func TestOSBRefusals(t *testing.T) {
-	s := startOSB(t, false)
-	plan := s.plan("checked", schemaPlan+"\n  maintenance_info: {version: 1.0.0}", instantTemplates)
-	async := s.plan("async", "  manager: {async: true}", instantTemplates)
-	other := startOSB(t, false)
-	foreign := other.plan("foreign", "", instantTemplates)
-	valid := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}}`, s.svc, plan)
+	s := testenv.Start(t, testenv.Parts{API: true})
+	plan := s.Plan("checked", schemaPlan+"\n  maintenance_info: {version: 1.0.0}", testenv.Templates("instant"))
+	async := s.Plan("async", "  manager: {async: true}", testenv.Templates("instant"))
+	other := testenv.Start(t, testenv.Parts{API: true})
+	foreign := other.Plan("foreign", "", testenv.Templates("instant"))
+	valid := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}}`, s.ServiceID, plan)
 	put := "/v2/service_instances/bad-1"
 
 	for _, tc := range []struct {
@@ -64,31 +65,31 @@ func TestOSBRefusals(t *testing.T) {
 		{name: "a field of the wrong type", body: fmt.Sprintf(`{"service_id": 7, "plan_id": %q}`, plan), status: 400,
 			want: "service_id must be a string, not number"},
 		{name: "missing service_id", body: fmt.Sprintf(`{"plan_id": %q}`, plan), status: 400, want: "service_id is required"},
-		{name: "missing plan_id", body: fmt.Sprintf(`{"service_id": %q}`, s.svc), status: 400, want: "plan_id is required"},
-		{name: "parameters not an object", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": "big"}`, s.svc, plan),
+		{name: "missing plan_id", body: fmt.Sprintf(`{"service_id": %q}`, s.ServiceID), status: 400, want: "plan_id is required"},
+		{name: "parameters not an object", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": "big"}`, s.ServiceID, plan),
 			status: 400, want: "parameters must be a JSON object"},
 		{name: "wrong Content-Type", body: valid, header: map[string]string{"Content-Type": "text/plain"}, status: 400,
 			want: `Content-Type "text/plain" is not supported; send application/json`},
 		{name: "no Content-Type", body: valid, header: map[string]string{"Content-Type": ""}, status: 400,
 			want: "the Content-Type header is missing; send application/json"},
-		{name: "unknown plan", body: fmt.Sprintf(`{"service_id": %q, "plan_id": "nope"}`, s.svc), status: 400,
+		{name: "unknown plan", body: fmt.Sprintf(`{"service_id": %q, "plan_id": "nope"}`, s.ServiceID), status: 400,
 			want: `plan_id "nope" is not in the catalog`},
 		{name: "a plan of another service", body: fmt.Sprintf(`{"service_id": "other", "plan_id": %q}`, plan), status: 400,
 			want: fmt.Sprintf(`plan_id %q is not a plan of service_id "other"`, plan)},
-		{name: "a plan outside the broker's namespace", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, other.svc, foreign), status: 400,
+		{name: "a plan outside the broker's namespace", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, other.ServiceID, foreign), status: 400,
 			want: fmt.Sprintf(`plan_id %q is not in the catalog`, foreign)},
 		{name: "parameters against the draft-06 schema", status: 400,
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "huge", "replicas": 0, "color": "red"}}`, s.svc, plan),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "huge", "replicas": 0, "color": "red"}}`, s.ServiceID, plan),
 			want: `parameters do not match the service_instance create schema of plan "checked": ` +
 				`parameters/replicas: minimum: got 0, want 1; parameters/size: value must be one of 'small', 'medium', 'large'; parameters: additional properties 'color' not allowed`},
 		{name: "a required parameter missing", status: 400,
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, plan),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan),
 			want: `parameters do not match the service_instance create schema of plan "checked": parameters: missing property 'size'`},
 		{name: "maintenance_info the plan does not offer", status: 422, errCode: "MaintenanceInfoConflict",
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}, "maintenance_info": {"version": "0.9.0"}}`, s.svc, plan),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}, "maintenance_info": {"version": "0.9.0"}}`, s.ServiceID, plan),
 			want: `maintenance_info.version "0.9.0" does not match the catalog's for plan "checked" (1.0.0)`},
 		{name: "an async plan without accepts_incomplete", status: 422, errCode: "AsyncRequired",
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, async),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, async),
 			want: `plan "async" runs its operations asynchronously; repeat the request with accepts_incomplete=true`},
 		{name: "a malformed originating identity", body: valid, status: 400,
 			header: map[string]string{"X-Broker-API-Originating-Identity": "cloudfoundry not-base64!"},
@@ -97,11 +98,11 @@ func TestOSBRefusals(t *testing.T) {
 			header: map[string]string{"X-Broker-API-Originating-Identity": "cloudfoundry"},
 			want:   `X-Broker-API-Originating-Identity must be "<platform> <base64-encoded JSON object>"`},
 		{name: "a body over the size limit", status: 413,
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small", "pad": %q}}`, s.svc, plan, strings.Repeat("x", 1<<20)),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small", "pad": %q}}`, s.ServiceID, plan, strings.Repeat("x", 1<<20)),
 			want: "the request body is larger than 1048576 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body, header := s.do(http.MethodPut, put, tc.body, tc.header)
+			status, body, header := s.Do(http.MethodPut, put, tc.body, tc.header)
 			assert.Equal(t, tc.status, status, body)
 			assert.Equal(t, "application/json", header.Get("Content-Type"))
 			want := fmt.Sprintf(`{"description": %q}`, tc.want)
@@ -109,37 +110,37 @@ func TestOSBRefusals(t *testing.T) {
 				want = fmt.Sprintf(`{"error": %q, "description": %q}`, tc.errCode, tc.want)
 			}
 			assert.JSONEq(t, want, body)
-			assert.Zero(t, s.countInstances(), "a refused request leaves nothing behind")
+			assert.Zero(t, s.CountInstances(), "a refused request leaves nothing behind")
 		})
 	}
 
 	// Unknown instances, on every endpoint.
-	q := fmt.Sprintf("?service_id=%s&plan_id=%s", s.svc, plan)
-	s.expect(http.MethodDelete, "/v2/service_instances/nobody"+q, "", http.StatusGone, `{}`)
-	s.expect(http.MethodDelete, "/v2/service_instances/nobody", "", http.StatusBadRequest,
+	q := fmt.Sprintf("?service_id=%s&plan_id=%s", s.ServiceID, plan)
+	s.Expect(http.MethodDelete, "/v2/service_instances/nobody"+q, "", http.StatusGone, `{}`)
+	s.Expect(http.MethodDelete, "/v2/service_instances/nobody", "", http.StatusBadRequest,
 		`{"description": "the query parameter service_id is required"}`)
-	s.expect(http.MethodGet, "/v2/service_instances/nobody", "", http.StatusNotFound, `{"description": "instance \"nobody\" does not exist"}`)
-	s.expect(http.MethodGet, "/v2/service_instances/nobody/last_operation", "", http.StatusNotFound, `{"description": "instance \"nobody\" does not exist"}`)
-	s.expect(http.MethodGet, "/v2/service_instances/nobody/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
-	s.expect(http.MethodPatch, "/v2/service_instances/nobody", fmt.Sprintf(`{"service_id": %q}`, s.svc), http.StatusNotFound,
+	s.Expect(http.MethodGet, "/v2/service_instances/nobody", "", http.StatusNotFound, `{"description": "instance \"nobody\" does not exist"}`)
+	s.Expect(http.MethodGet, "/v2/service_instances/nobody/last_operation", "", http.StatusNotFound, `{"description": "instance \"nobody\" does not exist"}`)
+	s.Expect(http.MethodGet, "/v2/service_instances/nobody/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
+	s.Expect(http.MethodPatch, "/v2/service_instances/nobody", fmt.Sprintf(`{"service_id": %q}`, s.ServiceID), http.StatusNotFound,
 		`{"description": "instance \"nobody\" does not exist"}`)
-	s.expect(http.MethodPut, "/v2/service_instances/nobody/service_bindings/b", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, plan),
+	s.Expect(http.MethodPut, "/v2/service_instances/nobody/service_bindings/b", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan),
 		http.StatusNotFound, `{"description": "instance \"nobody\" does not exist"}`)
-	s.expect(http.MethodDelete, "/v2/service_instances/nobody/service_bindings/b"+q, "", http.StatusGone, `{}`)
-	s.expect(http.MethodGet, "/v2/service_instances/nobody/service_bindings/b", "", http.StatusNotFound,
+	s.Expect(http.MethodDelete, "/v2/service_instances/nobody/service_bindings/b"+q, "", http.StatusGone, `{}`)
+	s.Expect(http.MethodGet, "/v2/service_instances/nobody/service_bindings/b", "", http.StatusNotFound,
 		`{"description": "binding \"b\" of instance \"nobody\" does not exist"}`)
-	s.expect(http.MethodGet, "/v2/service_instances/nobody/service_bindings/b/last_operation?operation=unbind", "", http.StatusGone, `{}`)
-	assert.Zero(t, s.countInstances())
+	s.Expect(http.MethodGet, "/v2/service_instances/nobody/service_bindings/b/last_operation?operation=unbind", "", http.StatusGone, `{}`)
+	assert.Zero(t, s.CountInstances())
 
 	// An ID that is not a Kubernetes name is recorded under its hash, and
 	// the ID itself stays in the spec.
 	// (There is no worker here: the synchronous plan gives up waiting, and
 	// answers 202 as the client accepts it.)
-	s.server.SyncTimeout = 100 * time.Millisecond
-	s.expect(http.MethodPut, "/v2/service_instances/Team_A:db?accepts_incomplete=true",
-		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}}`, s.svc, plan), http.StatusAccepted, `{"operation": "provision"}`)
+	s.API.SyncTimeout = 100 * time.Millisecond
+	s.Expect(http.MethodPut, "/v2/service_instances/Team_A:db?accepts_incomplete=true",
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}}`, s.ServiceID, plan), http.StatusAccepted, `{"operation": "provision"}`)
 	var list osbv1alpha1.SFServiceInstanceList
-	require.NoError(t, s.kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.ns)))
+	require.NoError(t, s.Kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.Namespace)))
 	require.Len(t, list.Items, 1)
 	assert.Equal(t, "Team_A:db", list.Items[0].Spec.InstanceID)
 	assert.Len(t, list.Items[0].Name, 56, "the SHA-224 of the ID")
@@ -148,39 +149,39 @@ func TestOSBRefusals(t *testing.T) {
 // TestOSBBindRefusals: a bind the plan cannot serve is refused before
 // anything is recorded.
 func TestOSBBindRefusals(t *testing.T) {
-	s := startOSB(t, true)
-	appOnly := s.plan("app-only", "  manager: {requiresApp: true}", instantTemplates)
-	asyncBind := s.plan("async-bind", "  manager: {asyncBinding: true}", instantTemplates)
-	unbindable := s.plan("unbindable", "  bindable: false", instantTemplates)
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	appOnly := s.Plan("app-only", "  manager: {requiresApp: true}", testenv.Templates("instant"))
+	asyncBind := s.Plan("async-bind", "  manager: {asyncBinding: true}", testenv.Templates("instant"))
+	unbindable := s.Plan("unbindable", "  bindable: false", testenv.Templates("instant"))
 	for _, p := range []string{appOnly, asyncBind, unbindable} {
-		s.expect(http.MethodPut, "/v2/service_instances/"+p, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, p), http.StatusCreated, `{}`)
+		s.Expect(http.MethodPut, "/v2/service_instances/"+p, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, p), http.StatusCreated, `{}`)
 	}
 	bind := func(instance, body string) string {
-		return fmt.Sprintf(`{"service_id": %q, "plan_id": %q%s}`, s.svc, instance, body)
+		return fmt.Sprintf(`{"service_id": %q, "plan_id": %q%s}`, s.ServiceID, instance, body)
 	}
-	s.expect(http.MethodPut, "/v2/service_instances/"+appOnly+"/service_bindings/b1", bind(appOnly, ""),
+	s.Expect(http.MethodPut, "/v2/service_instances/"+appOnly+"/service_bindings/b1", bind(appOnly, ""),
 		http.StatusUnprocessableEntity, `{"error": "RequiresApp", "description": "plan \"app-only\" binds to apps only: bind_resource.app_guid is required"}`)
-	s.expect(http.MethodPut, "/v2/service_instances/"+asyncBind+"/service_bindings/b2", bind(asyncBind, ""),
+	s.Expect(http.MethodPut, "/v2/service_instances/"+asyncBind+"/service_bindings/b2", bind(asyncBind, ""),
 		http.StatusUnprocessableEntity, `{"error": "AsyncRequired", "description": "plan \"async-bind\" binds asynchronously; repeat the request with accepts_incomplete=true"}`)
-	s.expect(http.MethodPut, "/v2/service_instances/"+unbindable+"/service_bindings/b3", bind(unbindable, ""),
-		http.StatusBadRequest, fmt.Sprintf(`{"description": "plan \"unbindable\" of service \"%s\" is not bindable"}`, s.ns))
-	s.expect(http.MethodPut, "/v2/service_instances/"+appOnly+"/service_bindings/b4", bind(asyncBind, ""),
+	s.Expect(http.MethodPut, "/v2/service_instances/"+unbindable+"/service_bindings/b3", bind(unbindable, ""),
+		http.StatusBadRequest, fmt.Sprintf(`{"description": "plan \"unbindable\" of service \"%s\" is not bindable"}`, s.Namespace))
+	s.Expect(http.MethodPut, "/v2/service_instances/"+appOnly+"/service_bindings/b4", bind(asyncBind, ""),
 		http.StatusBadRequest, "")
 	var list osbv1alpha1.SFServiceBindingList
-	require.NoError(t, s.kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.ns)))
+	require.NoError(t, s.Kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.Namespace)))
 	assert.Empty(t, list.Items, "no refused bind leaves a binding behind")
 
 	// With what they ask for, they bind: the app's GUID, or asynchronously.
-	s.expect(http.MethodPut, "/v2/service_instances/"+appOnly+"/service_bindings/b1", bind(appOnly, `, "bind_resource": {"app_guid": "app-1"}`),
+	s.Expect(http.MethodPut, "/v2/service_instances/"+appOnly+"/service_bindings/b1", bind(appOnly, `, "bind_resource": {"app_guid": "app-1"}`),
 		http.StatusCreated, `{"credentials": {"user": "u"}}`)
-	s.expect(http.MethodPut, "/v2/service_instances/"+asyncBind+"/service_bindings/b2?accepts_incomplete=true", bind(asyncBind, ""),
+	s.Expect(http.MethodPut, "/v2/service_instances/"+asyncBind+"/service_bindings/b2?accepts_incomplete=true", bind(asyncBind, ""),
 		http.StatusAccepted, `{"operation": "bind"}`)
 	assert.Equal(t, map[string]any{"state": "succeeded"},
-		s.pollLastOperation("/v2/service_instances/"+asyncBind+"/service_bindings/b2/last_operation?operation=bind"))
-	s.expect(http.MethodGet, "/v2/service_instances/"+asyncBind+"/service_bindings/b2", "", http.StatusOK, `{"credentials": {"user": "u"}}`)
-	s.expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/%s/service_bindings/b2?service_id=%s&plan_id=%s", asyncBind, s.svc, asyncBind), "",
+		s.PollLastOperation("/v2/service_instances/"+asyncBind+"/service_bindings/b2/last_operation?operation=bind"))
+	s.Expect(http.MethodGet, "/v2/service_instances/"+asyncBind+"/service_bindings/b2", "", http.StatusOK, `{"credentials": {"user": "u"}}`)
+	s.Expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/%s/service_bindings/b2?service_id=%s&plan_id=%s", asyncBind, s.ServiceID, asyncBind), "",
 		http.StatusUnprocessableEntity, "")
-	s.expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/%s/service_bindings/b2?service_id=%s&plan_id=%s&accepts_incomplete=true", asyncBind, s.svc, asyncBind), "",
+	s.Expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/%s/service_bindings/b2?service_id=%s&plan_id=%s&accepts_incomplete=true", asyncBind, s.ServiceID, asyncBind), "",
 		http.StatusAccepted, `{"operation": "unbind"}`)
 }
 
@@ -188,22 +189,22 @@ func TestOSBBindRefusals(t *testing.T) {
 // instance's state does not allow are refused, and an update that asks for
 // nothing new is a 200 that starts nothing.
 func TestOSBUpdateAndDeleteRefusals(t *testing.T) {
-	s := startOSB(t, true)
-	fixed := s.plan("fixed", "  planUpdatable: false\n  manager: {async: true}", instantTemplates)
-	other := s.plan("other", "  manager: {async: true}", instantTemplates)
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	fixed := s.Plan("fixed", "  planUpdatable: false\n  manager: {async: true}", testenv.Templates("instant"))
+	other := s.Plan("other", "  manager: {async: true}", testenv.Templates("instant"))
 	inst := "/v2/service_instances/upd-1"
-	s.expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"a": 1}}`, s.svc, fixed),
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"a": 1}}`, s.ServiceID, fixed),
 		http.StatusAccepted, `{"operation": "provision"}`)
-	assert.Equal(t, "succeeded", s.pollLastOperation(inst + "/last_operation")["state"])
+	assert.Equal(t, "succeeded", s.PollLastOperation(inst + "/last_operation")["state"])
 
-	s.expect(http.MethodPatch, inst, fmt.Sprintf(`{"service_id": %q, "parameters": {"a": 2}}`, s.svc), http.StatusUnprocessableEntity,
+	s.Expect(http.MethodPatch, inst, fmt.Sprintf(`{"service_id": %q, "parameters": {"a": 2}}`, s.ServiceID), http.StatusUnprocessableEntity,
 		`{"error": "AsyncRequired", "description": "plan \"fixed\" runs its operations asynchronously; repeat the request with accepts_incomplete=true"}`)
-	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.svc, other), http.StatusBadRequest,
+	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, other), http.StatusBadRequest,
 		`{"description": "the plan of instance \"upd-1\" cannot be changed: its plan is not plan_updateable"}`)
-	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", `{"service_id": "another"}`, http.StatusBadRequest,
-		fmt.Sprintf(`{"description": "service_id \"another\" is not the service of instance \"upd-1\" (\"%s\")"}`, s.svc))
-	s.expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"a": 1}}`, s.svc), http.StatusOK, `{}`)
-	got, err := s.instance("upd-1")
+	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true", `{"service_id": "another"}`, http.StatusBadRequest,
+		fmt.Sprintf(`{"description": "service_id \"another\" is not the service of instance \"upd-1\" (\"%s\")"}`, s.ServiceID))
+	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"a": 1}}`, s.ServiceID), http.StatusOK, `{}`)
+	got, err := s.GetInstance("upd-1")
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), got.Generation, "a PATCH that asks for nothing new changes nothing")
 
@@ -212,22 +213,22 @@ func TestOSBUpdateAndDeleteRefusals(t *testing.T) {
 	// in progress, and once it is gone, 410.
 	base := got.DeepCopy()
 	got.Finalizers = append(got.Finalizers, "test.quartermaster.io/hold")
-	require.NoError(t, s.kube.Client.Patch(context.Background(), got, ctrlclient.MergeFrom(base)))
-	deprovision := inst + fmt.Sprintf("?service_id=%s&plan_id=%s", s.svc, fixed)
-	s.expect(http.MethodDelete, deprovision, "", http.StatusUnprocessableEntity,
+	require.NoError(t, s.Kube.Client.Patch(context.Background(), got, ctrlclient.MergeFrom(base)))
+	deprovision := inst + fmt.Sprintf("?service_id=%s&plan_id=%s", s.ServiceID, fixed)
+	s.Expect(http.MethodDelete, deprovision, "", http.StatusUnprocessableEntity,
 		`{"error": "AsyncRequired", "description": "plan \"fixed\" runs its operations asynchronously; repeat the request with accepts_incomplete=true"}`)
-	s.expect(http.MethodDelete, deprovision+"&accepts_incomplete=true", "", http.StatusAccepted, `{"operation": "deprovision"}`)
-	s.expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"a": 1}}`, s.svc, fixed),
+	s.Expect(http.MethodDelete, deprovision+"&accepts_incomplete=true", "", http.StatusAccepted, `{"operation": "deprovision"}`)
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"a": 1}}`, s.ServiceID, fixed),
 		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"upd-1\" is being deprovisioned"}`)
-	s.expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusOK,
+	s.Expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusOK,
 		`{"state": "in progress", "description": "deprovision in progress"}`)
-	s.expect(http.MethodDelete, deprovision+"&accepts_incomplete=true", "", http.StatusAccepted, `{"operation": "deprovision"}`)
+	s.Expect(http.MethodDelete, deprovision+"&accepts_incomplete=true", "", http.StatusAccepted, `{"operation": "deprovision"}`)
 	require.Eventually(t, func() bool {
-		got, err = s.instance("upd-1")
+		got, err = s.GetInstance("upd-1")
 		return err == nil && len(got.Finalizers) == 1
 	}, 30*time.Second, 50*time.Millisecond, "the Deprovision workflow releases its finalizer")
 	base = got.DeepCopy()
 	got.Finalizers = nil
-	require.NoError(t, s.kube.Client.Patch(context.Background(), got, ctrlclient.MergeFrom(base)))
-	s.expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
+	require.NoError(t, s.Kube.Client.Patch(context.Background(), got, ctrlclient.MergeFrom(base)))
+	s.Expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
 }

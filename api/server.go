@@ -1,6 +1,3 @@
-// Package api serves Quartermaster's HTTP front end: the OSB v2 API for
-// platforms and the admin API for operators. It records requests as
-// resources and answers from their status; it provisions nothing itself.
 package api
 
 import (
@@ -28,8 +25,8 @@ const (
 type Server struct {
 	// Kube reads and writes the resources the API is backed by.
 	Kube client.Client
-	// Catalog serves the registered services and plans.
-	Catalog Catalog
+	// Offerings are the registered services and plans.
+	Offerings Offerings
 	// Namespace holds the SFServiceInstances and SFServiceBindings that OSB
 	// requests create.
 	Namespace string

@@ -25,7 +25,6 @@ import (
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
-	"github.com/quartermaster/qm/starter"
 )
 
 // BenchmarkProvision measures the provision pipeline on the embedded default
@@ -39,42 +38,9 @@ func BenchmarkProvision(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	kube := testenv.Kubernetes(b)
-	tc := testenv.FileTemporal(b)
-
-	ns := kube.Namespace(b)
-	plan := decode(b, fmt.Sprintf(`
-apiVersion: osb.servicefabrik.io/v1alpha1
-kind: SFPlan
-metadata: {name: one-configmap, namespace: %[1]s}
-spec:
-  name: one-configmap
-  id: %[1]s-one-configmap
-  description: one ConfigMap per instance
-  serviceId: bench
-  templates:
-  - action: provision
-    type: gotemplate
-    content: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: {{ .instance.metadata.name }}}
-      data: {plan: {{ .plan.spec.name }}}
-`, ns))
-	require.NoError(b, kube.Client.Create(ctx, plan))
-	svc := decode(b, fmt.Sprintf(`
-apiVersion: osb.servicefabrik.io/v1alpha1
-kind: SFService
-metadata: {name: bench, namespace: %s}
-spec: {name: bench, id: bench, description: bench, bindable: false}
-`, ns))
-	require.NoError(b, kube.Client.Create(ctx, svc))
-
-	cfg := kube.Config
-	direct := kube.Client
-	cat := testenv.Catalog(b, cfg)
-	require.Eventually(b, func() bool { _, err := cat.Plan(ctx, ns+"-one-configmap"); return err == nil }, 10*time.Second, 10*time.Millisecond)
-	testenv.Quartermaster(b, cfg, tc, cat, starter.WatcherOptions{Concurrency: 64})
+	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, Concurrency: 64, FileTemporal: true})
+	ns, cfg, direct := s.Namespace, s.Kube.Config, s.Kube.Client
+	planID := s.Plan("one-configmap", "", testenv.Templates("one-configmap"))
 
 	// The clock stops when an informer sees the instance succeeded, as a
 	// user watching with kubectl would.
@@ -96,7 +62,7 @@ spec: {name: bench, id: bench, description: bench, bindable: false}
 	newInstance := func(name string) *osbv1alpha1.SFServiceInstance {
 		return &osbv1alpha1.SFServiceInstance{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: "bench", PlanID: ns + "-one-configmap"},
+			Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: s.ServiceID, PlanID: planID},
 		}
 	}
 	waitAll := func(names []string, timeout time.Duration) {

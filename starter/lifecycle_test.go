@@ -2,7 +2,6 @@ package starter_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,24 +12,23 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
 )
 
 // TestInstanceLifecycle provisions the tenant-namespace sample with kubectl's
 // calls, updates it and deletes it, checking what a user would.
 func TestInstanceLifecycle(t *testing.T) {
-	s := start(t, true)
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
 
-	s.instance("team-a", tenantPlan, "")
-	inst := s.waitInstance("team-a", "provisioned", succeeded(1))
+	s.Instance("team-a", testenv.TenantPlan, "")
+	inst := s.WaitInstance("team-a", "provisioned", testenv.Succeeded(1))
 	assert.Equal(t, "namespace "+nsOf(t, inst)+" is ready", inst.Status.Description)
 	assert.NotNil(t, inst.Status.AppliedSpec)
 	assert.Contains(t, inst.Finalizers, "quartermaster.io/deprovision")
@@ -38,82 +36,82 @@ func TestInstanceLifecycle(t *testing.T) {
 
 	// The rendered objects exist; the one beside the instance is owned by the registry.
 	var reg corev1.Secret
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.ns, Name: "qm-instance-team-a"}, &reg))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "qm-instance-team-a"}, &reg))
 	var info corev1.ConfigMap
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.ns, Name: "team-a-tenant"}, &info))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "team-a-tenant"}, &info))
 	require.Len(t, info.OwnerReferences, 1)
 	assert.Equal(t, reg.UID, info.OwnerReferences[0].UID)
 	assert.Equal(t, map[string]string{"namespace": tenantNS, "pods": "10"}, info.Data)
 	var quota corev1.ResourceQuota
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant"}, &quota))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant"}, &quota))
 	assert.Equal(t, "10", quota.Spec.Hard.Pods().String())
 	var role rbacv1.Role
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant-user"}, &role))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant-user"}, &role))
 	var admin corev1.Secret
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant-admin"}, &admin))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant-admin"}, &admin))
 	password := string(admin.Data["password"])
 	assert.Len(t, password, 24)
-	assert.Equal(t, password, s.registryValue("qm-instance-team-a", "admin-password"), "the password lives in the registry")
-	assert.Equal(t, "team-a", s.registryValue("qm-instance-team-a", "instance-id"))
+	assert.Equal(t, password, s.RegistryValue("qm-instance-team-a", "admin-password"), "the password lives in the registry")
+	assert.Equal(t, "team-a", s.RegistryValue("qm-instance-team-a", "instance-id"))
 	assert.Len(t, inst.Status.Resources, 6, "namespace, quota, role, rolebinding, secret, configmap")
 
 	// Editing the parameters runs Update: re-rendered, same password.
 	base := inst.DeepCopy()
 	inst.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(`{"pods": 20}`)}
-	require.NoError(t, s.kube.Client.Patch(ctx, inst, ctrlclient.MergeFrom(base)))
-	inst = s.waitInstance("team-a", "updated", succeeded(2))
+	require.NoError(t, s.Kube.Client.Patch(ctx, inst, ctrlclient.MergeFrom(base)))
+	inst = s.WaitInstance("team-a", "updated", testenv.Succeeded(2))
 	assert.Equal(t, "quota of 20 pods", inst.Status.Description)
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant"}, &quota))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant"}, &quota))
 	assert.Equal(t, "20", quota.Spec.Hard.Pods().String())
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant-admin"}, &admin))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: "tenant-admin"}, &admin))
 	assert.Equal(t, password, string(admin.Data["password"]), "an update does not make a second password")
 
 	// Deleting it removes every object, then the instance.
-	require.NoError(t, s.kube.Client.Delete(ctx, inst))
-	s.waitGone(inst)
+	require.NoError(t, s.Kube.Client.Delete(ctx, inst))
+	s.WaitGone(inst)
 	for _, obj := range []ctrlclient.Object{
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "team-a-tenant"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "qm-instance-team-a"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: "team-a-tenant"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: "qm-instance-team-a"}},
 		&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "tenant"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "tenant-admin"}},
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "tenant-user"}},
 	} {
-		err := s.kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(obj), obj)
+		err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(obj), obj)
 		assert.True(t, apierrors.IsNotFound(err), "%T %s/%s is deleted: %v", obj, obj.GetNamespace(), obj.GetName(), err)
 	}
 	var tenant corev1.Namespace
-	err := s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Name: tenantNS}, &tenant)
+	err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Name: tenantNS}, &tenant)
 	assert.True(t, apierrors.IsNotFound(err) || tenant.DeletionTimestamp != nil, "the tenant namespace is terminating")
 
 	// The same name again is a new instance, in a new namespace: the old
 	// one may still be terminating.
-	s.instance("team-a", tenantPlan, "")
-	again := s.waitInstance("team-a", "provisioned again", succeeded(1))
+	s.Instance("team-a", testenv.TenantPlan, "")
+	again := s.WaitInstance("team-a", "provisioned again", testenv.Succeeded(1))
 	assert.NotEqual(t, tenantNS, nsOf(t, again))
 }
 
 // TestBindingLifecycle binds to a provisioned instance and unbinds again.
 func TestBindingLifecycle(t *testing.T) {
-	s := start(t, true)
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
-	s.instance("team-b", tenantPlan, "")
-	inst := s.waitInstance("team-b", "provisioned", succeeded(1))
+	s.Instance("team-b", testenv.TenantPlan, "")
+	inst := s.WaitInstance("team-b", "provisioned", testenv.Succeeded(1))
 	tenantNS := nsOf(t, inst)
 
 	b := &osbv1alpha1.SFServiceBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "app-1", Namespace: s.ns},
-		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: "app-1", InstanceID: "team-b", ServiceID: tenantService, PlanID: tenantPlan},
+		ObjectMeta: metav1.ObjectMeta{Name: "app-1", Namespace: s.Namespace},
+		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: "app-1", InstanceID: "team-b", ServiceID: testenv.TenantService, PlanID: testenv.TenantPlan},
 	}
-	require.NoError(t, s.kube.Client.Create(ctx, b))
+	require.NoError(t, s.Kube.Client.Create(ctx, b))
 	require.Eventually(t, func() bool {
-		require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
+		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
 		return b.Status.State == osbv1alpha1.StateSucceeded
 	}, 90*time.Second, 50*time.Millisecond, "the binding succeeds")
 	require.NotEmpty(t, b.Status.Response.SecretRef)
 
 	var creds corev1.Secret
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.ns, Name: b.Status.Response.SecretRef}, &creds))
-	password := s.registryValue("qm-instance-team-b", "admin-password")
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: b.Status.Response.SecretRef}, &creds))
+	password := s.RegistryValue("qm-instance-team-b", "admin-password")
 	assert.Equal(t, map[string][]byte{
 		"namespace":      []byte(tenantNS),
 		"serviceAccount": []byte(serviceAccountOf(t, b)),
@@ -122,15 +120,15 @@ func TestBindingLifecycle(t *testing.T) {
 	}, creds.Data, "the credentials are what the status template's bind.response says")
 	assert.Equal(t, map[string]any{
 		"namespace": tenantNS, "serviceAccount": serviceAccountOf(t, b), "username": "admin", "password": password,
-	}, s.registryValue("qm-binding-app-1", "credentials"), "and they are kept in the binding registry")
+	}, s.RegistryValue("qm-binding-app-1", "credentials"), "and they are kept in the binding registry")
 	var sa corev1.ServiceAccount
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: serviceAccountOf(t, b)}, &sa))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: serviceAccountOf(t, b)}, &sa))
 
-	require.NoError(t, s.kube.Client.Delete(ctx, b))
-	s.waitGone(b)
-	assert.True(t, apierrors.IsNotFound(s.kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&sa), &sa)), "unbind removed the service account")
-	assert.True(t, apierrors.IsNotFound(s.kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&creds), &creds)), "unbind removed the credentials")
-	inst = s.waitInstance("team-b", "untouched by the unbind", succeeded(1))
+	require.NoError(t, s.Kube.Client.Delete(ctx, b))
+	s.WaitGone(b)
+	assert.True(t, apierrors.IsNotFound(s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&sa), &sa)), "unbind removed the service account")
+	assert.True(t, apierrors.IsNotFound(s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&creds), &creds)), "unbind removed the credentials")
+	inst = s.WaitInstance("team-b", "untouched by the unbind", testenv.Succeeded(1))
 	assert.Equal(t, osbv1alpha1.StateSucceeded, inst.Status.State)
 }
 
@@ -138,8 +136,8 @@ func TestBindingLifecycle(t *testing.T) {
 // failed with the template error and its line; nothing is applied and
 // nothing is retried.
 func TestTemplateFailure(t *testing.T) {
-	s := start(t, true)
-	plan := s.plan("broken", `
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	plan := s.Plan("broken", "", `
   - action: provision
     type: gotemplate
     content: |
@@ -148,24 +146,24 @@ func TestTemplateFailure(t *testing.T) {
       metadata: {name: {{ .instance.metadata.name }}-broken}
       data: {size: {{ .instance.spec.parameters.size | required }}}
 `)
-	s.instance("broken-1", plan, `{"size": "s"}`)
-	inst := s.waitInstance("broken-1", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
+	s.Instance("broken-1", plan, `{"size": "s"}`)
+	inst := s.WaitInstance("broken-1", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
 		return i.Status.State == osbv1alpha1.StateFailed
 	})
 	assert.Contains(t, inst.Status.Description, `provision failed: provision template: template: provision:4: function "required" not defined`)
 	assert.Empty(t, inst.Status.Resources, "nothing was applied")
 	var cm corev1.ConfigMap
-	assert.True(t, apierrors.IsNotFound(s.kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.ns, Name: "broken-1-broken"}, &cm)))
+	assert.True(t, apierrors.IsNotFound(s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "broken-1-broken"}, &cm)))
 
 	// No retry: a minute later there is still one run, and the state holds.
 	time.Sleep(2 * time.Second)
-	require.NoError(t, s.kube.Client.Get(context.Background(), ctrlclient.ObjectKeyFromObject(inst), inst))
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKeyFromObject(inst), inst))
 	assert.Equal(t, osbv1alpha1.StateFailed, inst.Status.State)
 	assert.EqualValues(t, 1, inst.Status.ObservedGeneration)
-	require.Eventually(t, func() bool { return s.runs("sfserviceinstance/"+s.ns+"/broken-1") == 1 }, 10*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return s.Runs("sfserviceinstance/"+s.Namespace+"/broken-1") == 1 }, 10*time.Second, 100*time.Millisecond)
 
-	s.instance("unknown-plan", "no-such-plan", "")
-	inst = s.waitInstance("unknown-plan", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
+	s.Instance("unknown-plan", "no-such-plan", "")
+	inst = s.WaitInstance("unknown-plan", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
 		return i.Status.State == osbv1alpha1.StateFailed
 	})
 	assert.Equal(t, `provision failed: unknown plan "no-such-plan": no SFPlan has this spec.id`, inst.Status.Description)
@@ -174,40 +172,40 @@ func TestTemplateFailure(t *testing.T) {
 // TestTenReconcilesStartOneWorkflow drives the starter directly, as ten
 // events for one resource would.
 func TestTenReconcilesStartOneWorkflow(t *testing.T) {
-	s := start(t, false)
-	s.instance("once", tenantPlan, "")
-	st := &starter.Starter{Client: s.kube.Client, Temporal: s.tc}
+	s := testenv.Start(t, testenv.Parts{Worker: true, Sample: true})
+	s.Instance("once", testenv.TenantPlan, "")
+	st := &starter.Starter{Client: s.Kube.Client, Temporal: s.Temporal}
 	// controller-runtime never reconciles one key twice at once: the ten
 	// reconciles of a repeated event come one after the other, racing only
 	// the workflow they started.
 	for range 10 {
-		_, err := st.ReconcileInstance(context.Background(), ctrl.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: s.ns, Name: "once"}})
+		_, err := st.ReconcileInstance(context.Background(), ctrl.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "once"}})
 		require.NoError(t, err)
 	}
-	s.waitInstance("once", "provisioned", succeeded(1))
+	s.WaitInstance("once", "provisioned", testenv.Succeeded(1))
 	for range 10 {
-		_, err := st.ReconcileInstance(context.Background(), ctrl.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: s.ns, Name: "once"}})
+		_, err := st.ReconcileInstance(context.Background(), ctrl.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "once"}})
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return s.runs("sfserviceinstance/"+s.ns+"/once") >= 1 }, 10*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return s.Runs("sfserviceinstance/"+s.Namespace+"/once") >= 1 }, 10*time.Second, 100*time.Millisecond)
 	time.Sleep(time.Second)
-	assert.Equal(t, 1, s.runs("sfserviceinstance/"+s.ns+"/once"), "twenty reconciles, one workflow run")
+	assert.Equal(t, 1, s.Runs("sfserviceinstance/"+s.Namespace+"/once"), "twenty reconciles, one workflow run")
 }
 
 // TestWatcherAddsAMissingFinalizer covers clusters without the admission
 // policies (Kubernetes < 1.36): the watcher adds the finalizer before it
 // starts the provision.
 func TestWatcherAddsAMissingFinalizer(t *testing.T) {
-	s := start(t, false)
+	s := testenv.Start(t, testenv.Parts{Worker: true, Sample: true})
 	ctx := context.Background()
-	inst := s.instance("bare", tenantPlan, "")
-	require.NoError(t, s.kube.Client.Patch(ctx, inst, ctrlclient.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))))
+	inst := s.Instance("bare", testenv.TenantPlan, "")
+	require.NoError(t, s.Kube.Client.Patch(ctx, inst, ctrlclient.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))))
 	require.Empty(t, inst.Finalizers)
 
-	st := &starter.Starter{Client: s.kube.Client, Temporal: s.tc}
+	st := &starter.Starter{Client: s.Kube.Client, Temporal: s.Temporal}
 	_, err := st.ReconcileInstance(ctx, ctrl.Request{NamespacedName: ctrlclient.ObjectKeyFromObject(inst)})
 	require.NoError(t, err)
-	inst = s.waitInstance("bare", "provisioned", succeeded(1))
+	inst = s.WaitInstance("bare", "provisioned", testenv.Succeeded(1))
 	assert.Equal(t, []string{osbv1alpha1.InstanceFinalizer}, inst.Finalizers)
 }
 
@@ -231,11 +229,4 @@ func serviceAccountOf(t *testing.T, b *osbv1alpha1.SFServiceBinding) string {
 	}
 	t.Fatalf("binding %s lists no ServiceAccount among %v", b.Name, b.Status.Resources)
 	return ""
-}
-
-func decode(t testing.TB, doc string) *unstructured.Unstructured {
-	t.Helper()
-	obj := &unstructured.Unstructured{}
-	require.NoError(t, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(doc), 4096).Decode(&obj.Object))
-	return obj
 }

@@ -1,6 +1,3 @@
-// Package starter turns Kubernetes resource events into Temporal workflow
-// starts (the watcher), and holds the admin commands that start or steer
-// workflows. It holds no business logic: that lives in workflows.
 package starter
 
 import (
@@ -27,10 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/quartermaster/qm/activities"
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // WatcherOptions configure the watcher.
@@ -93,7 +90,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		WithOptions(copts).Complete(ReconcilerFunc(s.ReconcileBinding)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceBinding reconciler: %w", err)
 	}
-	if err := setupCatalogStatus(mgr); err != nil {
+	if err := setupOfferingStatus(mgr); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -135,94 +132,87 @@ func (s *Starter) memo() *utilcache.LRUExpireCache {
 	return s.started
 }
 
-func startedKey(obj ctrlclient.Object, op activities.Operation) string {
+func startedKey(obj ctrlclient.Object, op lifecycle.Operation) string {
 	return fmt.Sprintf("%s/%d/%s", obj.GetUID(), obj.GetGeneration(), op)
 }
 
 // settled forgets what was started for obj's generation: its outcome is
 // written, and a new request (state "update") must start again.
 func (s *Starter) settled(obj ctrlclient.Object) {
-	for _, op := range []activities.Operation{activities.OpProvision, activities.OpUpdate, activities.OpBind} {
+	for _, op := range []lifecycle.Operation{lifecycle.OpProvision, lifecycle.OpUpdate, lifecycle.OpBind} {
 		s.memo().Remove(startedKey(obj, op))
 	}
 }
 
 // ReconcileInstance starts Provision, Update or Deprovision for an instance
-// that needs one.
+// that asks for one (lifecycle.Requested).
 func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var inst osbv1alpha1.SFServiceInstance
 	if err := s.Client.Get(ctx, req.NamespacedName, &inst); err != nil {
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
-	st := inst.Status
-	var op activities.Operation
+	op, ok := lifecycle.Requested(&inst)
 	switch {
-	case inst.DeletionTimestamp != nil:
-		if !controllerutil.ContainsFinalizer(&inst, osbv1alpha1.InstanceFinalizer) {
-			return ctrl.Result{}, nil
-		}
-		op = activities.OpDeprovision
-	case st.State == osbv1alpha1.StateInProgress:
-		return ctrl.Result{}, nil // a workflow is on it
-	case st.State == osbv1alpha1.StateUpdate:
-		op = activities.OpUpdate
-	case st.State == "" || st.State == osbv1alpha1.StateInQueue || st.ObservedGeneration != inst.Generation:
-		op = activities.OpProvision
-		if st.AppliedSpec != nil {
-			op = activities.OpUpdate
-		}
-	default:
+	case !ok && inst.Status.State.Terminal():
 		s.settled(&inst)
 		return ctrl.Result{}, nil
-	}
-	if op != activities.OpDeprovision {
+	case !ok:
+		return ctrl.Result{}, nil // a workflow is on it, or the finalizer is gone
+	case op == lifecycle.OpDeprovision && inst.DeletionTimestamp == nil:
+		return ctrl.Result{}, s.delete(ctx, &inst) // "delete" in the status
+	case op != lifecycle.OpDeprovision:
 		if err := s.addFinalizer(ctx, &inst, osbv1alpha1.InstanceFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	attrs := []temporal.SearchAttributeUpdate{
-		workflows.AttrInstance.ValueSet(instanceID(&inst)),
-		workflows.AttrService.ValueSet(inst.Spec.ServiceID),
-		workflows.AttrPlan.ValueSet(inst.Spec.PlanID),
+		runs.AttrInstance.ValueSet(instanceID(&inst)),
+		runs.AttrService.ValueSet(inst.Spec.ServiceID),
+		runs.AttrPlan.ValueSet(inst.Spec.PlanID),
 	}
 	if inst.Spec.ClusterID != "" {
-		attrs = append(attrs, workflows.AttrCluster.ValueSet(inst.Spec.ClusterID))
+		attrs = append(attrs, runs.AttrCluster.ValueSet(inst.Spec.ClusterID))
 	}
-	return s.start(ctx, &inst, activities.Target{Kind: activities.KindInstance, Namespace: inst.Namespace, Name: inst.Name}, op, attrs)
+	return s.start(ctx, &inst, lifecycle.InstanceTarget(&inst), op, attrs)
 }
 
-// ReconcileBinding starts Bind or Unbind for a binding that needs one.
+// ReconcileBinding starts Bind or Unbind for a binding that asks for one.
 func (s *Starter) ReconcileBinding(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var b osbv1alpha1.SFServiceBinding
 	if err := s.Client.Get(ctx, req.NamespacedName, &b); err != nil {
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
-	var op activities.Operation
+	op, ok := lifecycle.RequestedBinding(&b)
 	switch {
-	case b.DeletionTimestamp != nil:
-		if !controllerutil.ContainsFinalizer(&b, osbv1alpha1.BindingFinalizer) {
-			return ctrl.Result{}, nil
-		}
-		op = activities.OpUnbind
-	case b.Status.State == "" || b.Status.State == osbv1alpha1.StateInQueue:
-		op = activities.OpBind
-	default:
-		// Bindings are immutable in OSB: nothing else starts a workflow.
+	case !ok && b.Status.State.Terminal():
 		s.settled(&b)
 		return ctrl.Result{}, nil
-	}
-	if op == activities.OpBind {
+	case !ok:
+		return ctrl.Result{}, nil
+	case op == lifecycle.OpUnbind && b.DeletionTimestamp == nil:
+		return ctrl.Result{}, s.delete(ctx, &b)
+	case op == lifecycle.OpBind:
 		if err := s.addFinalizer(ctx, &b, osbv1alpha1.BindingFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	attrs := []temporal.SearchAttributeUpdate{
-		workflows.AttrInstance.ValueSet(b.Spec.InstanceID),
-		workflows.AttrBinding.ValueSet(b.Spec.ID),
-		workflows.AttrService.ValueSet(b.Spec.ServiceID),
-		workflows.AttrPlan.ValueSet(b.Spec.PlanID),
+		runs.AttrInstance.ValueSet(b.Spec.InstanceID),
+		runs.AttrBinding.ValueSet(b.Spec.ID),
+		runs.AttrService.ValueSet(b.Spec.ServiceID),
+		runs.AttrPlan.ValueSet(b.Spec.PlanID),
 	}
-	return s.start(ctx, &b, activities.Target{Kind: activities.KindBinding, Namespace: b.Namespace, Name: b.Name}, op, attrs)
+	return s.start(ctx, &b, lifecycle.BindingTarget(&b), op, attrs)
+}
+
+// delete carries out a "delete" that a client wrote into the status: the
+// resource is deleted, and its finalizer runs the removal.
+func (s *Starter) delete(ctx context.Context, obj ctrlclient.Object) error {
+	err := s.Client.Delete(ctx, obj, ctrlclient.Preconditions{UID: ptr.To(obj.GetUID())})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s/%s, whose status asks for it: %w", obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
 }
 
 // start starts op's workflow under the target's workflow ID, once per
@@ -230,21 +220,21 @@ func (s *Starter) ReconcileBinding(ctx context.Context, req ctrl.Request) (ctrl.
 // ID is the lock), nothing starts: the resource is looked at again shortly,
 // when that run is done. While a run is in progress, a look is a cached
 // read that starts nothing.
-func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t activities.Target, op activities.Operation, attrs []temporal.SearchAttributeUpdate) (ctrl.Result, error) {
+func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.Target, op lifecycle.Operation, attrs []temporal.SearchAttributeUpdate) (ctrl.Result, error) {
 	key := startedKey(obj, op)
 	if _, ok := s.memo().Get(key); ok {
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
-	id := workflows.WorkflowID(t.Kind, t.Namespace, t.Name)
+	id := runs.WorkflowID(t)
 	attrs = append(attrs,
-		workflows.AttrKind.ValueSet(string(t.Kind)),
-		workflows.AttrNamespace.ValueSet(t.Namespace),
-		workflows.AttrName.ValueSet(t.Name),
-		workflows.AttrOperation.ValueSet(string(op)),
+		runs.AttrKind.ValueSet(string(t.Kind)),
+		runs.AttrNamespace.ValueSet(t.Namespace),
+		runs.AttrName.ValueSet(t.Name),
+		runs.AttrOperation.ValueSet(string(op)),
 	)
 	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
-		TaskQueue:                workflows.TaskQueue,
+		TaskQueue:                runs.TaskQueue,
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		// The error tells a run under way, which may be another operation
@@ -252,7 +242,7 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t activities
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		EnableEagerStart:                         true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
-	}, workflowOf(op), t)
+	}, runs.WorkflowType(op), t)
 	var running *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &running) {
 		log.FromContext(ctx).V(1).Info("a run is under way; looking again shortly", "workflowID", id, "operation", op)
@@ -264,21 +254,6 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t activities
 	s.memo().Add(key, run.GetRunID(), startedTTL)
 	log.FromContext(ctx).V(1).Info("workflow started", "workflowID", id, "runID", run.GetRunID(), "operation", op)
 	return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-}
-
-func workflowOf(op activities.Operation) any {
-	switch op {
-	case activities.OpProvision:
-		return workflows.Provision
-	case activities.OpUpdate:
-		return workflows.Update
-	case activities.OpDeprovision:
-		return workflows.Deprovision
-	case activities.OpBind:
-		return workflows.Bind
-	default:
-		return workflows.Unbind
-	}
 }
 
 func (s *Starter) addFinalizer(ctx context.Context, obj ctrlclient.Object, finalizer string) error {

@@ -11,39 +11,22 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
-	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/activities"
-	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // New returns a worker for the Quartermaster task queue with every workflow
 // and activity registered. kube is the (uncached) client the activities use;
-// cat finds plans and services.
-func New(c client.Client, kube ctrlclient.Client, cat activities.Catalog) sdkworker.Worker {
-	w := sdkworker.New(c, workflows.TaskQueue, sdkworker.Options{})
+// offerings finds plans and services.
+func New(c client.Client, kube ctrlclient.Client, offerings activities.Offerings) sdkworker.Worker {
+	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: kube})
-	w.RegisterActivity(&activities.Operations{Client: kube, Catalog: cat})
+	w.RegisterActivity(&activities.Operations{Client: kube, Offerings: offerings})
 	return w
-}
-
-// Run runs a worker against the cluster cfg reaches until ctx is done. cat
-// must be started; a process that also serves the API shares it.
-func Run(ctx context.Context, c client.Client, cfg *rest.Config, cat activities.Catalog) error {
-	kube, err := crds.NewClient(cfg)
-	if err != nil {
-		return err
-	}
-	w := New(c, kube, cat)
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("starting the Temporal worker: %w", err)
-	}
-	<-ctx.Done()
-	w.Stop()
-	return nil
 }
 
 // EnsureSearchAttributes registers the search attributes the workflows set on
@@ -56,7 +39,7 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 		return fmt.Errorf("listing search attributes of namespace %q: %w", namespace, err)
 	}
 	missing := map[string]enums.IndexedValueType{}
-	for _, key := range workflows.SearchAttributeKeys() {
+	for _, key := range runs.SearchAttributeKeys() {
 		if _, ok := have.GetCustomAttributes()[key.GetName()]; !ok {
 			missing[key.GetName()] = enums.INDEXED_VALUE_TYPE_KEYWORD
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/worker"
 	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -43,10 +44,10 @@ func TestSelfCheckOnRealServers(t *testing.T) {
 
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:        "selfcheck/" + t.Name(),
-		TaskQueue: workflows.TaskQueue,
+		TaskQueue: runs.TaskQueue,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.AttrKind.ValueSet("SelfCheck"),
-			workflows.AttrName.ValueSet(t.Name()),
+			runs.AttrKind.ValueSet("SelfCheck"),
+			runs.AttrName.ValueSet(t.Name()),
 		),
 	}, workflows.SelfCheck, want)
 	require.NoError(t, err)

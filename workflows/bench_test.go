@@ -11,9 +11,9 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/quartermaster/qm/activities"
+	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/testenv"
-	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // floorTaskQueue keeps the benchmark's runs apart from any worker of the
@@ -22,7 +22,7 @@ const floorTaskQueue = "temporal-floor"
 
 // provisionShape has the shape of a fast Provision, with nothing inside:
 // four local activities (begin, apply, observe, finish) that return at once.
-func provisionShape(ctx workflow.Context, t activities.Target) error {
+func provisionShape(ctx workflow.Context, t lifecycle.Target) error {
 	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute})
 	for range 4 {
 		if err := workflow.ExecuteLocalActivity(ctx, noop, t).Get(ctx, nil); err != nil {
@@ -32,7 +32,7 @@ func provisionShape(ctx workflow.Context, t activities.Target) error {
 	return nil
 }
 
-func noop(context.Context, activities.Target) error { return nil }
+func noop(context.Context, lifecycle.Target) error { return nil }
 
 // BenchmarkTemporalFloor measures what Temporal alone costs per provision on
 // the embedded default (the dev server with SQLite in a file): N runs of a
@@ -54,16 +54,16 @@ func BenchmarkTemporalFloor(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	testenv.Parallel(b, n, func(i int) error {
-		t := activities.Target{Kind: activities.KindInstance, Namespace: "bench", Name: fmt.Sprintf("floor-%05d", i)}
+		t := lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: "bench", Name: fmt.Sprintf("floor-%05d", i)}
 		run, err := tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
-			ID:               workflows.WorkflowID(t.Kind, t.Namespace, t.Name),
+			ID:               runs.WorkflowID(t),
 			TaskQueue:        floorTaskQueue,
 			EnableEagerStart: true,
 			TypedSearchAttributes: temporal.NewSearchAttributes(
-				workflows.AttrKind.ValueSet(string(t.Kind)), workflows.AttrNamespace.ValueSet(t.Namespace),
-				workflows.AttrName.ValueSet(t.Name), workflows.AttrOperation.ValueSet(string(activities.OpProvision)),
-				workflows.AttrInstance.ValueSet(t.Name), workflows.AttrService.ValueSet("bench"),
-				workflows.AttrPlan.ValueSet("one-configmap")),
+				runs.AttrKind.ValueSet(string(t.Kind)), runs.AttrNamespace.ValueSet(t.Namespace),
+				runs.AttrName.ValueSet(t.Name), runs.AttrOperation.ValueSet(string(lifecycle.OpProvision)),
+				runs.AttrInstance.ValueSet(t.Name), runs.AttrService.ValueSet("bench"),
+				runs.AttrPlan.ValueSet("one-configmap")),
 		}, "ProvisionShape", t)
 		if err != nil {
 			return err

@@ -4,23 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/workflows/runs"
 )
-
-// WorkflowID is the ID every operation on one instance or binding runs
-// under, e.g. "sfserviceinstance/tenant-a/db-1". It is the lock that keeps
-// two operations on the same resource from running at once, and the UI
-// lists all of a resource's runs under it.
-func WorkflowID(kind activities.Kind, namespace, name string) string {
-	return strings.ToLower(string(kind)) + "/" + namespace + "/" + name
-}
 
 // Polling of the status template: the first check runs right after apply,
 // then waits grow from pollFirst to pollMax.
@@ -32,38 +26,38 @@ const (
 // Provision creates an instance: it renders the plan's provision template,
 // applies the objects and waits until the status template says provision
 // succeeded or failed.
-func Provision(ctx workflow.Context, t activities.Target) error {
-	return create(ctx, t, activities.OpProvision)
+func Provision(ctx workflow.Context, t lifecycle.Target) error {
+	return create(ctx, t, lifecycle.OpProvision)
 }
 
 // Update renders the provision template again for a changed instance,
 // applies it, prunes what it no longer renders, and waits for the update
 // status.
-func Update(ctx workflow.Context, t activities.Target) error {
-	return create(ctx, t, activities.OpUpdate)
+func Update(ctx workflow.Context, t lifecycle.Target) error {
+	return create(ctx, t, lifecycle.OpUpdate)
 }
 
 // Bind creates a binding: it renders the bind template, applies it, waits
 // for the bind status and stores the credentials it reports.
-func Bind(ctx workflow.Context, t activities.Target) error {
-	return create(ctx, t, activities.OpBind)
+func Bind(ctx workflow.Context, t lifecycle.Target) error {
+	return create(ctx, t, lifecycle.OpBind)
 }
 
 // Deprovision removes an instance: it deletes what the instance applied,
 // waits for the deprovision status, then deletes the registry and releases
 // the finalizer so that Kubernetes lets the instance go.
-func Deprovision(ctx workflow.Context, t activities.Target) error {
-	return remove(ctx, t, activities.OpDeprovision)
+func Deprovision(ctx workflow.Context, t lifecycle.Target) error {
+	return remove(ctx, t, lifecycle.OpDeprovision)
 }
 
 // Unbind removes a binding: it applies the unbind template, deletes what
 // the binding applied, waits for the unbind status, then deletes the
 // credentials and registry and releases the finalizer.
-func Unbind(ctx workflow.Context, t activities.Target) error {
-	return remove(ctx, t, activities.OpUnbind)
+func Unbind(ctx workflow.Context, t lifecycle.Target) error {
+	return remove(ctx, t, lifecycle.OpUnbind)
 }
 
-func create(ctx workflow.Context, t activities.Target, op activities.Operation) error {
+func create(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) error {
 	ctx = withActivityOptions(ctx)
 	var a *activities.Operations
 
@@ -81,7 +75,7 @@ func create(ctx workflow.Context, t activities.Target, op activities.Operation) 
 	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling, refs), refs)
 }
 
-func remove(ctx workflow.Context, t activities.Target, op activities.Operation) error {
+func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) error {
 	ctx = withActivityOptions(ctx)
 	var a *activities.Operations
 
@@ -105,7 +99,7 @@ func remove(ctx workflow.Context, t activities.Target, op activities.Operation) 
 // the plan's maximum polling duration has passed. Before the first wait it
 // records what was applied (refs), so that a user sees it while waiting. The
 // waits are durable timers: a worker restart resumes them.
-func poll(ctx workflow.Context, t activities.Target, op activities.Operation, maxPolling time.Duration, refs []osbv1alpha1.Source) activities.Outcome {
+func poll(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, maxPolling time.Duration, refs []osbv1alpha1.Source) activities.Outcome {
 	var a *activities.Operations
 	deadline := workflow.Now(ctx).Add(maxPolling)
 	wait := pollFirst
@@ -129,7 +123,7 @@ func poll(ctx workflow.Context, t activities.Target, op activities.Operation, ma
 				Description: fmt.Sprintf("%s did not finish within the plan's maximum_polling_duration of %s (last status: %s)",
 					op, maxPolling, describe(o)),
 			}
-			if op == activities.OpUpdate {
+			if op == lifecycle.OpUpdate {
 				timedOut.UpdateRepeatable = ptr(true) // it may finish on a second try
 			}
 			return timedOut
@@ -150,7 +144,7 @@ func describe(o activities.Outcome) string {
 
 // finish writes the outcome and what was applied. It is the one step whose
 // failure fails the workflow: without it, nobody would learn the outcome.
-func finish(ctx workflow.Context, t activities.Target, op activities.Operation, generation int64, o activities.Outcome, refs []osbv1alpha1.Source) error {
+func finish(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, generation int64, o activities.Outcome, refs []osbv1alpha1.Source) error {
 	var a *activities.Operations
 	if err := workflow.ExecuteLocalActivity(ctx, a.Finish, t, op, generation, o, refs).Get(ctx, nil); err != nil {
 		return fmt.Errorf("writing the %s outcome %q of %s %s/%s: %w", op, o.State, t.Kind, t.Namespace, t.Name, err)
@@ -160,7 +154,7 @@ func finish(ctx workflow.Context, t activities.Target, op activities.Operation, 
 
 // endEarly handles a failed first step: a target deleted meanwhile ends the
 // workflow quietly; anything else (an unknown plan) is written as failed.
-func endEarly(ctx workflow.Context, t activities.Target, op activities.Operation, err error) error {
+func endEarly(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, err error) error {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.Type() == activities.ErrGone {
 		workflow.GetLogger(ctx).Info("target deleted before the operation began", "operation", op)
@@ -174,7 +168,7 @@ func endEarly(ctx workflow.Context, t activities.Target, op activities.Operation
 // refusal), without Temporal's wrapping. A failed update or deprovision
 // leaves the instance usable (what ran before still runs); a failed update
 // may be repeated unless the error is one that repeating cannot fix.
-func failed(op activities.Operation, err error) activities.Outcome {
+func failed(op lifecycle.Operation, err error) activities.Outcome {
 	msg := err.Error()
 	permanent := false
 	var appErr *temporal.ApplicationError
@@ -183,10 +177,10 @@ func failed(op activities.Operation, err error) activities.Outcome {
 		permanent = slices.Contains([]string{activities.ErrTemplate, activities.ErrPlan, activities.ErrApply}, appErr.Type())
 	}
 	o := activities.Outcome{State: osbv1alpha1.StateFailed, Description: fmt.Sprintf("%s failed: %s", op, msg), Error: msg}
-	if op == activities.OpUpdate || op == activities.OpDeprovision {
+	if op == lifecycle.OpUpdate || op == lifecycle.OpDeprovision {
 		o.InstanceUsable = ptr(true)
 	}
-	if op == activities.OpUpdate {
+	if op == lifecycle.OpUpdate {
 		o.UpdateRepeatable = ptr(!permanent)
 	}
 	return o
@@ -213,18 +207,18 @@ func withActivityOptions(ctx workflow.Context) workflow.Context {
 	})
 }
 
-// Registry is what workflows are registered with: a worker, or a replayer.
-type Registry interface {
-	RegisterWorkflow(w interface{})
-}
-
 // Register registers every Quartermaster workflow, so that the worker and
-// the replay test always know the same set.
-func Register(r Registry) {
+// the replay test always know the same set. The lifecycle workflows are
+// registered under runs.WorkflowType, the names the watcher starts them by.
+func Register(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(SelfCheck)
-	r.RegisterWorkflow(Provision)
-	r.RegisterWorkflow(Update)
-	r.RegisterWorkflow(Deprovision)
-	r.RegisterWorkflow(Bind)
-	r.RegisterWorkflow(Unbind)
+	for op, wf := range map[lifecycle.Operation]any{
+		lifecycle.OpProvision:   Provision,
+		lifecycle.OpUpdate:      Update,
+		lifecycle.OpDeprovision: Deprovision,
+		lifecycle.OpBind:        Bind,
+		lifecycle.OpUnbind:      Unbind,
+	} {
+		r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: runs.WorkflowType(op)})
+	}
 }

@@ -14,12 +14,14 @@ import (
 
 	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 var (
 	ops      *activities.Operations
-	instance = activities.Target{Kind: activities.KindInstance, Namespace: "tenants", Name: "db-1"}
+	instance = lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: "tenants", Name: "db-1"}
 )
 
 func opsEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
@@ -31,10 +33,10 @@ func opsEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 }
 
 // finished captures the outcome the workflow writes.
-func finished(env *testsuite.TestWorkflowEnvironment, op activities.Operation) *activities.Outcome {
+func finished(env *testsuite.TestWorkflowEnvironment, op lifecycle.Operation) *activities.Outcome {
 	var got activities.Outcome
 	env.OnActivity(ops.Finish, mock.Anything, instance, op, mock.Anything, mock.Anything, mock.Anything).
-		Return(func(_ context.Context, _ activities.Target, _ activities.Operation, _ int64, o activities.Outcome, _ []osbv1alpha1.Source) error {
+		Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation, _ int64, o activities.Outcome, _ []osbv1alpha1.Source) error {
 			got = o
 			return nil
 		}).Once()
@@ -46,13 +48,13 @@ func TestProvision(t *testing.T) {
 
 	t.Run("succeeds once the status template says so", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).Return(begun, nil).Once()
 		applied := []osbv1alpha1.Source{{APIVersion: "v1", Kind: "ConfigMap", Name: "db-1", Namespace: "tenants"}}
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).Return(applied, nil).Once()
-		env.OnActivity(ops.RecordResources, mock.Anything, instance, activities.OpProvision, applied).Return(nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpProvision).Return(applied, nil).Once()
+		env.OnActivity(ops.RecordResources, mock.Anything, instance, lifecycle.OpProvision, applied).Return(nil).Once()
 		polls := 0
-		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).
-			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) (activities.Outcome, error) {
+		env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpProvision).
+			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation) (activities.Outcome, error) {
 				polls++
 				if polls < 4 {
 					return activities.Outcome{State: osbv1alpha1.StateInProgress}, nil
@@ -60,8 +62,8 @@ func TestProvision(t *testing.T) {
 				return activities.Outcome{State: osbv1alpha1.StateSucceeded, Description: "ready"}, nil
 			})
 		var gen int64
-		env.OnActivity(ops.Finish, mock.Anything, instance, activities.OpProvision, mock.Anything, mock.Anything, applied).
-			Return(func(_ context.Context, _ activities.Target, _ activities.Operation, g int64, o activities.Outcome, _ []osbv1alpha1.Source) error {
+		env.OnActivity(ops.Finish, mock.Anything, instance, lifecycle.OpProvision, mock.Anything, mock.Anything, applied).
+			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation, g int64, o activities.Outcome, _ []osbv1alpha1.Source) error {
 				gen = g
 				assert.Equal(t, osbv1alpha1.StateSucceeded, o.State)
 				return nil
@@ -77,10 +79,10 @@ func TestProvision(t *testing.T) {
 
 	t.Run("a template error fails it with the message, without retries", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).Return(begun, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpProvision).
 			Return(nil, temporal.NewNonRetryableApplicationError(`provision template: template: provision:4: function "required" not defined`, activities.ErrTemplate, nil)).Once()
-		got := finished(env, activities.OpProvision)
+		got := finished(env, lifecycle.OpProvision)
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		require.NoError(t, env.GetWorkflowError())
 		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
@@ -90,19 +92,19 @@ func TestProvision(t *testing.T) {
 
 	t.Run("transient errors are retried", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).Return(begun, nil).Once()
 		calls := 0
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).
-			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) ([]osbv1alpha1.Source, error) {
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpProvision).
+			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation) ([]osbv1alpha1.Source, error) {
 				calls++
 				if calls < 3 {
 					return nil, errors.New("etcdserver: request timed out")
 				}
 				return nil, nil
 			})
-		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).
+		env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpProvision).
 			Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
-		got := finished(env, activities.OpProvision)
+		got := finished(env, lifecycle.OpProvision)
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		require.NoError(t, env.GetWorkflowError())
 		assert.Equal(t, 3, calls)
@@ -111,12 +113,12 @@ func TestProvision(t *testing.T) {
 
 	t.Run("times out after the plan's maximum polling duration", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).
 			Return(activities.Begun{Generation: 1, MaxPolling: 2 * time.Minute}, nil).Once()
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).Return(nil, nil).Once()
-		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpProvision).Return(nil, nil).Once()
+		env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpProvision).
 			Return(activities.Outcome{State: osbv1alpha1.StateInProgress, Description: "waiting for the namespace"}, nil)
-		got := finished(env, activities.OpProvision)
+		got := finished(env, lifecycle.OpProvision)
 		start := env.Now()
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		require.NoError(t, env.GetWorkflowError())
@@ -127,14 +129,14 @@ func TestProvision(t *testing.T) {
 
 	t.Run("a repeated start of a finished provision does nothing", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(activities.Begun{Done: true}, nil).Once()
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).Return(activities.Begun{Done: true}, nil).Once()
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		require.NoError(t, env.GetWorkflowError())
 	})
 
 	t.Run("an instance deleted before it began ends quietly", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).
 			Return(activities.Begun{}, temporal.NewNonRetryableApplicationError("gone", activities.ErrGone, nil)).Once()
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		require.NoError(t, env.GetWorkflowError())
@@ -142,9 +144,9 @@ func TestProvision(t *testing.T) {
 
 	t.Run("an unknown plan is written as failed", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).
 			Return(activities.Begun{}, temporal.NewNonRetryableApplicationError(`unknown plan "p"`, activities.ErrPlan, nil)).Once()
-		got := finished(env, activities.OpProvision)
+		got := finished(env, lifecycle.OpProvision)
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		require.NoError(t, env.GetWorkflowError())
 		assert.Equal(t, `provision failed: unknown plan "p"`, got.Description)
@@ -152,10 +154,10 @@ func TestProvision(t *testing.T) {
 
 	t.Run("an outcome that cannot be written fails the workflow", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpProvision).Return(begun, nil).Once()
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpProvision).Return(nil, nil).Once()
-		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpProvision).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
-		env.OnActivity(ops.Finish, mock.Anything, instance, activities.OpProvision, mock.Anything, mock.Anything, mock.Anything).
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).Return(begun, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpProvision).Return(nil, nil).Once()
+		env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpProvision).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
+		env.OnActivity(ops.Finish, mock.Anything, instance, lifecycle.OpProvision, mock.Anything, mock.Anything, mock.Anything).
 			Return(temporal.NewNonRetryableApplicationError("forbidden", activities.ErrApply, nil)).Once()
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		err := env.GetWorkflowError()
@@ -166,10 +168,10 @@ func TestProvision(t *testing.T) {
 
 func TestUpdateFailureKeepsTheInstanceUsable(t *testing.T) {
 	env := opsEnv(t)
-	env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpUpdate).Return(activities.Begun{Generation: 2, MaxPolling: time.Minute}, nil).Once()
-	env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpUpdate).
+	env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpUpdate).Return(activities.Begun{Generation: 2, MaxPolling: time.Minute}, nil).Once()
+	env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpUpdate).
 		Return(nil, temporal.NewNonRetryableApplicationError(`applying ResourceQuota t/q: quota is invalid`, activities.ErrApply, nil)).Once()
-	got := finished(env, activities.OpUpdate)
+	got := finished(env, lifecycle.OpUpdate)
 	env.ExecuteWorkflow(workflows.Update, instance)
 	require.NoError(t, env.GetWorkflowError())
 	assert.Equal(t, osbv1alpha1.StateFailed, got.State)
@@ -181,10 +183,10 @@ func TestUpdateFailureKeepsTheInstanceUsable(t *testing.T) {
 
 func TestUpdateTimeoutIsRepeatable(t *testing.T) {
 	env := opsEnv(t)
-	env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpUpdate).Return(activities.Begun{Generation: 2, MaxPolling: time.Minute}, nil).Once()
-	env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpUpdate).Return(nil, nil).Once()
-	env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpUpdate).Return(activities.Outcome{State: osbv1alpha1.StateInProgress}, nil)
-	got := finished(env, activities.OpUpdate)
+	env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpUpdate).Return(activities.Begun{Generation: 2, MaxPolling: time.Minute}, nil).Once()
+	env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpUpdate).Return(nil, nil).Once()
+	env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpUpdate).Return(activities.Outcome{State: osbv1alpha1.StateInProgress}, nil)
+	got := finished(env, lifecycle.OpUpdate)
 	env.ExecuteWorkflow(workflows.Update, instance)
 	require.NoError(t, env.GetWorkflowError())
 	assert.Equal(t, osbv1alpha1.StateFailed, got.State)
@@ -196,20 +198,20 @@ func TestDeprovision(t *testing.T) {
 	t.Run("removes, waits, then finishes", func(t *testing.T) {
 		env := opsEnv(t)
 		var order []string
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpDeprovision).
-			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) ([]osbv1alpha1.Source, error) {
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpDeprovision).
+			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation) ([]osbv1alpha1.Source, error) {
 				order = append(order, "apply")
 				return nil, nil
 			}).Once()
-		env.OnActivity(ops.RemoveResources, mock.Anything, instance, activities.OpDeprovision).
-			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) error {
+		env.OnActivity(ops.RemoveResources, mock.Anything, instance, lifecycle.OpDeprovision).
+			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation) error {
 				order = append(order, "remove")
 				return nil
 			}).Once()
 		polls := 0
-		env.OnActivity(ops.Observe, mock.Anything, instance, activities.OpDeprovision).
-			Return(func(_ context.Context, _ activities.Target, _ activities.Operation) (activities.Outcome, error) {
+		env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpDeprovision).
+			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation) (activities.Outcome, error) {
 				polls++
 				order = append(order, "observe")
 				if polls == 1 {
@@ -217,7 +219,7 @@ func TestDeprovision(t *testing.T) {
 				}
 				return activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil
 			})
-		got := finished(env, activities.OpDeprovision)
+		got := finished(env, lifecycle.OpDeprovision)
 		env.ExecuteWorkflow(workflows.Deprovision, instance)
 		require.NoError(t, env.GetWorkflowError())
 		assert.Equal(t, []string{"apply", "remove", "observe", "observe"}, order)
@@ -226,11 +228,11 @@ func TestDeprovision(t *testing.T) {
 
 	t.Run("a failed removal keeps the finalizer and says why", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, activities.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, activities.OpDeprovision).Return(nil, nil).Once()
-		env.OnActivity(ops.RemoveResources, mock.Anything, instance, activities.OpDeprovision).
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpDeprovision).Return(nil, nil).Once()
+		env.OnActivity(ops.RemoveResources, mock.Anything, instance, lifecycle.OpDeprovision).
 			Return(temporal.NewNonRetryableApplicationError("deleting Namespace t: forbidden", activities.ErrApply, nil)).Once()
-		got := finished(env, activities.OpDeprovision)
+		got := finished(env, lifecycle.OpDeprovision)
 		env.ExecuteWorkflow(workflows.Deprovision, instance)
 		require.NoError(t, env.GetWorkflowError())
 		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
@@ -240,16 +242,16 @@ func TestDeprovision(t *testing.T) {
 }
 
 func TestBindAndUnbind(t *testing.T) {
-	binding := activities.Target{Kind: activities.KindBinding, Namespace: "tenants", Name: "app-1"}
+	binding := lifecycle.Target{Kind: lifecycle.KindBinding, Namespace: "tenants", Name: "app-1"}
 	for _, tc := range []struct {
-		op activities.Operation
+		op lifecycle.Operation
 		wf any
-	}{{activities.OpBind, workflows.Bind}, {activities.OpUnbind, workflows.Unbind}} {
+	}{{lifecycle.OpBind, workflows.Bind}, {lifecycle.OpUnbind, workflows.Unbind}} {
 		t.Run(string(tc.op), func(t *testing.T) {
 			env := opsEnv(t)
 			env.OnActivity(ops.Begin, mock.Anything, binding, tc.op).Return(activities.Begun{Generation: 1, MaxPolling: time.Minute}, nil).Once()
 			env.OnActivity(ops.ApplyTemplates, mock.Anything, binding, tc.op).Return(nil, nil).Once()
-			if tc.op == activities.OpUnbind {
+			if tc.op == lifecycle.OpUnbind {
 				env.OnActivity(ops.RemoveResources, mock.Anything, binding, tc.op).Return(nil).Once()
 			}
 			env.OnActivity(ops.Observe, mock.Anything, binding, tc.op).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
@@ -260,7 +262,18 @@ func TestBindAndUnbind(t *testing.T) {
 	}
 }
 
-func TestWorkflowID(t *testing.T) {
-	assert.Equal(t, "sfserviceinstance/tenants/db-1", workflows.WorkflowID(activities.KindInstance, "tenants", "db-1"))
-	assert.Equal(t, "sfservicebinding/tenants/app-1", workflows.WorkflowID(activities.KindBinding, "tenants", "app-1"))
+// TestRegisteredUnderTheirTypes: the watcher starts the lifecycle
+// workflows by runs.WorkflowType; each name reaches its workflow.
+func TestRegisteredUnderTheirTypes(t *testing.T) {
+	for _, op := range []lifecycle.Operation{lifecycle.OpProvision, lifecycle.OpUpdate, lifecycle.OpDeprovision, lifecycle.OpBind, lifecycle.OpUnbind} {
+		t.Run(string(op), func(t *testing.T) {
+			env := opsEnv(t)
+			workflows.Register(env)
+			target := lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: "tenants", Name: "db-1"}
+			env.OnActivity(ops.Begin, mock.Anything, target, op).Return(activities.Begun{Done: true}, nil).Once()
+			env.ExecuteWorkflow(runs.WorkflowType(op), target)
+			require.True(t, env.IsWorkflowCompleted())
+			require.NoError(t, env.GetWorkflowError())
+		})
+	}
 }

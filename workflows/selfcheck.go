@@ -13,9 +13,6 @@ import (
 	"github.com/quartermaster/qm/activities"
 )
 
-// TaskQueue is the task queue every Quartermaster worker polls.
-const TaskQueue = "quartermaster"
-
 // SelfCheckResult says which of the expected CRDs the worker found established.
 type SelfCheckResult struct {
 	Established []string `json:"established"`

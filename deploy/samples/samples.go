@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/quartermaster/qm/internal/render"
+	"github.com/quartermaster/qm/internal/plan"
 )
 
 //go:embed *.yaml
@@ -21,7 +21,7 @@ func TenantNamespace() ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs, err := render.Objects(string(raw))
+	objs, err := plan.Objects(string(raw))
 	if err != nil {
 		return nil, fmt.Errorf("the tenant-namespace sample: %w", err)
 	}

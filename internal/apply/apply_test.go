@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/internal/apply"
-	"github.com/quartermaster/qm/internal/render"
+	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -29,7 +29,7 @@ func owner(t *testing.T, c client.Client, ns, name string) apply.Owner {
 
 func objects(t *testing.T, doc string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := render.Objects(doc)
+	objs, err := plan.Objects(doc)
 	require.NoError(t, err)
 	return objs
 }

@@ -30,12 +30,12 @@ import (
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/deploy/samples"
-	"github.com/quartermaster/qm/internal/catalog"
 	"github.com/quartermaster/qm/internal/controlplane"
 	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/starter"
-	"github.com/quartermaster/qm/worker"
 	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // Options configure `qm dev`.
@@ -102,17 +102,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer stopTemporal()
 
-	kube, err := crds.NewClient(kubeCfg)
-	if err != nil {
-		return err
-	}
-	if err := installSamples(ctx, kube); err != nil {
-		return err
-	}
-	watcher, err := starter.NewWatcher(kubeCfg, tc, starter.WatcherOptions{})
-	if err != nil {
-		return err
-	}
 	osb, err := credentials(o.DataDir, "osb-credentials.json", "QM_OSB_USERNAME", "QM_OSB_PASSWORD", "qm")
 	if err != nil {
 		return err
@@ -121,26 +110,31 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	cat, err := catalog.New(kubeCfg, crds.NewScheme())
+	// A failed self-check stops the components too.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	sys, err := system.Start(runCtx, system.Options{
+		Kube:              kubeCfg,
+		Temporal:          tc,
+		TemporalNamespace: o.Namespace,
+		Worker:            true,
+		Watcher:           &starter.WatcherOptions{},
+		API:               &api.Server{Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger},
+		APIListener:       apiLn,
+	})
 	if err != nil {
 		return err
 	}
-
-	g, gctx := errgroup.WithContext(ctx)
-	// One catalog cache serves both the worker and the API.
-	if err := cat.Start(gctx); err != nil {
+	if err := installSamples(ctx, sys.Kube); err != nil {
+		_ = sys.Stop()
 		return err
 	}
-	g.Go(func() error { return worker.Run(gctx, tc, kubeCfg, cat) })
-	g.Go(func() error { return watcher.Start(gctx) })
-	g.Go(func() error {
-		return (&api.Server{
-			Kube: kube, Catalog: cat, Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger,
-		}).Serve(gctx, apiLn)
-	})
 
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(sys.Wait)
 	g.Go(func() error {
 		if _, err := selfCheck(gctx, tc); err != nil {
+			stop()
 			return err
 		}
 		kubectl := filepath.Join(o.BinDir, "kubectl")
@@ -150,7 +144,7 @@ func Run(ctx context.Context, o Options) error {
 			{"", fmt.Sprintf("curl -u %s:%s -H 'X-Broker-API-Version: 2.17' http://%s/v2/catalog", osb.Username, osb.Password, apiLn.Addr())},
 			{"admin API", fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, apiLn.Addr())},
 			{"Temporal UI", uiURL},
-			{"Temporal", fmt.Sprintf("%s (namespace %q, task queue %q)", o.temporalAddress(), o.Namespace, workflows.TaskQueue)},
+			{"Temporal", fmt.Sprintf("%s (namespace %q, task queue %q)", o.temporalAddress(), o.Namespace, runs.TaskQueue)},
 			{"Kubernetes", kubeCfg.Host},
 			{"kubeconfig", kubeconfigPath},
 			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get crds"},
@@ -238,10 +232,6 @@ func startTemporal(ctx context.Context, o Options) (client.Client, string, func(
 		})
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("connecting to Temporal at %s: %w", o.TemporalAddress, err)
-		}
-		if err := worker.EnsureSearchAttributes(ctx, tc, o.Namespace); err != nil {
-			tc.Close()
-			return nil, "", nil, err
 		}
 		return tc, "(the UI of the Temporal at " + o.TemporalAddress + ")", tc.Close, nil
 	}
@@ -344,12 +334,12 @@ func selfCheck(ctx context.Context, tc client.Client) (workflows.SelfCheckResult
 	defer cancel()
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:        selfCheckID,
-		TaskQueue: workflows.TaskQueue,
+		TaskQueue: runs.TaskQueue,
 		// A run left over from a killed qm is joined rather than failed on.
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.AttrKind.ValueSet("SelfCheck"),
-			workflows.AttrOperation.ValueSet("selfcheck"),
+			runs.AttrKind.ValueSet("SelfCheck"),
+			runs.AttrOperation.ValueSet("selfcheck"),
 		),
 	}, workflows.SelfCheck, want)
 	if err != nil {

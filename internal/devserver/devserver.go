@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // Options configure a dev server.
@@ -46,7 +46,7 @@ func Start(ctx context.Context, opts Options) (*testsuite.DevServer, error) {
 		opts.Logger = slog.Default()
 	}
 	var attrs []temporal.SearchAttributeUpdate
-	for _, key := range workflows.SearchAttributeKeys() {
+	for _, key := range runs.SearchAttributeKeys() {
 		attrs = append(attrs, key.ValueSet(""))
 	}
 	// The CLI turns the search-attribute cache off so that attributes added

@@ -1,16 +1,16 @@
-// Package registry implements the registries of seed 001: a typed key/value
-// store per service instance and per binding, kept in a Secret. Values are
-// stored as JSON so that their type survives. The registry Secret also owns
-// every object its instance or binding creates.
+// Package registry implements the registries of the Couchbase service
+// broker: a typed key/value store per service instance and per binding,
+// kept in a Secret beside it (Store). Values are stored as JSON so that
+// their type survives. Templates read and write them through the registry's
+// functions, so that generated passwords, keys and certificates are made
+// once. The registry Secret also owns every object its instance or binding
+// applies, so that deleting it garbage-collects them.
 package registry
 
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -123,7 +123,8 @@ func (r *Registry) Changed() bool { return r.changed }
 
 // Inherit copies every value of the instance registry that the binding does
 // not define itself. It is done once, when the binding registry is created:
-// a later instance update does not reach the binding (seed 001).
+// a later instance update does not reach the binding, as in the Couchbase
+// broker.
 func (r *Registry) Inherit(instance *Registry) {
 	for k, v := range instance.values {
 		if _, ok := r.values[k]; !ok && AccessOf(k) != Reserved {
@@ -157,19 +158,6 @@ func (r *Registry) Set(key string, value any) error {
 	return nil
 }
 
-// SetSystem stores a value of any key, for Quartermaster itself (the
-// operation keys, the request context and parameters).
-func (r *Registry) SetSystem(key string, value any) {
-	r.values[key] = value
-	r.changed = true
-}
-
-// Lookup returns a stored value, reserved keys included, for Quartermaster itself.
-func (r *Registry) Lookup(key string) (any, bool) {
-	v, ok := r.values[key]
-	return v, ok
-}
-
 // Values returns what templates see as .registry: every key but the reserved ones.
 func (r *Registry) Values() map[string]any {
 	out := make(map[string]any, len(r.values))
@@ -180,12 +168,3 @@ func (r *Registry) Values() map[string]any {
 	}
 	return out
 }
-
-// Keys returns the stored keys, sorted.
-func (r *Registry) Keys() []string {
-	return slices.Sorted(maps.Keys(r.values))
-}
-
-// SecretType is the type of registry Secrets, so that they are easy to tell
-// apart from the Secrets they sit beside.
-const SecretType corev1.SecretType = "quartermaster.io/registry"

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -12,6 +14,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/quartermaster/qm/internal/devserver"
 )
 
 // BenchClients is the number of parallel clients a benchmark creates
@@ -91,4 +97,49 @@ func CPUPer(before, after map[string]time.Duration, n int) string {
 	}
 	fmt.Fprintf(&b, " = %.1fms", sum.Seconds()*1000)
 	return b.String()
+}
+
+// FileTemporal starts a dev server of the test's own, with SQLite in a
+// file as `qm dev` runs it, for benchmarks whose figures should be those of
+// the embedded default; it stops when the test ends.
+func FileTemporal(t testing.TB) client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(ctx, devserver.Options{
+		Path:   requireTool(t, "temporal"),
+		DBFile: filepath.Join(t.TempDir(), "temporal.db"),
+	})
+	if err != nil {
+		t.Fatalf("starting a file-backed Temporal dev server: %v", err)
+	}
+	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
+	return srv.Client()
+}
+
+// BenchN is the number of instances a benchmark provisions: QM_BENCH_N, or
+// 1000.
+func BenchN() int {
+	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_N")); err == nil && v > 0 {
+		return v
+	}
+	return 1000
+}
+
+// SyncBuffer collects the output of goroutines that a test reads.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -28,6 +28,12 @@ const (
 	BindingFinalizer  = "quartermaster.io/unbind"
 )
 
+// CredentialsJSONKeysAnnotation lists, comma-separated, the keys of a
+// binding's credentials Secret whose values are JSON (numbers, objects,
+// lists) rather than plain strings, so that the OSB API gives them back
+// with their types.
+const CredentialsJSONKeysAnnotation = "quartermaster.io/json-keys"
+
 // Terminal reports whether no workflow is working on the operation any more.
 func (s OperationState) Terminal() bool {
 	return s == StateSucceeded || s == StateFailed

@@ -11,28 +11,29 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/testenv"
 )
 
 // TestPlanReadiness: kubectl get sfplans says whether a plan can work, as
 // soon as it is registered.
 func TestPlanReadiness(t *testing.T) {
-	s := start(t, true)
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
 	ready := func(name string) *osbv1alpha1.SFPlan {
 		t.Helper()
 		var plan osbv1alpha1.SFPlan
 		require.Eventually(t, func() bool {
-			require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.ns, Name: name}, &plan))
+			require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &plan))
 			return plan.Status.ObservedGeneration == plan.Generation && meta.FindStatusCondition(plan.Status.Conditions, "Ready") != nil
 		}, 30*time.Second, 20*time.Millisecond, "plan %s gets a Ready condition", name)
 		return &plan
 	}
 
-	s.plan("good", gatedPlan)
+	s.Plan("good", "", testenv.Templates("gated-password"))
 	cond := meta.FindStatusCondition(ready("good").Status.Conditions, "Ready")
 	assert.Equal(t, "True", string(cond.Status))
 
-	s.plan("broken", `
+	s.Plan("broken", "", `
   - action: provision
     type: gotemplate
     content: |
@@ -45,34 +46,34 @@ func TestPlanReadiness(t *testing.T) {
 	assert.Equal(t, "InvalidTemplate", cond.Reason)
 	assert.Equal(t, `provision template: template: provision:3: function "required" not defined`, cond.Message)
 
-	orphan := decode(t, `
+	orphan := testenv.Decode(t, `
 apiVersion: osb.servicefabrik.io/v1alpha1
 kind: SFPlan
 metadata: {name: orphan}
 spec: {name: orphan, id: orphan-plan, description: d, serviceId: not-yet-registered}
 `)
-	orphan.SetNamespace(s.ns)
-	require.NoError(t, s.kube.Client.Create(ctx, orphan))
+	orphan.SetNamespace(s.Namespace)
+	require.NoError(t, s.Kube.Client.Create(ctx, orphan))
 	cond = meta.FindStatusCondition(ready("orphan").Status.Conditions, "Ready")
 	assert.Equal(t, "UnknownService", cond.Reason)
 
-	svc := decode(t, `
+	svc := testenv.Decode(t, `
 apiVersion: osb.servicefabrik.io/v1alpha1
 kind: SFService
 metadata: {name: late}
 spec: {name: late, id: not-yet-registered, description: registered after its plan, bindable: false}
 `)
-	svc.SetNamespace(s.ns)
-	require.NoError(t, s.kube.Client.Create(ctx, svc))
+	svc.SetNamespace(s.Namespace)
+	require.NoError(t, s.Kube.Client.Create(ctx, svc))
 	require.Eventually(t, func() bool {
 		var plan osbv1alpha1.SFPlan
-		require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.ns, Name: "orphan"}, &plan))
+		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "orphan"}, &plan))
 		return meta.IsStatusConditionTrue(plan.Status.Conditions, "Ready")
 	}, 30*time.Second, 20*time.Millisecond, "the plan becomes Ready when its service is registered")
 	var got osbv1alpha1.SFService
-	require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.ns, Name: "late"}, &got))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "late"}, &got))
 	require.Eventually(t, func() bool {
-		require.NoError(t, s.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.ns, Name: "late"}, &got))
+		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "late"}, &got))
 		return meta.IsStatusConditionTrue(got.Status.Conditions, "Ready")
 	}, 30*time.Second, 20*time.Millisecond, "the service is Ready")
 }

@@ -1,30 +1,39 @@
-// Package render renders SFPlan templates: Go text/templates with sprig's
-// functions and the inter-operator's additions, and Helm charts through
-// Helm's engine. It turns the output into Kubernetes objects, sources and
-// statuses. It does no I/O of its own beyond what a caller passes in.
-package render
+package plan
 
 import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"text/template"
 
 	"github.com/BurntSushi/toml"
 	"github.com/Masterminds/sprig/v3"
 	"sigs.k8s.io/yaml"
+
+	"github.com/quartermaster/qm/internal/registry"
 )
 
 // forbidden are sprig functions a plan author must not have: they read the
 // worker's environment or reach the network from inside a render.
 var forbidden = []string{"env", "expandenv", "getHostByName"}
 
-// FuncMap returns the functions of a gotemplate plan template: sprig's,
-// less the forbidden ones, with the inter-operator's serialisation functions.
-// Those return errors instead of folding them into the output, so that a bad
-// value fails the render with a message rather than applying garbage.
+// Funcs returns every function a gotemplate plan template can call:
+// FuncMap's, and the functions that read and keep values in reg, the
+// registry of the instance or binding the template is rendered for.
+func Funcs(reg *registry.Registry) template.FuncMap {
+	f := FuncMap()
+	maps.Copy(f, reg.Funcs())
+	return f
+}
+
+// FuncMap returns the functions of a gotemplate plan template that need no
+// registry: sprig's, less the forbidden ones, with the inter-operator's
+// serialisation functions. Those return errors instead of folding them into
+// the output, so that a bad value fails the render with a message rather
+// than applying garbage.
 func FuncMap() template.FuncMap {
 	f := sprig.TxtFuncMap()
 	for _, name := range forbidden {

@@ -1,4 +1,4 @@
-package render_test
+package plan_test
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	"github.com/quartermaster/qm/internal/render"
+	"github.com/quartermaster/qm/internal/plan"
 )
 
 func TestFuncs(t *testing.T) {
@@ -26,7 +26,7 @@ func TestFuncs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := render.Go(tc.name, tc.tmpl, nil, render.FuncMap())
+			got, err := plan.Go(tc.name, tc.tmpl, nil, plan.FuncMap())
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
@@ -47,7 +47,7 @@ func TestFuncErrorsFailTheRender(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := render.Go(tc.name, tc.tmpl, nil, render.FuncMap())
+			_, err := plan.Go(tc.name, tc.tmpl, nil, plan.FuncMap())
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
@@ -56,7 +56,7 @@ func TestFuncErrorsFailTheRender(t *testing.T) {
 
 func TestObjects(t *testing.T) {
 	t.Run("several documents, a separator inside a block scalar is content", func(t *testing.T) {
-		objs, err := render.Objects(`
+		objs, err := plan.Objects(`
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -82,7 +82,7 @@ stringData: {replicas: "3"}
 	})
 
 	t.Run("integers stay integers", func(t *testing.T) {
-		objs, err := render.Objects("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q}\nspec: {replicas: 3, ratio: 0.5}\n")
+		objs, err := plan.Objects("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q}\nspec: {replicas: 3, ratio: 0.5}\n")
 		require.NoError(t, err)
 		spec := objs[0].Object["spec"].(map[string]any)
 		assert.Equal(t, int64(3), spec["replicas"])
@@ -97,7 +97,7 @@ stringData: {replicas: "3"}
 		{"second document bad", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\nkind: ConfigMap\n", "rendered document 2: object has no apiVersion"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := render.Objects(tc.doc)
+			_, err := plan.Objects(tc.doc)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
@@ -105,7 +105,7 @@ stringData: {replicas: "3"}
 }
 
 func TestStatusesAcceptsAnObjectResponse(t *testing.T) {
-	st, err := render.Statuses(`
+	st, err := plan.Statuses(`
 bind:
   state: succeeded
   response:
@@ -121,31 +121,30 @@ provision:
 	require.NotNil(t, st["provision"].InstanceUsable)
 	assert.False(t, *st["provision"].InstanceUsable)
 
-	_, err = render.Statuses("bind:\n  state: succeeded\n  response: '{not json'\n")
+	_, err = plan.Statuses("bind:\n  state: succeeded\n  response: '{not json'\n")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "bind.response: not a JSON object")
 }
 
 func TestCheck(t *testing.T) {
-	plan := func(templates ...osbv1alpha1.TemplateSpec) *osbv1alpha1.SFPlan {
+	planOf := func(templates ...osbv1alpha1.TemplateSpec) *osbv1alpha1.SFPlan {
 		return &osbv1alpha1.SFPlan{Spec: osbv1alpha1.SFPlanSpec{Templates: templates}}
 	}
 	good := osbv1alpha1.TemplateSpec{Action: "provision", Type: "gotemplate", Content: `{{ generatePassword "p" 8 }}`}
-	extra := map[string]any{"generatePassword": func(string, int) string { return "" }}
-	require.NoError(t, render.Check(plan(good), extra))
+	require.NoError(t, plan.Check(planOf(good)))
 
 	for _, tc := range []struct {
 		name string
 		plan *osbv1alpha1.SFPlan
 		want string
 	}{
-		{"parse error with its line", plan(osbv1alpha1.TemplateSpec{Action: "status", Type: "gotemplate", Content: "a: b\n{{ if }}"}), "status template: template: status:2: missing value for if"},
-		{"two templates for one action", plan(good, good), "two templates for action provision"},
-		{"not base64", plan(osbv1alpha1.TemplateSpec{Action: "bind", Type: "gotemplate", ContentEncoded: "%%%"}), "bind template: contentEncoded is not base64"},
-		{"a chart that is not one", plan(osbv1alpha1.TemplateSpec{Action: "provision", Type: "helm", ContentEncoded: "aGVsbG8="}), "provision template: loading the helm chart"},
+		{"parse error with its line", planOf(osbv1alpha1.TemplateSpec{Action: "status", Type: "gotemplate", Content: "a: b\n{{ if }}"}), "status template: template: status:2: missing value for if"},
+		{"two templates for one action", planOf(good, good), "two templates for action provision"},
+		{"not base64", planOf(osbv1alpha1.TemplateSpec{Action: "bind", Type: "gotemplate", ContentEncoded: "%%%"}), "bind template: contentEncoded is not base64"},
+		{"a chart that is not one", planOf(osbv1alpha1.TemplateSpec{Action: "provision", Type: "helm", ContentEncoded: "aGVsbG8="}), "provision template: loading the helm chart"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := render.Check(tc.plan, extra)
+			err := plan.Check(tc.plan)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})

@@ -1,4 +1,4 @@
-package render_test
+package plan_test
 
 import (
 	"net/http"
@@ -11,7 +11,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 
-	"github.com/quartermaster/qm/internal/render"
+	"github.com/quartermaster/qm/internal/plan"
 )
 
 // chartArchive packs a small chart as `helm package` would.
@@ -59,14 +59,14 @@ metadata:
 
 func TestHelm(t *testing.T) {
 	archive := chartArchive(t)
-	vars := render.Values{
+	vars := plan.Values{
 		"plan":     map[string]any{"spec": map[string]any{"name": "small"}},
 		"instance": map[string]any{"metadata": map[string]any{"name": "i-1"}},
 	}
 
-	ch, err := render.LoadChart(archive)
+	ch, err := plan.LoadChart(archive)
 	require.NoError(t, err)
-	objs, err := render.Helm(ch, render.Release{Name: "i-1", Namespace: "tenant-a"}, map[string]any{"size": "large"}, vars)
+	objs, err := plan.Helm(ch, plan.Release{Name: "i-1", Namespace: "tenant-a"}, map[string]any{"size": "large"}, vars)
 	require.NoError(t, err)
 	require.Len(t, objs, 2, "NOTES.txt and partials are not objects; the upgrade-only object is absent")
 	cm := objs[0]
@@ -77,7 +77,7 @@ func TestHelm(t *testing.T) {
 	assert.Equal(t, "ResourceQuota", objs[1].GetKind())
 	assert.Equal(t, map[string]any{"pods": "4"}, objs[1].Object["spec"].(map[string]any)["hard"], "chart defaults stay")
 
-	objs, err = render.Helm(ch, render.Release{Name: "i-1", Namespace: "tenant-a", Upgrade: true}, nil, vars)
+	objs, err = plan.Helm(ch, plan.Release{Name: "i-1", Namespace: "tenant-a", Upgrade: true}, nil, vars)
 	require.NoError(t, err)
 	assert.Len(t, objs, 3)
 }
@@ -93,18 +93,18 @@ func TestFetchChart(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	raw, err := render.FetchChart(srv.URL + "/charts/tenant-0.1.0.tgz")
+	raw, err := plan.FetchChart(srv.URL + "/charts/tenant-0.1.0.tgz")
 	require.NoError(t, err)
-	ch, err := render.LoadChart(raw)
+	ch, err := plan.LoadChart(raw)
 	require.NoError(t, err)
 	assert.Equal(t, "tenant", ch.Name())
 
-	_, err = render.FetchChart(srv.URL + "/charts/missing.tgz")
+	_, err = plan.FetchChart(srv.URL + "/charts/missing.tgz")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "fetching the helm chart")
 	assert.Contains(t, err.Error(), "404")
 
-	_, err = render.LoadChart([]byte("not a tarball"))
+	_, err = plan.LoadChart([]byte("not a tarball"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "loading the helm chart")
 }

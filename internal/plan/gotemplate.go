@@ -1,4 +1,4 @@
-package render
+package plan
 
 import (
 	"bytes"
@@ -13,12 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
-
-// Values are the variables of a template: .service, .plan, .instance,
-// .binding, .registry, .cluster, and for status, bind and unbind every
-// object the sources template names, under its key. Every value is
-// JSON-shaped (maps, slices, strings, float64/int64, bools).
-type Values map[string]any
 
 // Go renders a gotemplate template. name appears in error messages, which
 // carry the template's line: "template: provision:12:5: ...".

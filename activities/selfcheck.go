@@ -1,5 +1,3 @@
-// Package activities holds the Temporal activities of Quartermaster's
-// workflows: small, idempotent steps that talk to Kubernetes.
 package activities
 
 import (

@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	"github.com/quartermaster/qm/internal/registry"
-	"github.com/quartermaster/qm/internal/render"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/plan"
 )
 
 // Field indexes of the watcher's cache.
@@ -22,15 +22,16 @@ const (
 	planServiceIDField = "spec.serviceId"
 )
 
-// CatalogStatus keeps the Ready condition of SFServices and SFPlans, so that
-// `kubectl get sfplans` shows a broken plan when it is registered rather
-// than when the first provision fails.
-type CatalogStatus struct {
+// OfferingStatus keeps the Ready condition of SFServices and SFPlans, so
+// that `kubectl get sfplans` shows a broken plan when it is registered
+// rather than when the first provision fails.
+type OfferingStatus struct {
 	Client ctrlclient.Client
 }
 
-// setupCatalogStatus registers the catalog reconcilers and their indexes.
-func setupCatalogStatus(mgr ctrl.Manager) error {
+// setupOfferingStatus registers the SFService and SFPlan reconcilers and
+// their indexes.
+func setupOfferingStatus(mgr ctrl.Manager) error {
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &osbv1alpha1.SFService{}, serviceIDField, func(o ctrlclient.Object) []string {
@@ -43,7 +44,7 @@ func setupCatalogStatus(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	c := &CatalogStatus{Client: mgr.GetClient()}
+	c := &OfferingStatus{Client: mgr.GetClient()}
 	// A plan is looked at again when its service comes or goes.
 	plansOf := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o ctrlclient.Object) []reconcile.Request {
 		var plans osbv1alpha1.SFPlanList
@@ -69,42 +70,42 @@ func setupCatalogStatus(mgr ctrl.Manager) error {
 
 // ReconcilePlan marks a plan Ready when its service is registered and its
 // templates parse, and not Ready with the reason otherwise.
-func (c *CatalogStatus) ReconcilePlan(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var plan osbv1alpha1.SFPlan
-	if err := c.Client.Get(ctx, req.NamespacedName, &plan); err != nil {
+func (c *OfferingStatus) ReconcilePlan(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var sfplan osbv1alpha1.SFPlan
+	if err := c.Client.Get(ctx, req.NamespacedName, &sfplan); err != nil {
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
-	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Valid",
+	cond := metav1.Condition{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid",
 		Message: "the service is registered and every template parses"}
 	var services osbv1alpha1.SFServiceList
-	if err := c.Client.List(ctx, &services, ctrlclient.MatchingFields{serviceIDField: plan.Spec.ServiceID}); err != nil {
+	if err := c.Client.List(ctx, &services, ctrlclient.MatchingFields{serviceIDField: sfplan.Spec.ServiceID}); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := render.Check(&plan, registry.New(registry.Instance, nil).Funcs()); err != nil {
+	if err := plan.Check(&sfplan); err != nil {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "InvalidTemplate", err.Error()
 	} else if len(services.Items) == 0 {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "UnknownService",
-			fmt.Sprintf("no SFService has spec.id %q", plan.Spec.ServiceID)
+			fmt.Sprintf("no SFService has spec.id %q", sfplan.Spec.ServiceID)
 	}
-	base := plan.DeepCopy()
-	cond.ObservedGeneration = plan.Generation
-	changed := meta.SetStatusCondition(&plan.Status.Conditions, cond)
-	if !changed && plan.Status.ObservedGeneration == plan.Generation {
+	base := sfplan.DeepCopy()
+	cond.ObservedGeneration = sfplan.Generation
+	changed := meta.SetStatusCondition(&sfplan.Status.Conditions, cond)
+	if !changed && sfplan.Status.ObservedGeneration == sfplan.Generation {
 		return ctrl.Result{}, nil
 	}
-	plan.Status.ObservedGeneration = plan.Generation
-	return ctrl.Result{}, ctrlclient.IgnoreNotFound(c.Client.Status().Patch(ctx, &plan, ctrlclient.MergeFrom(base)))
+	sfplan.Status.ObservedGeneration = sfplan.Generation
+	return ctrl.Result{}, ctrlclient.IgnoreNotFound(c.Client.Status().Patch(ctx, &sfplan, ctrlclient.MergeFrom(base)))
 }
 
 // ReconcileService marks a registered service Ready.
-func (c *CatalogStatus) ReconcileService(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (c *OfferingStatus) ReconcileService(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var svc osbv1alpha1.SFService
 	if err := c.Client.Get(ctx, req.NamespacedName, &svc); err != nil {
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
 	base := svc.DeepCopy()
 	changed := meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{
-		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Registered",
+		Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: "Registered",
 		Message: "served in the catalog", ObservedGeneration: svc.Generation,
 	})
 	if !changed && svc.Status.ObservedGeneration == svc.Generation {

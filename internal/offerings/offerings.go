@@ -1,7 +1,8 @@
-// Package catalog serves the registered SFServices and SFPlans from an
-// informer cache, indexed by their OSB IDs, so that the API's /v2/catalog
-// and every operation's plan lookup cost no API server round trip.
-package catalog
+// Package offerings serves the registered service offerings (SFServices)
+// and their plans (SFPlans) from an informer cache, indexed by their OSB
+// IDs, so that the OSB catalog endpoint and every operation's plan lookup
+// cost no API server round trip.
+package offerings
 
 import (
 	"context"
@@ -20,16 +21,16 @@ import (
 const idField = "spec.id"
 
 // ErrNotFound is returned for an ID that no SFService or SFPlan carries.
-var ErrNotFound = errors.New("not in the catalog")
+var ErrNotFound = errors.New("not registered")
 
-// Catalog answers questions about the registered services and plans.
-type Catalog struct {
+// Cache answers questions about the registered services and plans.
+type Cache struct {
 	cache cache.Cache
 }
 
-// New returns a catalog over the cluster cfg reaches. It serves once Start
+// New returns a cache of the offerings of the cluster cfg reaches. It serves once Start
 // has synced its cache.
-func New(cfg *rest.Config, scheme *runtime.Scheme) (*Catalog, error) {
+func New(cfg *rest.Config, scheme *runtime.Scheme) (*Cache, error) {
 	c, err := cache.New(cfg, cache.Options{
 		Scheme: scheme,
 		ByObject: map[client.Object]cache.ByObject{
@@ -38,7 +39,7 @@ func New(cfg *rest.Config, scheme *runtime.Scheme) (*Catalog, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the catalog cache: %w", err)
+		return nil, fmt.Errorf("creating the offerings cache: %w", err)
 	}
 	ctx := context.Background()
 	if err := c.IndexField(ctx, &osbv1alpha1.SFService{}, idField, func(o client.Object) []string {
@@ -51,27 +52,27 @@ func New(cfg *rest.Config, scheme *runtime.Scheme) (*Catalog, error) {
 	}); err != nil {
 		return nil, err
 	}
-	return &Catalog{cache: c}, nil
+	return &Cache{cache: c}, nil
 }
 
 // Start runs the cache until ctx is done; it returns once the cache has
 // synced or failed to.
-func (c *Catalog) Start(ctx context.Context) error {
+func (c *Cache) Start(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- c.cache.Start(ctx) }()
 	if !c.cache.WaitForCacheSync(ctx) {
 		select {
 		case err := <-errc:
-			return fmt.Errorf("starting the catalog cache: %w", err)
+			return fmt.Errorf("starting the offerings cache: %w", err)
 		default:
-			return errors.New("the catalog cache did not sync")
+			return errors.New("the offerings cache did not sync")
 		}
 	}
 	return nil
 }
 
 // Plan returns the SFPlan whose spec.id is id.
-func (c *Catalog) Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error) {
+func (c *Cache) Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error) {
 	var list osbv1alpha1.SFPlanList
 	if err := c.cache.List(ctx, &list, client.MatchingFields{idField: id}); err != nil {
 		return nil, fmt.Errorf("looking up plan %q: %w", id, err)
@@ -88,7 +89,7 @@ func (c *Catalog) Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, err
 }
 
 // Service returns the SFService whose spec.id is id.
-func (c *Catalog) Service(ctx context.Context, id string) (*osbv1alpha1.SFService, error) {
+func (c *Cache) Service(ctx context.Context, id string) (*osbv1alpha1.SFService, error) {
 	var list osbv1alpha1.SFServiceList
 	if err := c.cache.List(ctx, &list, client.MatchingFields{idField: id}); err != nil {
 		return nil, fmt.Errorf("looking up service %q: %w", id, err)
@@ -104,7 +105,7 @@ func (c *Catalog) Service(ctx context.Context, id string) (*osbv1alpha1.SFServic
 }
 
 // Services returns every registered service.
-func (c *Catalog) Services(ctx context.Context) ([]osbv1alpha1.SFService, error) {
+func (c *Cache) Services(ctx context.Context) ([]osbv1alpha1.SFService, error) {
 	var list osbv1alpha1.SFServiceList
 	if err := c.cache.List(ctx, &list); err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func (c *Catalog) Services(ctx context.Context) ([]osbv1alpha1.SFService, error)
 }
 
 // Plans returns every registered plan.
-func (c *Catalog) Plans(ctx context.Context) ([]osbv1alpha1.SFPlan, error) {
+func (c *Cache) Plans(ctx context.Context) ([]osbv1alpha1.SFPlan, error) {
 	var list osbv1alpha1.SFPlanList
 	if err := c.cache.List(ctx, &list); err != nil {
 		return nil, err

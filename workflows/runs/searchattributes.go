@@ -1,4 +1,4 @@
-package workflows
+package runs
 
 import "go.temporal.io/sdk/temporal"
 

@@ -1,0 +1,70 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/registry"
+)
+
+// credentialsName is the Secret that holds a binding's credentials.
+func credentialsName(b *osbv1alpha1.SFServiceBinding) string {
+	return registry.BoundedName("qm-credentials-", b.Name)
+}
+
+// storeCredentials keeps a binding's credentials in its registry and in the
+// Secret that status.response.secretRef names. Without credentials in the
+// bind response, those the registry holds are used.
+func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *registry.Registry, regSecret *corev1.Secret, response map[string]any) error {
+	creds, _ := response["credentials"].(map[string]any)
+	if creds == nil {
+		if v, _ := reg.Get(registry.KeyCredentials); v != nil {
+			creds, _ = v.(map[string]any)
+		}
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credentialsName(t.binding), Namespace: t.Namespace}}
+	_, err := controllerutil.CreateOrUpdate(ctx, a.Client, secret, func() error {
+		secret.Labels = map[string]string{"quartermaster.io/binding": t.binding.Name}
+		secret.Data = map[string][]byte{}
+		var jsonKeys []string
+		for k, v := range creds {
+			if s, ok := v.(string); ok {
+				secret.Data[k] = []byte(s)
+				continue
+			}
+			raw, err := json.Marshal(v)
+			if err != nil {
+				return fmt.Errorf("credential %q: %w", k, err)
+			}
+			secret.Data[k] = raw
+			jsonKeys = append(jsonKeys, k)
+		}
+		slices.Sort(jsonKeys)
+		if len(jsonKeys) > 0 {
+			secret.Annotations = map[string]string{osbv1alpha1.CredentialsJSONKeysAnnotation: strings.Join(jsonKeys, ",")}
+		} else {
+			delete(secret.Annotations, osbv1alpha1.CredentialsJSONKeysAnnotation)
+		}
+		return controllerutil.SetOwnerReference(t.binding, secret, a.Client.Scheme())
+	})
+	if err != nil {
+		return fmt.Errorf("writing the credentials Secret %s/%s: %w", t.Namespace, secret.Name, err)
+	}
+	if creds != nil {
+		if err := reg.Set(registry.KeyCredentials, creds); err != nil {
+			return err
+		}
+		if err := (registry.Store{Client: a.Client}).Save(ctx, regSecret, reg); err != nil {
+			return err
+		}
+	}
+	return a.patchStatus(ctx, t, func(s *status) { s.SecretRef = secret.Name })
+}

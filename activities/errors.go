@@ -1,0 +1,59 @@
+package activities
+
+import (
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/plan"
+)
+
+// Error types that retrying cannot fix. Activities fail with them as
+// non-retryable application errors; the workflow turns them into a failed
+// state whose description is the error message.
+const (
+	ErrTemplate = "TemplateError"
+	ErrPlan     = "PlanError"
+	ErrApply    = "ApplyError"
+	ErrGone     = "TargetGone"
+)
+
+// errGone marks a target deleted while its operation ran.
+var errGone = errors.New("gone")
+
+// classify makes the errors of package plan and of the API server that the
+// same call would meet again non-retryable: a template that does not
+// render, and an object the API server refuses. Everything else (a chart
+// that could not be fetched, a timeout) is retried.
+func classify(err error) error {
+	var te *plan.TemplateError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTemplate, nil)
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || meta.IsNoMatchError(err) || apierrors.IsForbidden(err):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrApply, nil)
+	default:
+		return err
+	}
+}
+
+// planError is a plan or service that the catalog does not have.
+func planError(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrPlan, nil)
+}
+
+// gone turns a NotFound of the target into a non-retryable ErrGone: the
+// resource was deleted while its operation ran, and there is nothing left
+// to do.
+func gone(err error, tg lifecycle.Target) error {
+	if apierrors.IsNotFound(err) {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s %s/%s no longer exists", tg.Kind, tg.Namespace, tg.Name), ErrGone, errGone)
+	}
+	return err
+}

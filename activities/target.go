@@ -1,0 +1,190 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/offerings"
+)
+
+// target is an instance or binding, loaded with what its templates need.
+type target struct {
+	lifecycle.Target
+	instance *osbv1alpha1.SFServiceInstance // nil when unbinding from an instance already gone
+	binding  *osbv1alpha1.SFServiceBinding  // nil for instance operations
+	plan     *osbv1alpha1.SFPlan
+	service  *osbv1alpha1.SFService
+	applied  bool   // the registry is known to exist
+	observed string // what the status template said of the operation under way, before it was marked in progress
+}
+
+func (t *target) object() client.Object {
+	if t.binding != nil {
+		return t.binding
+	}
+	return t.instance
+}
+
+// status returns the state, observed generation and description of the
+// target's status.
+func (t *target) status() (osbv1alpha1.OperationState, int64, string) {
+	if t.binding != nil {
+		return t.binding.Status.State, t.binding.Status.ObservedGeneration, t.binding.Status.Description
+	}
+	return t.instance.Status.State, t.instance.Status.ObservedGeneration, t.instance.Status.Description
+}
+
+// resources returns what the target's templates applied so far.
+func (t *target) resources() []osbv1alpha1.Source {
+	if t.binding != nil {
+		return t.binding.Status.Resources
+	}
+	return t.instance.Status.Resources
+}
+
+// planID is the plan the target's templates come from.
+func (t *target) planID() string {
+	if t.binding != nil {
+		return t.binding.Spec.PlanID
+	}
+	return t.instance.Spec.PlanID
+}
+
+// done reports whether op already ran to its end for the target's current
+// generation.
+func (t *target) done(op lifecycle.Operation) bool {
+	state, observed, _ := t.status()
+	return lifecycle.Done(op, state, observed, t.object().GetGeneration())
+}
+
+// load reads the target, its instance, plan and service.
+func (a *Operations) load(ctx context.Context, tg lifecycle.Target, op lifecycle.Operation) (*target, error) {
+	t, err := a.loadObjects(ctx, tg, op)
+	if err != nil {
+		return nil, err
+	}
+	id := t.planID()
+	if t.plan, err = a.Offerings.Plan(ctx, id); err != nil {
+		if errors.Is(err, offerings.ErrNotFound) {
+			return nil, planError("unknown plan %q: no SFPlan has this spec.id", id)
+		}
+		return nil, err
+	}
+	if t.service, err = a.Offerings.Service(ctx, t.plan.Spec.ServiceID); err != nil {
+		if errors.Is(err, offerings.ErrNotFound) {
+			return nil, planError("plan %q belongs to service %q, which no SFService has as spec.id", id, t.plan.Spec.ServiceID)
+		}
+		return nil, err
+	}
+	return t, nil
+}
+
+// loadObjects reads the target and its instance, without the offerings:
+// what writing a status needs, even for an instance whose plan is unknown.
+func (a *Operations) loadObjects(ctx context.Context, tg lifecycle.Target, op lifecycle.Operation) (*target, error) {
+	if t := a.recalled(ctx, tg); t != nil {
+		return t, nil
+	}
+	t := &target{Target: tg}
+	key := client.ObjectKey{Namespace: tg.Namespace, Name: tg.Name}
+	instKey := key
+	if tg.Kind == lifecycle.KindBinding {
+		t.binding = &osbv1alpha1.SFServiceBinding{}
+		if err := a.Client.Get(ctx, key, t.binding); err != nil {
+			return nil, gone(err, tg)
+		}
+		instKey.Name = t.binding.Spec.InstanceID
+	}
+	t.instance = &osbv1alpha1.SFServiceInstance{}
+	err := a.Client.Get(ctx, instKey, t.instance)
+	switch {
+	case err == nil:
+	case tg.Kind == lifecycle.KindBinding && apierrors.IsNotFound(err) && op == lifecycle.OpUnbind:
+		t.instance = nil // unbinding from an instance already gone
+	case tg.Kind == lifecycle.KindBinding && apierrors.IsNotFound(err):
+		return nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("instance %s/%s of the binding does not exist", instKey.Namespace, instKey.Name), ErrGone, err)
+	default:
+		return nil, gone(err, tg)
+	}
+	a.remember(ctx, t)
+	return t, nil
+}
+
+// The objects a workflow run has read or written are kept for the run's
+// next steps, which then need no read of their own: the run works on the
+// generation it began with. A worker that restarts reads them again.
+const (
+	runCacheSize = 10000
+	runCacheTTL  = 10 * time.Minute
+)
+
+// runCache holds the targets of the runs under way, by runKey.
+type runCache struct {
+	once  sync.Once
+	cache *utilcache.LRUExpireCache
+}
+
+func (c *runCache) get() *utilcache.LRUExpireCache {
+	c.once.Do(func() { c.cache = utilcache.NewLRUExpireCache(runCacheSize) })
+	return c.cache
+}
+
+// runKey identifies the target within the current workflow run; it is empty
+// outside an activity.
+func runKey(ctx context.Context, tg lifecycle.Target) string {
+	if !activity.IsActivity(ctx) {
+		return ""
+	}
+	return activity.GetInfo(ctx).WorkflowExecution.RunID + "/" + string(tg.Kind) + "/" + tg.Namespace + "/" + tg.Name
+}
+
+// copyObjects copies the target's objects, and only those: the catalog's
+// plan and service are read again from the cache each time.
+func (t *target) copyObjects() *target {
+	c := &target{Target: t.Target, observed: t.observed}
+	if t.instance != nil {
+		c.instance = t.instance.DeepCopy()
+	}
+	if t.binding != nil {
+		c.binding = t.binding.DeepCopy()
+	}
+	return c
+}
+
+// remember keeps copies of the target's objects for the run's next steps.
+func (a *Operations) remember(ctx context.Context, t *target) {
+	if key := runKey(ctx, t.Target); key != "" {
+		a.runs.get().Add(key, t.copyObjects(), runCacheTTL)
+	}
+}
+
+func (a *Operations) recalled(ctx context.Context, tg lifecycle.Target) *target {
+	key := runKey(ctx, tg)
+	if key == "" {
+		return nil
+	}
+	v, ok := a.runs.get().Get(key)
+	if !ok {
+		return nil
+	}
+	return v.(*target).copyObjects()
+}
+
+// forget drops the run's copies once its outcome is written.
+func (a *Operations) forget(ctx context.Context, tg lifecycle.Target) {
+	if key := runKey(ctx, tg); key != "" {
+		a.runs.get().Remove(key)
+	}
+}

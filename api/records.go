@@ -1,0 +1,85 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// record creates obj, the record of an OSB request, or reads the one that
+// an earlier request with the same ID created, into obj. It refuses one
+// that is being removed, or that same says differs from the request.
+func (s *Server) record(ctx context.Context, obj client.Object, state *osbv1alpha1.OperationState, what, removal string, same func() bool) (created bool, e *requestError) {
+	err := s.Kube.Create(ctx, obj)
+	if err == nil {
+		s.markQueued(ctx, obj, state)
+		return true, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return false, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("recording %s: %v", what, err)}
+	}
+	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return false, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading %s: %v", what, err)}
+	}
+	switch {
+	case obj.GetDeletionTimestamp() != nil:
+		return false, concurrencyError("%s is being %s", what, removal)
+	case !same():
+		return false, &requestError{status: http.StatusConflict, description: what + " already exists with different attributes"}
+	}
+	return false, nil
+}
+
+// remove deletes obj, the record of an OSB instance or binding, and reads
+// it back into obj: its finalizer holds it until the workflow has removed
+// what it created. ended is the reply when there is nothing to wait for:
+// 410 when it was gone already, 200 when nothing held it.
+func (s *Server) remove(ctx context.Context, obj client.Object, what string) (ended int, e *requestError) {
+	uid := obj.GetUID()
+	if err := s.Kube.Delete(ctx, obj, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
+		return http.StatusGone, nil
+	} else if err != nil {
+		return 0, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("deleting %s: %v", what, err)}
+	}
+	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
+		return http.StatusOK, nil
+	} else if err != nil {
+		return 0, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading %s: %v", what, err)}
+	}
+	return 0, nil
+}
+
+// markQueued writes state in_queue on a resource just created, unless a
+// workflow has moved it on already (the write is conditional on the
+// version created).
+func (s *Server) markQueued(ctx context.Context, obj client.Object, state *osbv1alpha1.OperationState) {
+	base := obj.DeepCopyObject().(client.Object)
+	*state = osbv1alpha1.StateInQueue
+	err := s.Kube.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		s.Logger.WarnContext(ctx, "could not mark the request in_queue; the watcher picks it up regardless",
+			"name", obj.GetName(), "error", err)
+	}
+}
+
+// sameInstance reports whether a provision request asks for what the
+// instance records: the same IDs, organization, space, context, parameters
+// and maintenance_info.
+func sameInstance(have, want osbv1alpha1.SFServiceInstanceSpec) bool {
+	return have.ServiceID == want.ServiceID && have.PlanID == want.PlanID &&
+		have.OrganizationGUID == want.OrganizationGUID && have.SpaceGUID == want.SpaceGUID &&
+		sameJSON(have.Context, want.Context) && sameJSON(have.Parameters, want.Parameters) &&
+		sameMaintenanceInfo(have.MaintenanceInfo, want.MaintenanceInfo)
+}
+
+func sameMaintenanceInfo(a, b *osbv1alpha1.MaintenanceInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Version == b.Version
+}

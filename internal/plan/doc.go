@@ -1,0 +1,78 @@
+// Package plan renders the templates of an SFPlan for one instance or
+// binding. It is the one place that decides what a template sees, and this
+// page is the answer to "what can my template see?". It does no Temporal
+// work and reads nothing from the API server: the activities load the
+// objects, call it, and apply what it returns.
+//
+// # Templates
+//
+// An SFPlan has at most one template per action: provision (also rendered
+// for an update), bind, unbind, sources and status. A template's body is
+// spec.templates[].content, or contentEncoded (base64), or for helm a url:
+//
+//   - gotemplate: Go text/template, from content or contentEncoded. A url is
+//     refused: a template fetched at render time could change under a
+//     running instance.
+//   - helm: a chart archive (.tgz) from contentEncoded, or fetched from url
+//     through Helm's getters (retried while the fetch fails).
+//
+// provision, bind and unbind render Kubernetes objects, one per YAML
+// document; sources renders a map from a key to {apiVersion, kind, name,
+// namespace}; status renders a map from an operation to
+// {state, description, error, dashboardUrl, instanceUsable,
+// updateRepeatable, response}.
+//
+// # Variables
+//
+// Every value is JSON-shaped: maps, lists, strings, numbers and booleans.
+//
+//	.service    the SFService, as the API server returns it (apiVersion, kind, metadata, spec, status)
+//	.plan       the SFPlan
+//	.instance   the SFServiceInstance; absent when unbinding from an instance already deleted
+//	.binding    the SFServiceBinding, for bind and unbind, and for status and sources of a binding
+//	.registry   the registry of the instance or binding: every key but the reserved ones
+//	            (namespace, instance-id, binding-id, service-id, plan-id, and what templates stored)
+//	.cluster    the SFCluster the instance runs on; until multi-cluster scheduling, always the
+//	            cluster Quartermaster runs in, named "1" as in the inter-operator:
+//	            {apiVersion: resource.servicefabrik.io/v1alpha1, kind: SFCluster, metadata: {name: "1"}}
+//	.<key>      for status, bind and unbind: each object the sources template names, under its
+//	            key, as the API server returns it; absent while it does not exist (test with `with`)
+//
+// The sources template itself sees every variable but the sources.
+//
+// # Functions (gotemplate)
+//
+//   - sprig's functions, less env, expandenv and getHostByName: a template
+//     reads neither the worker's environment nor the network;
+//
+//   - b64enc, b64dec, toJson (marshalJSON), fromJson (unmarshalJSON),
+//     toYaml, fromYaml and toToml, which fail the render on a bad value;
+//
+//   - the registry's, which keep what they make so that a retry or an update
+//     renders the same values:
+//
+//     {{ registry "key" }}                      a stored value (not a reserved key)
+//     {{ setRegistry "key" value }}             stores value, renders nothing
+//     {{ generatePassword "key" 32 }}           letters and digits; a dictionary may follow
+//     {{ generatePrivateKey "key" "rsa" 2048 }} rsa, ec (256, 384, 521) or ed25519; PKCS#8 PEM
+//     {{ generateCertificate "key" (dict ...) }} a certificate signed by a stored CA or itself
+//
+// # Helm charts
+//
+// A chart is rendered with Helm's engine and Helm's own functions (sprig,
+// include, tpl, required, ...); nothing is installed, and the objects are
+// applied like those of a gotemplate. Its .Values are the chart's defaults,
+// overridden by the plan's spec.context, overridden by the request's
+// parameters, with the variables above beside them (.Values.instance,
+// .Values.plan, .Values.registry, .Values.cluster, ...). .Release.Name is the
+// instance's or binding's name, .Release.Namespace its namespace, and
+// .Release.IsUpgrade is set for an update. The registry's functions are not
+// available in a chart: a chart reads stored values from .Values.registry.
+//
+// # Errors
+//
+// A template that does not parse or render, output that is not what the
+// action needs, or a body that cannot be read is a *TemplateError: the same
+// render fails again, and the operation fails with its message, which names
+// the action and, for a gotemplate, the line.
+package plan

@@ -1,0 +1,164 @@
+package plan
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// TemplateError is a template that cannot be read or rendered, or whose
+// output is not what its action needs. Rendering it again fails again.
+type TemplateError struct {
+	err error
+}
+
+func (e *TemplateError) Error() string { return e.err.Error() }
+func (e *TemplateError) Unwrap() error { return e.err }
+
+// templateError names the action in front of err.
+func templateError(action osbv1alpha1.TemplateAction, err error) error {
+	return &TemplateError{err: fmt.Errorf("%s template: %w", action, err)}
+}
+
+// Objects renders the template for action (provision, bind or unbind) into
+// the objects to apply; a plan without one renders nothing. A chart that
+// cannot be fetched is a plain error: a later fetch may work.
+func (s *Subject) Objects(action osbv1alpha1.TemplateAction, values Values) ([]*unstructured.Unstructured, error) {
+	tmpl := s.Template(action)
+	if tmpl == nil {
+		return nil, nil
+	}
+	if tmpl.Type == osbv1alpha1.TemplateHelm {
+		return s.helmObjects(tmpl, values)
+	}
+	out, err := s.Text(action, values)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := Objects(out)
+	if err != nil {
+		return nil, templateError(action, err)
+	}
+	return objs, nil
+}
+
+// Text renders the gotemplate for action to text.
+func (s *Subject) Text(action osbv1alpha1.TemplateAction, values Values) (string, error) {
+	tmpl := s.Template(action)
+	if tmpl == nil {
+		return "", templateError(action, errors.New("the plan has none"))
+	}
+	content, err := gotemplateBody(tmpl)
+	if err != nil {
+		return "", err
+	}
+	out, err := Go(string(action), content, values, Funcs(s.Registry))
+	if err != nil {
+		return "", templateError(action, err)
+	}
+	return out, nil
+}
+
+// Sources renders the sources template: the objects the status, bind and
+// unbind templates see. A plan without one has no sources.
+func (s *Subject) Sources(values Values) (map[string]Source, error) {
+	if s.Template(osbv1alpha1.ActionSources) == nil {
+		return nil, nil
+	}
+	out, err := s.Text(osbv1alpha1.ActionSources, values)
+	if err != nil {
+		return nil, err
+	}
+	sources, err := Sources(out)
+	if err != nil {
+		return nil, &TemplateError{err: err}
+	}
+	return sources, nil
+}
+
+// HasStatus reports whether the plan has a status template.
+func (s *Subject) HasStatus() bool { return s.Template(osbv1alpha1.ActionStatus) != nil }
+
+// Status renders the status template and returns what it says of op (an
+// update falls back to provision), or nil when it says nothing of it.
+func (s *Subject) Status(op string, values Values) (*Status, error) {
+	out, err := s.Text(osbv1alpha1.ActionStatus, values)
+	if err != nil {
+		return nil, err
+	}
+	statuses, err := Statuses(out)
+	if err != nil {
+		return nil, templateError(osbv1alpha1.ActionStatus, err)
+	}
+	st, ok := statuses[op]
+	if !ok && op == "update" {
+		st, ok = statuses["provision"]
+	}
+	if !ok {
+		return nil, nil
+	}
+	switch osbv1alpha1.OperationState(st.State) {
+	case osbv1alpha1.StateSucceeded, osbv1alpha1.StateFailed, osbv1alpha1.StateInProgress:
+		return &st, nil
+	default:
+		return nil, templateError(osbv1alpha1.ActionStatus,
+			fmt.Errorf("%s.state is %q; want succeeded, failed or in progress", op, st.State))
+	}
+}
+
+// helmObjects renders a chart template.
+func (s *Subject) helmObjects(tmpl *osbv1alpha1.TemplateSpec, values Values) ([]*unstructured.Unstructured, error) {
+	archive, err := chartArchive(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := LoadChart(archive)
+	if err != nil {
+		return nil, templateError(tmpl.Action, err)
+	}
+	objs, err := Helm(ch, s.release(), s.chartValues(), values)
+	if err != nil {
+		return nil, templateError(tmpl.Action, err)
+	}
+	return objs, nil
+}
+
+// gotemplateBody is the text of a gotemplate: content, or contentEncoded
+// decoded.
+func gotemplateBody(tmpl *osbv1alpha1.TemplateSpec) (string, error) {
+	switch {
+	case tmpl.Content != "":
+		return tmpl.Content, nil
+	case tmpl.ContentEncoded != "":
+		raw, err := base64.StdEncoding.DecodeString(tmpl.ContentEncoded)
+		if err != nil {
+			return "", templateError(tmpl.Action, fmt.Errorf("contentEncoded is not base64: %w", err))
+		}
+		return string(raw), nil
+	case tmpl.URL != "":
+		return "", templateError(tmpl.Action, errors.New("gotemplate templates fetched from a url are not supported; give content"))
+	default:
+		return "", nil
+	}
+}
+
+// chartArchive is a helm template's chart archive: contentEncoded decoded,
+// or fetched from url.
+func chartArchive(tmpl *osbv1alpha1.TemplateSpec) ([]byte, error) {
+	switch {
+	case tmpl.ContentEncoded != "":
+		raw, err := base64.StdEncoding.DecodeString(tmpl.ContentEncoded)
+		if err != nil {
+			return nil, templateError(tmpl.Action, fmt.Errorf("contentEncoded is not base64: %w", err))
+		}
+		return raw, nil
+	case tmpl.URL != "":
+		return FetchChart(tmpl.URL)
+	default:
+		return nil, templateError(tmpl.Action, errors.New("a helm template needs url or contentEncoded"))
+	}
+}

@@ -1,0 +1,124 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/registry"
+)
+
+// LocalCluster is the name of the SFCluster Quartermaster itself runs in,
+// reserved for it by the inter-operator.
+const LocalCluster = "1"
+
+// Subject is what an operation's templates are rendered for.
+type Subject struct {
+	Service  *osbv1alpha1.SFService
+	Plan     *osbv1alpha1.SFPlan
+	Instance *osbv1alpha1.SFServiceInstance // nil when unbinding from an instance already gone
+	Binding  *osbv1alpha1.SFServiceBinding  // nil for instance operations
+	Registry *registry.Registry
+}
+
+// Values are the variables of a template (see the package doc). Every value
+// is JSON-shaped (maps, slices, strings, float64/int64, bools).
+type Values map[string]any
+
+// Values returns the variables every template of s sees; scheme gives the
+// objects their apiVersion and kind. The sources are added by AddSources.
+func (s *Subject) Values(scheme *runtime.Scheme) (Values, error) {
+	v := Values{
+		"cluster": map[string]any{
+			"apiVersion": "resource.servicefabrik.io/v1alpha1",
+			"kind":       "SFCluster",
+			"metadata":   map[string]any{"name": LocalCluster},
+		},
+		"registry": s.Registry.Values(),
+	}
+	objs := map[string]client.Object{"service": s.Service, "plan": s.Plan}
+	if s.Instance != nil {
+		objs["instance"] = s.Instance
+	}
+	if s.Binding != nil {
+		objs["binding"] = s.Binding
+	}
+	for key, obj := range objs {
+		m, err := toMap(scheme, obj)
+		if err != nil {
+			return nil, fmt.Errorf("the template variable .%s: %w", key, err)
+		}
+		v[key] = m
+	}
+	return v, nil
+}
+
+// AddSources returns a copy of v with each source object under its key.
+func (v Values) AddSources(objects map[string]map[string]any) Values {
+	out := maps.Clone(v)
+	for key, obj := range objects {
+		out[key] = obj
+	}
+	return out
+}
+
+// Template returns the plan's template for action, or nil.
+func (s *Subject) Template(action osbv1alpha1.TemplateAction) *osbv1alpha1.TemplateSpec {
+	for i := range s.Plan.Spec.Templates {
+		if s.Plan.Spec.Templates[i].Action == action {
+			return &s.Plan.Spec.Templates[i]
+		}
+	}
+	return nil
+}
+
+// chartValues are a chart's values: the plan's context, overridden by the
+// request's parameters.
+func (s *Subject) chartValues() map[string]any {
+	out := map[string]any{}
+	mergeJSON(out, s.Plan.Spec.Context)
+	if s.Binding != nil {
+		mergeJSON(out, s.Binding.Spec.Parameters)
+	} else if s.Instance != nil {
+		mergeJSON(out, s.Instance.Spec.Parameters)
+	}
+	return out
+}
+
+// release names the instance or binding a chart is rendered for.
+func (s *Subject) release() Release {
+	if s.Binding != nil {
+		return Release{Name: s.Binding.Name, Namespace: s.Binding.Namespace}
+	}
+	return Release{Name: s.Instance.Name, Namespace: s.Instance.Namespace, Upgrade: s.Instance.Status.AppliedSpec != nil}
+}
+
+// toMap converts a typed object to the map a template sees, with its
+// apiVersion and kind and without managed fields.
+func toMap(scheme *runtime.Scheme, obj client.Object) (map[string]any, error) {
+	obj = obj.DeepCopyObject().(client.Object)
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return nil, err
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	obj.SetManagedFields(nil)
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+}
+
+// mergeJSON merges a free-form JSON object into dst; anything else is ignored.
+func mergeJSON(dst map[string]any, src *apiextensionsv1.JSON) {
+	if src == nil || len(src.Raw) == 0 {
+		return
+	}
+	var m map[string]any
+	if json.Unmarshal(src.Raw, &m) == nil {
+		maps.Copy(dst, m)
+	}
+}

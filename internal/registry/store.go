@@ -1,0 +1,100 @@
+package registry
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// SecretType is the type of registry Secrets, so that they are easy to tell
+// apart from the Secrets they sit beside.
+const SecretType corev1.SecretType = "quartermaster.io/registry"
+
+// Key names the registry of one instance or binding: its kind, and the
+// namespace and name of the resource.
+type Key struct {
+	Kind      Kind
+	Namespace string
+	Name      string
+}
+
+// SecretName is the name of the registry's Secret: qm-instance-<name> or
+// qm-binding-<name>.
+func (k Key) SecretName() string { return BoundedName("qm-"+string(k.Kind)+"-", k.Name) }
+
+// Store keeps registries in Secrets.
+type Store struct {
+	Client client.Client
+}
+
+// Get reads a registry and its Secret. A registry that does not exist is
+// the API server's NotFound.
+func (s Store) Get(ctx context.Context, key Key) (*Registry, *corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.SecretName()}, secret); err != nil {
+		return nil, nil, err
+	}
+	reg, err := Decode(key.Kind, secret.Data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("registry Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	return reg, secret, nil
+}
+
+// Create stores a new registry and returns it as stored. An existing one is
+// the API server's AlreadyExists: a retry reads it with Get instead.
+func (s Store) Create(ctx context.Context, key Key, reg *Registry) (*Registry, *corev1.Secret, error) {
+	data, err := reg.Encode()
+	if err != nil {
+		return nil, nil, err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      key.SecretName(),
+			Namespace: key.Namespace,
+			Labels:    map[string]string{"quartermaster.io/registry": string(key.Kind), "quartermaster.io/" + string(key.Kind): key.Name},
+		},
+		Type: SecretType,
+		Data: data,
+	}
+	if err := s.Client.Create(ctx, secret); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("creating registry Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	stored, err := Decode(key.Kind, data) // nothing left to save
+	return stored, secret, err
+}
+
+// Save writes what templates stored in reg since it was read.
+func (s Store) Save(ctx context.Context, secret *corev1.Secret, reg *Registry) error {
+	if !reg.Changed() {
+		return nil
+	}
+	data, err := reg.Encode()
+	if err != nil {
+		return err
+	}
+	secret.Data = data
+	if err := s.Client.Update(ctx, secret); err != nil {
+		return fmt.Errorf("saving registry Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	return nil
+}
+
+// BoundedName keeps a derived name within the 253 characters of a Secret
+// name: prefix+name, or prefix and name's SHA-256 when that is too long.
+func BoundedName(prefix, name string) string {
+	if len(prefix)+len(name) <= 253 {
+		return prefix + name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return prefix + hex.EncodeToString(sum[:])
+}

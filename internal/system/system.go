@@ -1,0 +1,155 @@
+// Package system wires Quartermaster's components into one process: the
+// Temporal worker, the watcher and the OSB/admin API, each optional, sharing
+// one offerings cache and one Kubernetes client. It is the one place that
+// assembles them: `qm dev`, the single-component commands (`qm worker`,
+// `qm watcher`, `qm api`) and the tests all start what they run through it.
+package system
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/offerings"
+	"github.com/quartermaster/qm/starter"
+	"github.com/quartermaster/qm/worker"
+)
+
+// Options say which components a process runs, and what they reach.
+type Options struct {
+	// Kube reaches the cluster the components work on.
+	Kube *rest.Config
+	// Temporal is a client of the Temporal frontend, for the worker and the
+	// watcher.
+	Temporal client.Client
+	// TemporalNamespace, when set, has the worker register the search
+	// attributes the workflows set, where they are missing.
+	TemporalNamespace string
+
+	// Worker runs the Temporal worker.
+	Worker bool
+	// Watcher, when set, runs the watcher with these options.
+	Watcher *starter.WatcherOptions
+	// API, when set, serves the OSB and admin API on APIListener. Its Kube
+	// and Offerings are filled in.
+	API         *api.Server
+	APIListener net.Listener
+}
+
+// System is a set of running components.
+type System struct {
+	// Kube is the shared, uncached client: the worker's activities and the
+	// API read and write through it.
+	Kube ctrlclient.Client
+	// Offerings is the shared cache of SFServices and SFPlans, synced.
+	Offerings *offerings.Cache
+
+	cancel context.CancelFunc
+	group  *errgroup.Group
+}
+
+// Start starts the chosen components and returns once the offerings cache
+// has synced and the worker polls. They run until ctx is done, Stop is
+// called, or one of them fails.
+func Start(ctx context.Context, o Options) (*System, error) {
+	if (o.Worker || o.Watcher != nil) && o.Temporal == nil {
+		return nil, errors.New("the worker and the watcher need a Temporal client")
+	}
+	kube, err := crds.NewClient(o.Kube)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	s := &System{Kube: kube, cancel: cancel, group: g}
+	if err := s.start(gctx, g, o); err != nil {
+		cancel()
+		_ = g.Wait()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Run starts the chosen components and runs them until ctx is done or one
+// of them fails.
+func Run(ctx context.Context, o Options) error {
+	s, err := Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	return s.Wait()
+}
+
+func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error {
+	if o.Worker || o.API != nil {
+		cache, err := offerings.New(o.Kube, crds.NewScheme())
+		if err != nil {
+			return err
+		}
+		if err := cache.Start(ctx); err != nil {
+			return err
+		}
+		s.Offerings = cache
+	}
+	if o.Worker {
+		if o.TemporalNamespace != "" {
+			if err := worker.EnsureSearchAttributes(ctx, o.Temporal, o.TemporalNamespace); err != nil {
+				return err
+			}
+		}
+		w := worker.New(o.Temporal, s.Kube, s.Offerings)
+		if err := w.Start(); err != nil {
+			return fmt.Errorf("starting the Temporal worker: %w", err)
+		}
+		g.Go(func() error { return runWorker(ctx, w) })
+	}
+	if o.Watcher != nil {
+		mgr, err := starter.NewWatcher(o.Kube, o.Temporal, *o.Watcher)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return mgr.Start(ctx) })
+	}
+	if o.API != nil {
+		if o.APIListener == nil {
+			return errors.New("the API needs a listener")
+		}
+		o.API.Kube, o.API.Offerings = s.Kube, s.Offerings
+		g.Go(func() error { return o.API.Serve(ctx, o.APIListener) })
+	}
+	return nil
+}
+
+// runWorker stops the worker when ctx is done.
+func runWorker(ctx context.Context, w sdkworker.Worker) error {
+	<-ctx.Done()
+	w.Stop()
+	return nil
+}
+
+// Wait waits until the components stop: when the context Start was given is
+// done, Stop is called, or one of them fails (then the others stop too). It
+// returns the first failure.
+func (s *System) Wait() error {
+	err := s.group.Wait()
+	s.cancel()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Stop stops every component and waits for them.
+func (s *System) Stop() error {
+	s.cancel()
+	return s.Wait()
+}

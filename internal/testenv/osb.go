@@ -1,0 +1,103 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// Do sends an OSB request to the System's API with the platform's
+// credentials and version header, and returns the status, the body and the
+// response headers. A header given as "" is removed.
+func (s *System) Do(method, path, body string, header map[string]string) (int, string, http.Header) {
+	s.t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, s.URL+path, r)
+	require.NoError(s.t, err)
+	req.SetBasicAuth(OSBCredentials.Username, OSBCredentials.Password)
+	req.Header.Set("X-Broker-API-Version", "2.17")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	return resp.StatusCode, string(bytes.TrimSpace(raw)), resp.Header
+}
+
+// Expect sends a request and checks its status and, unless wantBody is
+// empty, its JSON body.
+func (s *System) Expect(method, path, body string, wantStatus int, wantBody string) string {
+	s.t.Helper()
+	status, got, _ := s.Do(method, path, body, nil)
+	assert.Equal(s.t, wantStatus, status, "%s %s: %s", method, path, got)
+	if wantBody != "" && json.Valid([]byte(got)) {
+		assert.JSONEq(s.t, wantBody, got, "%s %s", method, path)
+	} else if wantBody != "" {
+		s.t.Errorf("%s %s: the body is not JSON: %q", method, path, got)
+	}
+	return got
+}
+
+// PollLastOperation polls path until the state is no longer in progress
+// and returns the final body.
+func (s *System) PollLastOperation(path string) map[string]any {
+	s.t.Helper()
+	var last map[string]any
+	require.Eventually(s.t, func() bool {
+		status, body, _ := s.Do(http.MethodGet, path, "", nil)
+		require.Equal(s.t, http.StatusOK, status, body)
+		last = nil
+		require.NoError(s.t, json.Unmarshal([]byte(body), &last))
+		return last["state"] != "in progress"
+	}, 60*time.Second, 50*time.Millisecond, "%s ends", path)
+	return last
+}
+
+// OpenGate lets the gated operation (templates "gated" and
+// "gated-password") of the instance named name finish: gate is "gate" for
+// a provision, "update-gate" for an update.
+func (s *System) OpenGate(name, gate string) {
+	s.t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + gate, Namespace: s.Namespace}}
+	require.NoError(s.t, s.Kube.Client.Create(context.Background(), cm))
+}
+
+// GetInstance reads an SFServiceInstance of the System's namespace.
+func (s *System) GetInstance(name string) (*osbv1alpha1.SFServiceInstance, error) {
+	var inst osbv1alpha1.SFServiceInstance
+	err := s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &inst)
+	return &inst, err
+}
+
+// CountInstances counts the SFServiceInstances of the System's namespace.
+func (s *System) CountInstances() int {
+	s.t.Helper()
+	var list osbv1alpha1.SFServiceInstanceList
+	require.NoError(s.t, s.Kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.Namespace)))
+	return len(list.Items)
+}

@@ -1,0 +1,321 @@
+package testenv
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/api"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/deploy/samples"
+	"github.com/quartermaster/qm/internal/system"
+	"github.com/quartermaster/qm/starter"
+)
+
+// The IDs of the tenant-namespace sample that `qm dev` installs, and a
+// System with Parts.Sample.
+const (
+	TenantService = "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01"
+	TenantPlan    = "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11"
+)
+
+// Credentials of the API a System serves.
+var (
+	OSBCredentials   = api.Credentials{Username: "platform", Password: "s3cr3t-pw"}
+	AdminCredentials = api.Credentials{Username: "operator", Password: "admin-pw"}
+)
+
+//go:embed testdata/templates/*.yaml
+var templates embed.FS
+
+// Templates returns the plan templates of testdata/templates/<name>.yaml,
+// as the `templates:` list of an SFPlan's spec.
+func Templates(name string) string {
+	raw, err := templates.ReadFile("testdata/templates/" + name + ".yaml")
+	if err != nil {
+		panic(fmt.Sprintf("testenv: no templates %q: %v", name, err))
+	}
+	return string(raw)
+}
+
+// Parts says which of Quartermaster's components a System runs.
+type Parts struct {
+	// Worker runs a Temporal worker; Watcher the watcher; API the OSB and
+	// admin API for the System's namespace.
+	Worker, Watcher, API bool
+	// Concurrency is the watcher's reconciles at once per kind (0: its default).
+	Concurrency int
+	// FileTemporal gives the System a dev server of its own with SQLite in a
+	// file, as `qm dev` runs it, for benchmarks whose figures should be
+	// those of the embedded default. Otherwise it shares the test binary's.
+	FileTemporal bool
+	// Namespace, when set, is the System's namespace, and no service is
+	// registered in it; otherwise the System gets a new namespace with a
+	// service of its own.
+	Namespace string
+	// APILogger receives the API's request log (default: the test's output).
+	APILogger *slog.Logger
+	// Sample installs the tenant-namespace sample of `qm dev` first
+	// (TenantService, TenantPlan).
+	Sample bool
+}
+
+// System is Quartermaster running on the shared API server and dev server,
+// wired as `qm dev` wires it (internal/system), in a namespace of the
+// test's own. The worker runs apart from the rest, so that a test can stop
+// it and start another.
+type System struct {
+	t         testing.TB
+	Kube      *Cluster
+	Temporal  client.Client
+	Namespace string
+	// ServiceID is the OSB service_id of the namespace's service: the
+	// service of every plan that Plan registers.
+	ServiceID string
+	// API is the API server, and URL where it serves, when Parts.API is set.
+	API *api.Server
+	URL string
+
+	worker, rest *system.System
+}
+
+// Start runs the parts of Quartermaster that parts names until the test ends.
+func Start(t testing.TB, parts Parts) *System {
+	t.Helper()
+	s := &System{t: t, Kube: Kubernetes(t), Namespace: parts.Namespace}
+	if parts.Worker || parts.Watcher {
+		s.Temporal = Temporal(t)
+		if parts.FileTemporal {
+			s.Temporal = FileTemporal(t)
+		}
+	}
+	if s.Namespace == "" {
+		s.Namespace = s.Kube.Namespace(t)
+		s.ServiceID = s.Namespace + "-svc"
+		s.Create(fmt.Sprintf(`
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFService
+metadata: {name: svc, namespace: %s}
+spec:
+  name: %s
+  id: %s
+  description: a service of the test
+  bindable: true
+  instancesRetrievable: true
+  bindingsRetrievable: true
+  planUpdatable: true`, s.Namespace, s.Namespace, s.ServiceID))
+	}
+	if parts.Sample {
+		s.installSample()
+	}
+	if parts.Worker {
+		s.StartWorker()
+	}
+	o := system.Options{Kube: s.Kube.Config, Temporal: s.Temporal}
+	if parts.Watcher {
+		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency}
+	}
+	if parts.API {
+		logger := parts.APILogger
+		if logger == nil {
+			logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+		}
+		s.API = &api.Server{Namespace: s.Namespace, OSB: OSBCredentials, Admin: AdminCredentials,
+			SyncTimeout: 20 * time.Second, BindTimeout: 20 * time.Second, Logger: logger}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		o.API, o.APIListener = s.API, ln
+		s.URL = "http://" + ln.Addr().String()
+	}
+	if o.Watcher != nil || o.API != nil {
+		s.rest = s.run(o)
+	}
+	return s
+}
+
+// run starts components until the test ends; the test fails if one of them
+// stops with an error.
+func (s *System) run(o system.Options) *system.System {
+	s.t.Helper()
+	sys, err := system.Start(context.Background(), o)
+	require.NoError(s.t, err, "starting Quartermaster")
+	s.t.Cleanup(func() {
+		if err := sys.Stop(); err != nil {
+			s.t.Errorf("Quartermaster stopped: %v", err)
+		}
+	})
+	return sys
+}
+
+// StartWorker starts a worker, with a Kubernetes client of its own as
+// `qm worker` has.
+func (s *System) StartWorker() {
+	s.t.Helper()
+	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true})
+}
+
+// StopWorker stops the worker: nothing moves until StartWorker.
+func (s *System) StopWorker() {
+	s.t.Helper()
+	require.NoError(s.t, s.worker.Stop())
+}
+
+// Plan registers an SFPlan of the System's service, named name with the ID
+// <namespace>-<name>; extra is YAML added to its spec, templates its
+// `templates:` list (see Templates). It returns once every running
+// component sees the plan.
+func (s *System) Plan(name, extra, templates string) string {
+	s.t.Helper()
+	id := s.Namespace + "-" + name
+	s.Create(fmt.Sprintf(`
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {name: %s, namespace: %s}
+spec:
+  name: %s
+  id: %s
+  description: a plan of the test
+  serviceId: %s
+  maximum_polling_duration: 120
+%s
+  templates:
+%s`, name, s.Namespace, name, id, s.ServiceID, extra, templates))
+	for _, sys := range []*system.System{s.worker, s.rest} {
+		if sys == nil || sys.Offerings == nil {
+			continue
+		}
+		require.Eventually(s.t, func() bool {
+			_, err := sys.Offerings.Plan(context.Background(), id)
+			return err == nil
+		}, 10*time.Second, 20*time.Millisecond, "Quartermaster sees plan %s", name)
+	}
+	return id
+}
+
+// Create creates the object a YAML or JSON manifest describes.
+func (s *System) Create(manifest string) *unstructured.Unstructured {
+	s.t.Helper()
+	obj := Decode(s.t, manifest)
+	require.NoError(s.t, s.Kube.Client.Create(context.Background(), obj))
+	return obj
+}
+
+// Decode reads a YAML or JSON manifest into an object.
+func Decode(t testing.TB, manifest string) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	require.NoError(t, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(&obj.Object))
+	return obj
+}
+
+var installSample sync.Once
+
+// installSample installs the tenant-namespace sample of `qm dev`
+// (TenantService, TenantPlan) in the namespace "default", once per test
+// binary.
+func (s *System) installSample() {
+	s.t.Helper()
+	installSample.Do(func() {
+		objs, err := samples.TenantNamespace()
+		require.NoError(s.t, err)
+		for _, obj := range objs {
+			obj.SetNamespace("default")
+			require.NoError(s.t, s.Kube.Client.Patch(context.Background(), obj, ctrlclient.Apply,
+				ctrlclient.FieldOwner("test"), ctrlclient.ForceOwnership))
+		}
+	})
+}
+
+// Instance creates an SFServiceInstance of the plan in the System's
+// namespace, as kubectl would; parameters is JSON or empty.
+func (s *System) Instance(name, planID, parameters string) *osbv1alpha1.SFServiceInstance {
+	s.t.Helper()
+	serviceID := s.ServiceID
+	if planID == TenantPlan {
+		serviceID = TenantService
+	}
+	inst := &osbv1alpha1.SFServiceInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
+		Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: name, ServiceID: serviceID, PlanID: planID},
+	}
+	if parameters != "" {
+		inst.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(parameters)}
+	}
+	require.NoError(s.t, s.Kube.Client.Create(context.Background(), inst))
+	return inst
+}
+
+// WaitInstance waits until the instance satisfies cond, and returns it.
+func (s *System) WaitInstance(name, what string, cond func(*osbv1alpha1.SFServiceInstance) bool) *osbv1alpha1.SFServiceInstance {
+	s.t.Helper()
+	var inst osbv1alpha1.SFServiceInstance
+	var last string
+	ok := assert.Eventually(s.t, func() bool {
+		if err := s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &inst); err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprintf("state %q, description %q, generation %d, observed %d", inst.Status.State, inst.Status.Description, inst.Generation, inst.Status.ObservedGeneration)
+		return cond(&inst)
+	}, 90*time.Second, 50*time.Millisecond, "instance %s: %s", name, what)
+	if !ok {
+		s.t.Fatalf("instance %s never reached %s; last seen: %s", name, what, last)
+	}
+	return &inst
+}
+
+// Succeeded is the condition of an instance whose operation on generation
+// gen succeeded.
+func Succeeded(gen int64) func(*osbv1alpha1.SFServiceInstance) bool {
+	return func(i *osbv1alpha1.SFServiceInstance) bool {
+		return i.Status.State == osbv1alpha1.StateSucceeded && i.Status.ObservedGeneration == gen
+	}
+}
+
+// WaitGone waits until obj is deleted.
+func (s *System) WaitGone(obj ctrlclient.Object) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		return apierrors.IsNotFound(s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKeyFromObject(obj), obj))
+	}, 90*time.Second, 50*time.Millisecond, "%T %s is deleted", obj, obj.GetName())
+}
+
+// RegistryValue reads one key of a registry Secret in the System's
+// namespace, decoded from JSON.
+func (s *System) RegistryValue(secretName, key string) any {
+	s.t.Helper()
+	var sec corev1.Secret
+	require.NoError(s.t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: secretName}, &sec))
+	var v any
+	require.NoError(s.t, json.Unmarshal(sec.Data[key], &v), "registry key %s", key)
+	return v
+}
+
+// Runs counts the workflow runs stored under a workflow ID.
+func (s *System) Runs(workflowID string) int {
+	s.t.Helper()
+	resp, err := s.Temporal.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = %q", workflowID),
+	})
+	require.NoError(s.t, err)
+	return len(resp.Executions)
+}

@@ -1,0 +1,32 @@
+// Package runs names Quartermaster's workflow runs and makes them findable:
+// the task queue, the workflow ID and type of each lifecycle operation, and
+// the search attributes. The watcher, the API and the worker share these
+// names without importing the workflows and their activities.
+package runs
+
+import (
+	"strings"
+
+	"github.com/quartermaster/qm/internal/lifecycle"
+)
+
+// TaskQueue is the task queue every Quartermaster worker polls.
+const TaskQueue = "quartermaster"
+
+// WorkflowID is the ID every operation on one instance or binding runs
+// under, e.g. "sfserviceinstance/tenant-a/db-1". It is the lock that keeps
+// two operations on the same resource from running at once, and the UI
+// lists all of a resource's runs under it.
+func WorkflowID(t lifecycle.Target) string {
+	return strings.ToLower(string(t.Kind)) + "/" + t.Namespace + "/" + t.Name
+}
+
+// WorkflowType is the registered name of the workflow that carries out op:
+// "Provision", "Update", "Deprovision", "Bind" or "Unbind".
+func WorkflowType(op lifecycle.Operation) string {
+	name := string(op)
+	if name == "" {
+		return ""
+	}
+	return strings.ToUpper(name[:1]) + name[1:]
+}
