@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -67,21 +68,8 @@ func TestAPICommand(t *testing.T) {
 	})
 
 	call := func(method, path, user, password, body string) (int, string) {
-		req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.SetBasicAuth(user, password)
-		req.Header.Set("X-Broker-API-Version", "2.17")
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(raw)
+		status, got, _ := testenv.HTTP(t, method, "http://"+addr+path, body, &api.Credentials{Username: user, Password: password}, testenv.OSBHeader)
+		return status, got
 	}
 	require.Eventually(t, func() bool {
 		status, body := call(http.MethodGet, "/v2/catalog", "platform", "osb-secret", "")

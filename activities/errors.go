@@ -43,7 +43,7 @@ func classify(err error) error {
 	}
 }
 
-// planError is a plan or service that the catalog does not have.
+// planError is a plan or service that is not registered.
 func planError(format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrPlan, nil)
 }

@@ -150,8 +150,8 @@ func runKey(ctx context.Context, tg lifecycle.Target) string {
 	return activity.GetInfo(ctx).WorkflowExecution.RunID + "/" + string(tg.Kind) + "/" + tg.Namespace + "/" + tg.Name
 }
 
-// copyObjects copies the target's objects, and only those: the catalog's
-// plan and service are read again from the cache each time.
+// copyObjects copies the target's objects, and only those: the
+// offerings cache serves the plan and service again each time.
 func (t *target) copyObjects() *target {
 	c := &target{Target: t.Target, observed: t.observed}
 	if t.instance != nil {

@@ -33,15 +33,8 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, body)
 
 	admin := func(path string, auth api.Credentials) (int, string) {
-		req, err := http.NewRequest(http.MethodGet, s.URL+path, nil)
-		require.NoError(t, err)
-		req.SetBasicAuth(auth.Username, auth.Password)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(raw)
+		status, body, _ := testenv.HTTP(t, http.MethodGet, s.URL+path, "", &auth, nil)
+		return status, body
 	}
 	status, body = admin("/admin/instances?namespace="+s.Namespace, testenv.AdminCredentials)
 	require.Equal(t, http.StatusOK, status, body)

@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"sync"
@@ -44,24 +43,6 @@ func broker(t *testing.T) *testenv.System {
 	return testenv.Start(t, testenv.Parts{API: true, Namespace: seedNS})
 }
 
-func get(t *testing.T, url string, header map[string]string, auth *api.Credentials) (*http.Response, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	require.NoError(t, err)
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	if auth != nil {
-		req.SetBasicAuth(auth.Username, auth.Password)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp, body
-}
-
 func TestAuthAndVersion(t *testing.T) {
 	s := broker(t)
 	v217 := map[string]string{"X-Broker-API-Version": "2.17"}
@@ -82,27 +63,27 @@ func TestAuthAndVersion(t *testing.T) {
 		{"an older minor version", map[string]string{"X-Broker-API-Version": "2.13"}, &testenv.OSBCredentials, 200, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, body := get(t, s.URL+"/v2/catalog", tc.header, tc.auth)
-			assert.Equal(t, tc.status, resp.StatusCode)
+			status, body, header := testenv.HTTP(t, http.MethodGet, s.URL+"/v2/catalog", "", tc.auth, tc.header)
+			assert.Equal(t, tc.status, status)
 			if tc.body != "" {
-				assert.JSONEq(t, tc.body, string(body))
-				assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+				assert.JSONEq(t, tc.body, body)
+				assert.Equal(t, "application/json", header.Get("Content-Type"))
 			}
 			if tc.status == 401 {
-				assert.Equal(t, `Basic realm="Quartermaster OSB"`, resp.Header.Get("WWW-Authenticate"))
+				assert.Equal(t, `Basic realm="Quartermaster OSB"`, header.Get("WWW-Authenticate"))
 			}
 		})
 	}
 
-	resp, _ := get(t, s.URL+"/v2/catalog", map[string]string{"X-Broker-API-Version": "2.17", "X-Broker-API-Request-Identity": "req-42"}, &testenv.OSBCredentials)
-	assert.Equal(t, "req-42", resp.Header.Get("X-Broker-API-Request-Identity"), "the request identity is echoed")
+	_, _, header := testenv.HTTP(t, http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials,
+		map[string]string{"X-Broker-API-Version": "2.17", "X-Broker-API-Request-Identity": "req-42"})
+	assert.Equal(t, "req-42", header.Get("X-Broker-API-Request-Identity"), "the request identity is echoed")
 }
 
 func TestCatalog(t *testing.T) {
 	s := broker(t)
-	header := map[string]string{"X-Broker-API-Version": "2.17"}
-	resp, body := get(t, s.URL+"/v2/catalog", header, &testenv.OSBCredentials)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	status, body, _ := testenv.HTTP(t, http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
+	require.Equal(t, http.StatusOK, status, body)
 
 	assert.JSONEq(t, `{"services": [{
 		"name": "postgresql",
@@ -142,13 +123,13 @@ func TestCatalog(t *testing.T) {
 	plan.Spec.MaintenanceInfo = &osbv1alpha1.MaintenanceInfo{Version: "2.0.0", Description: "PostgreSQL 9.6.24"}
 	require.NoError(t, s.Kube.Client.Patch(context.Background(), &plan, ctrlclient.MergeFrom(base)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, body := get(t, s.URL+"/v2/catalog", header, &testenv.OSBCredentials)
+		_, body, _ := testenv.HTTP(t, http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
 		var got struct {
 			Services []struct {
 				Plans []map[string]any `json:"plans"`
 			} `json:"services"`
 		}
-		require.NoError(c, json.Unmarshal(body, &got))
+		require.NoError(c, json.Unmarshal([]byte(body), &got))
 		require.Len(c, got.Services, 1)
 		assert.Equal(c, "now with 40GB", got.Services[0].Plans[0]["description"])
 		assert.Equal(c, map[string]any{"version": "2.0.0", "description": "PostgreSQL 9.6.24"}, got.Services[0].Plans[0]["maintenance_info"])

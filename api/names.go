@@ -9,8 +9,8 @@ import (
 
 // ResourceName is the name of the SFServiceInstance or SFServiceBinding that
 // records an OSB instance_id or binding_id: the ID itself when it is a valid
-// Kubernetes name, otherwise its SHA-224 sum in hex, as Service Fabrik does
-// (seed 003). The same ID always gives the same name; the ID itself is kept
+// Kubernetes name, otherwise its SHA-224 sum in hex, as the Service Fabrik
+// broker does. The same ID always gives the same name; the ID itself is kept
 // in the resource's spec.
 func ResourceName(id string) string {
 	if len(validation.IsDNS1123Subdomain(id)) == 0 {

@@ -15,14 +15,14 @@ import (
 // metrics are the API's Prometheus metrics, per route pattern (never the
 // raw path: IDs would make a series per instance) and status code.
 type metrics struct {
-	registry *prometheus.Registry
+	gatherer *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
 
 func newMetrics() *metrics {
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
+		gatherer: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "qm_api_requests_total",
 			Help: "HTTP requests served, by method, route and status code.",
@@ -33,13 +33,13 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10), // 0.5 ms to ~2 min
 		}, []string{"method", "route"}),
 	}
-	m.registry.MustRegister(m.requests, m.duration,
+	m.gatherer.MustRegister(m.requests, m.duration,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+	return promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{Registry: m.gatherer})
 }
 
 // observe logs one structured line per request and counts it. It logs the

@@ -17,8 +17,10 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // TestInstanceLifecycle provisions the tenant-namespace sample with kubectl's
@@ -229,4 +231,27 @@ func serviceAccountOf(t *testing.T, b *osbv1alpha1.SFServiceBinding) string {
 	}
 	t.Fatalf("binding %s lists no ServiceAccount among %v", b.Name, b.Status.Resources)
 	return ""
+}
+
+// TestStateDeleteRemovesTheInstance: a client of the inter-operator asks
+// for a removal by writing "delete" into the status; the watcher deletes
+// the instance, and Deprovision removes what it applied.
+func TestStateDeleteRemovesTheInstance(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	ctx := context.Background()
+	plan := s.Plan("instant", "", testenv.Templates("instant"))
+	s.Instance("doomed", plan, "")
+	inst := s.WaitInstance("doomed", "provisioned", testenv.Succeeded(1))
+	var cm corev1.ConfigMap
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "doomed-db"}, &cm))
+
+	base := inst.DeepCopy()
+	inst.Status.State = osbv1alpha1.StateDelete
+	require.NoError(t, s.Kube.Client.Status().Patch(ctx, inst, ctrlclient.MergeFrom(base)))
+	s.WaitGone(inst)
+	assert.True(t, apierrors.IsNotFound(s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&cm), &cm)), "the deprovision removed what the instance applied")
+	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 2, s.Runs(id), "provision, then deprovision")
+	}, 10*time.Second, 100*time.Millisecond)
 }

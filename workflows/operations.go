@@ -61,12 +61,9 @@ func create(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) er
 	ctx = withActivityOptions(ctx)
 	var a *activities.Operations
 
-	var begun activities.Begun
-	if err := workflow.ExecuteLocalActivity(ctx, a.Begin, t, op).Get(ctx, &begun); err != nil {
-		return endEarly(ctx, t, op, err)
-	}
-	if begun.Done {
-		return nil
+	begun, goOn, err := begin(ctx, t, op)
+	if !goOn {
+		return err
 	}
 	var refs []osbv1alpha1.Source
 	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, &refs); err != nil {
@@ -79,12 +76,9 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) er
 	ctx = withActivityOptions(ctx)
 	var a *activities.Operations
 
-	var begun activities.Begun
-	if err := workflow.ExecuteLocalActivity(ctx, a.Begin, t, op).Get(ctx, &begun); err != nil {
-		return endEarly(ctx, t, op, err)
-	}
-	if begun.Done {
-		return nil
+	begun, goOn, err := begin(ctx, t, op)
+	if !goOn {
+		return err
 	}
 	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, nil); err != nil {
 		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
@@ -93,6 +87,17 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) er
 		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
 	}
 	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling, nil), nil)
+}
+
+// begin runs the operation's first step. goOn is false when there is
+// nothing (more) to do: the operation already ran for this generation, or
+// it could not begin, and err is what the workflow returns.
+func begin(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (begun activities.Begun, goOn bool, err error) {
+	var a *activities.Operations
+	if err := workflow.ExecuteLocalActivity(ctx, a.Begin, t, op).Get(ctx, &begun); err != nil {
+		return begun, false, endEarly(ctx, t, op, err)
+	}
+	return begun, !begun.Done, nil
 }
 
 // poll evaluates the status template until it reports a terminal state or

@@ -1,5 +1,3 @@
-// Package workflows holds Quartermaster's Temporal workflows. Workflow code is
-// deterministic: every effect goes through an activity in package activities.
 package workflows
 
 import (

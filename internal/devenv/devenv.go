@@ -295,7 +295,7 @@ func credentials(dataDir, file, userEnv, passEnv, user string) (api.Credentials,
 	return c, nil
 }
 
-// SampleNamespace is where `qm dev` installs the sample catalog.
+// SampleNamespace is where `qm dev` installs the sample service and plan.
 const SampleNamespace = "default"
 
 // installSamples applies the tenant-namespace sample service and plan, so

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/devenv"
@@ -59,37 +60,20 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 
 	// The OSB API answers with the credentials qm dev printed, and serves
 	// the sample catalog it installed.
-	var osb struct{ Username, Password string }
+	var osb api.Credentials
 	raw, err := os.ReadFile(filepath.Join(dataDir, "osb-credentials.json"))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &osb))
 	assert.Contains(t, out.String(), "password "+osb.Password, "the banner shows the OSB credentials")
-	req, err := http.NewRequest(http.MethodGet, "http://"+opts.Listen+"/v2/catalog", nil)
-	require.NoError(t, err)
-	req.SetBasicAuth(osb.Username, osb.Password)
-	req.Header.Set("X-Broker-API-Version", "2.17")
-	resp, err = http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	catalogBody, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	assert.Equal(t, http.StatusOK, resp.StatusCode, string(catalogBody))
-	assert.Contains(t, string(catalogBody), `"name":"tenant-namespace"`)
+	status, catalogBody, _ := testenv.HTTP(t, http.MethodGet, "http://"+opts.Listen+"/v2/catalog", "", &osb, testenv.OSBHeader)
+	assert.Equal(t, http.StatusOK, status, catalogBody)
+	assert.Contains(t, catalogBody, `"name":"tenant-namespace"`)
 
 	// A platform provisions the sample through the OSB API, end to end;
 	// the admin API, with the credentials qm dev printed, shows it.
 	osbCall := func(method, path, body string) (int, string) {
-		req, err := http.NewRequest(method, "http://"+opts.Listen+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.SetBasicAuth(osb.Username, osb.Password)
-		req.Header.Set("X-Broker-API-Version", "2.17")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(raw)
+		status, got, _ := testenv.HTTP(t, method, "http://"+opts.Listen+path, body, &osb, testenv.OSBHeader)
+		return status, got
 	}
 	status, body := osbCall(http.MethodPut, "/v2/service_instances/osb-1?accepts_incomplete=true",
 		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "parameters": {"pods": 3}}`)
@@ -98,23 +82,16 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 		status, body := osbCall(http.MethodGet, "/v2/service_instances/osb-1/last_operation?operation=provision", "")
 		return status == http.StatusOK && strings.Contains(body, `"state":"succeeded"`)
 	}, time.Minute, 100*time.Millisecond, "the OSB provision succeeds")
-	var admin struct{ Username, Password string }
+	var admin api.Credentials
 	raw, err = os.ReadFile(filepath.Join(dataDir, "admin-credentials.json"))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &admin))
 	assert.Contains(t, out.String(), fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, opts.Listen),
 		"the banner shows the admin API")
-	req, err = http.NewRequest(http.MethodGet, "http://"+opts.Listen+"/admin/instances/default/osb-1", nil)
-	require.NoError(t, err)
-	req.SetBasicAuth(admin.Username, admin.Password)
-	resp, err = http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	adminBody, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	assert.Equal(t, http.StatusOK, resp.StatusCode, string(adminBody))
-	assert.Contains(t, string(adminBody), `"state":"succeeded","description":"namespace tenant-`)
-	assert.Contains(t, string(adminBody), `"workflow_id":"sfserviceinstance/default/osb-1"`)
+	status, adminBody, _ := testenv.HTTP(t, http.MethodGet, "http://"+opts.Listen+"/admin/instances/default/osb-1", "", &admin, nil)
+	assert.Equal(t, http.StatusOK, status, adminBody)
+	assert.Contains(t, adminBody, `"state":"succeeded","description":"namespace tenant-`)
+	assert.Contains(t, adminBody, `"workflow_id":"sfserviceinstance/default/osb-1"`)
 
 	kubeconfig := filepath.Join(dataDir, "kubeconfig")
 	assert.Contains(t, out.String(), kubeconfig, "the banner names the kubeconfig")

@@ -84,7 +84,7 @@ func fromJSON(s string) (any, error) {
 }
 
 // toYAML trims the final newline, as Helm's does, so that
-// `toYaml . | nindent 4` lays out like the seeds expect.
+// `toYaml . | nindent 4` lays out as the inter-operator's templates expect.
 func toYAML(v any) (string, error) {
 	out, err := yaml.Marshal(v)
 	if err != nil {

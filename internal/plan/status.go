@@ -40,7 +40,8 @@ type Status struct {
 	InstanceUsable   *bool  `json:"instanceUsable,omitempty"`
 	UpdateRepeatable *bool  `json:"updateRepeatable,omitempty"`
 	// Response is the bind response, e.g. {"credentials": {...}}. A template
-	// may write it as an object or, as the seeds do, as a JSON string.
+	// may write it as an object or, as the inter-operator's do, as a JSON
+	// string.
 	Response map[string]any `json:"-"`
 }
 

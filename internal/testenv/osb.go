@@ -1,12 +1,10 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
+	"maps"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -23,30 +21,11 @@ import (
 // response headers. A header given as "" is removed.
 func (s *System) Do(method, path, body string, header map[string]string) (int, string, http.Header) {
 	s.t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, s.URL+path, r)
-	require.NoError(s.t, err)
-	req.SetBasicAuth(OSBCredentials.Username, OSBCredentials.Password)
-	req.Header.Set("X-Broker-API-Version", "2.17")
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range header {
-		if v == "" {
-			req.Header.Del(k)
-		} else {
-			req.Header.Set(k, v)
-		}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(s.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
-	return resp.StatusCode, string(bytes.TrimSpace(raw)), resp.Header
+	h := maps.Clone(OSBHeader)
+	maps.Copy(h, header)
+	status, got, headers := HTTP(s.t, method, s.URL+path, body, &OSBCredentials, h)
+	require.NotZero(s.t, status, "%s %s: %s", method, path, got)
+	return status, got, headers
 }
 
 // Expect sends a request and checks its status and, unless wantBody is

@@ -1,8 +1,8 @@
 package v1alpha1
 
 // OperationState is the state of the operation last requested on an
-// SFServiceInstance or SFServiceBinding. The strings are the inter-operator's
-// (seed 003), so clients written for it read them unchanged.
+// SFServiceInstance or SFServiceBinding. The strings are the Service Fabrik
+// inter-operator's, so clients written for it read them unchanged.
 // +kubebuilder:validation:Enum=in_queue;update;delete;"in progress";succeeded;failed
 type OperationState string
 

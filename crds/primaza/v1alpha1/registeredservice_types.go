@@ -4,7 +4,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ServiceState is where a RegisteredService stands in its life (seed 000).
+// ServiceState is where a RegisteredService stands in its life, as in
+// Primaza.
 // +kubebuilder:validation:Enum=Available;Claimed;Unknown;Unreachable
 type ServiceState string
 

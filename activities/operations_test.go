@@ -1,0 +1,250 @@
+package activities_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/activities"
+	"github.com/quartermaster/qm/crds"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/offerings"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// passwordPlan renders a ConfigMap with a generated password and the
+// cluster it runs on; its status template reports bind credentials and
+// waits for a "gate" source before the provision succeeds.
+const passwordPlan = `
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: {{ .instance.metadata.name }}-db}
+      data:
+        password: {{ generatePassword "password" 12 }}
+        cluster: {{ .cluster.metadata.name | quote }}
+  - action: sources
+    type: gotemplate
+    content: |
+      gate: {apiVersion: v1, kind: ConfigMap, name: {{ .instance.metadata.name }}-gate}
+  - action: status
+    type: gotemplate
+    content: |
+      provision:
+        state: {{ if .gate }}succeeded{{ else }}in progress{{ end }}
+        description: {{ if .gate }}ready{{ else }}waiting for the gate{{ end }}
+      bind:
+        state: succeeded
+        response: {credentials: {password: {{ registry "password" | quote }}, port: 5432}}
+`
+
+// harness runs activities on the real API server, as the worker does.
+type harness struct {
+	t   *testing.T
+	sys *testenv.System
+	ops *activities.Operations
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	sys := testenv.Start(t, testenv.Parts{})
+	cache, err := offerings.New(sys.Kube.Config, crds.NewScheme())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	require.NoError(t, cache.Start(ctx))
+	return &harness{t: t, sys: sys, ops: &activities.Operations{Client: sys.Kube.Client, Offerings: cache}}
+}
+
+// plan registers a plan and waits until the offerings cache serves it.
+func (h *harness) plan(name, templates string) string {
+	h.t.Helper()
+	id := h.sys.Plan(name, "", templates)
+	require.Eventually(h.t, func() bool {
+		_, err := h.ops.Offerings.Plan(context.Background(), id)
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	return id
+}
+
+// run executes the activity named activity as a local activity, as the
+// workflows do, in a run of its own: the Operations that serves one run
+// keeps what it read for the run's next steps.
+func (h *harness) run(activity string, args ...any) (converter.EncodedValue, error) {
+	ops := &activities.Operations{Client: h.ops.Client, Offerings: h.ops.Offerings}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(ops)
+	return env.ExecuteLocalActivity(reflect.ValueOf(ops).MethodByName(activity).Interface(), args...)
+}
+
+func applicationError(t *testing.T, err error) *temporal.ApplicationError {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "want an application error, got %v", err)
+	return appErr
+}
+
+func TestApplyTemplatesIsIdempotent(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	planID := h.plan("pw", passwordPlan)
+	inst := h.sys.Instance("db-1", planID, "")
+	target := lifecycle.InstanceTarget(inst)
+
+	apply := func() []osbv1alpha1.Source {
+		val, err := h.run("ApplyTemplates", target, lifecycle.OpProvision)
+		require.NoError(t, err)
+		var refs []osbv1alpha1.Source
+		require.NoError(t, val.Get(&refs))
+		return refs
+	}
+	refs := apply()
+	assert.Equal(t, []osbv1alpha1.Source{{APIVersion: "v1", Kind: "ConfigMap", Name: "db-1-db", Namespace: h.sys.Namespace}}, refs)
+
+	var cm corev1.ConfigMap
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "db-1-db"}, &cm))
+	password := cm.Data["password"]
+	assert.Len(t, password, 12)
+	assert.Equal(t, "1", cm.Data["cluster"], ".cluster is the cluster Quartermaster runs in")
+	assert.Equal(t, password, h.sys.RegistryValue("qm-instance-db-1", "password"))
+	var reg corev1.Secret
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "qm-instance-db-1"}, &reg))
+	require.Len(t, cm.OwnerReferences, 1)
+	assert.Equal(t, reg.UID, cm.OwnerReferences[0].UID, "the registry owns what the instance applied")
+
+	assert.Equal(t, refs, apply(), "a retry applies the same objects")
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&cm), &cm))
+	assert.Equal(t, password, cm.Data["password"], "and renders the same password")
+}
+
+func TestActivityErrors(t *testing.T) {
+	h := newHarness(t)
+	broken := h.plan("broken", `
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: x}
+      data: {a: {{ .nope.missing | required }}}
+`)
+	refused := h.plan("refused", `
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: Not_A_Valid_Name}
+`)
+	for _, tc := range []struct {
+		name, inst, plan string
+		activity         string
+		wantType         string
+		want             string
+	}{
+		{"a template that does not parse", "broken-1", broken, "ApplyTemplates",
+			activities.ErrTemplate, `provision template: template: provision:4: function "required" not defined`},
+		{"an object the API server refuses", "refused-1", refused, "ApplyTemplates",
+			activities.ErrApply, `ConfigMap "Not_A_Valid_Name" is invalid`},
+		{"an unknown plan", "unknown-1", "no-such-plan", "Begin",
+			activities.ErrPlan, `unknown plan "no-such-plan": no SFPlan has this spec.id`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inst := h.sys.Instance(tc.inst, tc.plan, "")
+			_, err := h.run(tc.activity, lifecycle.InstanceTarget(inst), lifecycle.OpProvision)
+			require.Error(t, err)
+			appErr := applicationError(t, err)
+			assert.Equal(t, tc.wantType, appErr.Type())
+			assert.True(t, appErr.NonRetryable(), "retrying cannot fix it")
+			assert.Contains(t, appErr.Message(), tc.want)
+		})
+	}
+
+	t.Run("a target deleted meanwhile", func(t *testing.T) {
+		_, err := h.run("Begin", lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: h.sys.Namespace, Name: "never-was"}, lifecycle.OpProvision)
+		appErr := applicationError(t, err)
+		assert.Equal(t, activities.ErrGone, appErr.Type())
+	})
+}
+
+func TestObserveAndFinish(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	planID := h.plan("pw", passwordPlan)
+	inst := h.sys.Instance("db-2", planID, "")
+	target := lifecycle.InstanceTarget(inst)
+	_, err := h.run("ApplyTemplates", target, lifecycle.OpProvision)
+	require.NoError(t, err)
+
+	observe := func(tg lifecycle.Target, op lifecycle.Operation) activities.Outcome {
+		val, err := h.run("Observe", tg, op)
+		require.NoError(t, err)
+		var o activities.Outcome
+		require.NoError(t, val.Get(&o))
+		return o
+	}
+	assert.Equal(t, activities.Outcome{State: osbv1alpha1.StateInProgress, Description: "waiting for the gate"}, observe(target, lifecycle.OpProvision))
+	h.sys.OpenGate("db-2", "gate")
+	done := activities.Outcome{State: osbv1alpha1.StateSucceeded, Description: "ready"}
+	assert.Equal(t, done, observe(target, lifecycle.OpProvision))
+
+	_, err = h.run("Finish", target, lifecycle.OpProvision, int64(1), done, []osbv1alpha1.Source(nil))
+	require.NoError(t, err)
+	got, err := h.sys.GetInstance("db-2")
+	require.NoError(t, err)
+	assert.Equal(t, osbv1alpha1.StateSucceeded, got.Status.State)
+	assert.NotNil(t, got.Status.AppliedSpec)
+	assert.Equal(t, "ProvisionSucceeded", got.Status.Conditions[0].Reason)
+
+	val, err := h.run("Begin", target, lifecycle.OpProvision)
+	require.NoError(t, err)
+	var begun activities.Begun
+	require.NoError(t, val.Get(&begun))
+	assert.True(t, begun.Done, "the same provision again has nothing to do")
+
+	// A bind's credentials go to a Secret, not into the outcome.
+	b := &osbv1alpha1.SFServiceBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-1", Namespace: h.sys.Namespace},
+		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: "app-1", InstanceID: "db-2", ServiceID: h.sys.ServiceID, PlanID: planID},
+	}
+	require.NoError(t, h.sys.Kube.Client.Create(ctx, b))
+	bound := observe(lifecycle.BindingTarget(b), lifecycle.OpBind)
+	assert.Equal(t, activities.Outcome{State: osbv1alpha1.StateSucceeded}, bound)
+	var creds corev1.Secret
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "qm-credentials-app-1"}, &creds))
+	assert.Equal(t, h.sys.RegistryValue("qm-instance-db-2", "password"), string(creds.Data["password"]))
+	assert.Equal(t, "5432", string(creds.Data["port"]))
+	assert.Equal(t, "port", creds.Annotations[osbv1alpha1.CredentialsJSONKeysAnnotation])
+
+	// An unbind that succeeded deletes the credentials and the registry,
+	// and releases the finalizer.
+	require.NoError(t, h.sys.Kube.Client.Delete(ctx, b))
+	_, err = h.run("Finish", lifecycle.BindingTarget(b), lifecycle.OpUnbind, int64(1), activities.Outcome{State: osbv1alpha1.StateSucceeded}, []osbv1alpha1.Source(nil))
+	require.NoError(t, err)
+	for _, obj := range []ctrlclient.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.sys.Namespace, Name: "qm-credentials-app-1"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.sys.Namespace, Name: "qm-binding-app-1"}},
+		b,
+	} {
+		err := h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(obj), obj)
+		assert.True(t, apierrors.IsNotFound(err), "%T %s is gone: %v", obj, obj.GetName(), err)
+	}
+}
