@@ -92,6 +92,11 @@ test: tools check-generated vet ## Run every test (race detector on), against th
 # How long `make test` fuzzes the OSB request decoding.
 FUZZ_TIME ?= 20s
 
+.PHONY: record-histories
+record-histories: tools ## Record the history of every workflow path again, for the replay test (workflows/testdata).
+	QM_BIN_DIR=$(BIN) go test -count=1 -run '^(TestHistories|TestWorkerRestartMidProvision)$$' ./starter -record
+	QM_BIN_DIR=$(BIN) go test -count=1 -run '^TestReplayRecordedHistories$$' ./workflows
+
 .PHONY: bench
 # -p 1: one benchmark binary at a time, or they share the machine's two cores.
 bench: tools ## Run the benchmarks and print their figures (QM_BENCH_N sets the provision count, default 1000).

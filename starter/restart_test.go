@@ -2,19 +2,14 @@ package starter_test
 
 import (
 	"context"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,8 +19,6 @@ import (
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/workflows/runs"
 )
-
-var record = flag.Bool("record", false, "record the gated provision's history into workflows/testdata for the replay test")
 
 // TestWorkerRestartMidProvision stops the worker after the objects are
 // applied and before the status says succeeded, and starts another: the
@@ -60,9 +53,7 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 	id := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: s.Namespace, Name: "restart-1"})
 	assert.Equal(t, 1, s.Runs(id), "one run carried over the restart")
 
-	if *record {
-		recordHistory(t, s.Temporal, id, filepath.Join("..", "workflows", "testdata", "provision-restart.json"))
-	}
+	recorded(t, s.History(id, ""), "provision-restart")
 }
 
 // TestConcurrentOperationIsRefused: the workflow ID is the lock. A second
@@ -100,19 +91,4 @@ func TestConcurrentOperationIsRefused(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "busy-gate", Namespace: s.Namespace}}))
 	s.WaitInstance("busy", "updated to generation 2", testenv.Succeeded(2))
 	require.Eventually(t, func() bool { return s.Runs(id) == 2 }, 10*time.Second, 100*time.Millisecond, "provision, then update")
-}
-
-func recordHistory(t *testing.T, tc client.Client, id, path string) {
-	t.Helper()
-	iter := tc.GetWorkflowHistory(context.Background(), id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	h := &historypb.History{}
-	for iter.HasNext() {
-		ev, err := iter.Next()
-		require.NoError(t, err)
-		h.Events = append(h.Events, ev)
-	}
-	raw, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(h)
-	require.NoError(t, err)
-	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-	require.NoError(t, os.WriteFile(path, raw, 0o644))
 }

@@ -1,31 +1,119 @@
 package workflows_test
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/quartermaster/qm/workflows"
 )
 
+// histories are the recorded paths of every workflow: `make
+// record-histories` records them again on the real dev server (starter's
+// TestHistories and TestWorkerRestartMidProvision). A new workflow, or a
+// new path of one, adds its histories here.
+var histories = []string{
+	"provision",         // applied, and the status template says succeeded at once
+	"provision-restart", // waits for its status template across a worker restart
+	"early-exit",        // started again for a generation already done
+	"update",
+	"bind",
+	"unbind",
+	"deprovision",
+	"template-failure", // a template that does not render: failed, not retried
+	"polling-timeout",  // the status never ends: failed at maximum_polling_duration
+}
+
 // TestReplayRecordedHistories replays histories recorded on the real dev
 // server against the current workflow code. A change that would break a
-// workflow already running in production (a step added, removed or
-// reordered without versioning) fails here.
-//
-// provision-restart.json is a Provision that waited on a gate across a
-// worker restart (starter's TestWorkerRestartMidProvision, run with -record).
+// workflow already running in production fails here: a step added,
+// removed or reordered, a timer added, or (which Temporal's own check
+// lets through) a timer of another duration.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.json")
 	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			r := worker.NewWorkflowReplayer()
+	var found []string
+	for _, f := range files {
+		found = append(found, strings.TrimSuffix(filepath.Base(f), ".json"))
+	}
+	assert.ElementsMatch(t, histories, found, "every path has a recorded history, and every history is listed")
+
+	for _, name := range histories {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join("testdata", name+".json")
+			timers := &timerDurations{}
+			r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
+				Interceptors: []interceptor.WorkerInterceptor{timers},
+			})
+			require.NoError(t, err)
 			workflows.Register(r)
 			require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, file))
+			assert.Equal(t, recordedTimers(t, file), timers.seen, "each timer waits as long as when it was recorded")
 		})
 	}
+}
+
+// recordedTimers lists the durations of the timers a history started.
+func recordedTimers(t *testing.T, file string) []time.Duration {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	require.NoError(t, err)
+	h, err := client.HistoryFromJSON(strings.NewReader(string(raw)), client.HistoryJSONOptions{})
+	require.NoError(t, err)
+	return timerDurationsOf(h)
+}
+
+func timerDurationsOf(h *historypb.History) []time.Duration {
+	var out []time.Duration
+	for _, ev := range h.Events {
+		if a := ev.GetTimerStartedEventAttributes(); a != nil {
+			out = append(out, a.GetStartToFireTimeout().AsDuration())
+		}
+	}
+	return out
+}
+
+// timerDurations records the duration of every timer the workflow code
+// starts while it replays (workflow.Sleep starts one through NewTimer).
+type timerDurations struct {
+	interceptor.WorkerInterceptorBase
+	seen []time.Duration
+}
+
+func (d *timerDurations) InterceptWorkflow(_ workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &timerInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, d: d}
+}
+
+type timerInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	d *timerDurations
+}
+
+func (i *timerInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(&timerOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, d: i.d})
+}
+
+type timerOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	d *timerDurations
+}
+
+func (o *timerOutbound) NewTimer(ctx workflow.Context, d time.Duration) workflow.Future {
+	o.d.seen = append(o.d.seen, d)
+	return o.Next.NewTimer(ctx, d)
+}
+
+func (o *timerOutbound) NewTimerWithOptions(ctx workflow.Context, d time.Duration, options workflow.TimerOptions) workflow.Future {
+	o.d.seen = append(o.d.seen, d)
+	return o.Next.NewTimerWithOptions(ctx, d, options)
 }

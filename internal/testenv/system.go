@@ -180,12 +180,16 @@ func (s *System) StopWorker() {
 }
 
 // Plan registers an SFPlan of the System's service, named name with the ID
-// <namespace>-<name>; extra is YAML added to its spec, templates its
+// <namespace>-<name>; extra is YAML added to its spec (a
+// maximum_polling_duration of 120 s unless it sets one), templates its
 // `templates:` list (see Templates). It returns once every running
 // component sees the plan.
 func (s *System) Plan(name, extra, templates string) string {
 	s.t.Helper()
 	id := s.Namespace + "-" + name
+	if !strings.Contains(extra, "maximum_polling_duration:") {
+		extra = "  maximum_polling_duration: 120\n" + extra
+	}
 	s.Create(fmt.Sprintf(`
 apiVersion: osb.servicefabrik.io/v1alpha1
 kind: SFPlan
@@ -195,7 +199,6 @@ spec:
   id: %s
   description: a plan of the test
   serviceId: %s
-  maximum_polling_duration: 120
 %s
   templates:
 %s`, name, s.Namespace, name, id, s.ServiceID, extra, templates))
