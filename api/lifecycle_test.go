@@ -184,7 +184,6 @@ func TestOSBSynchronousPlan(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
 	instant := s.Plan("instant", "", testenv.Templates("instant"))
 	gated := s.Plan("gated", "", testenv.Templates("gated"))
-	s.API.SyncTimeout = 3 * time.Second
 
 	s.Expect(http.MethodPut, "/v2/service_instances/sync-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, instant),
 		http.StatusCreated, `{}`)
@@ -198,9 +197,11 @@ func TestOSBSynchronousPlan(t *testing.T) {
 	_, err := s.GetInstance("sync-1")
 	assert.True(t, apierrors.IsNotFound(err), "a synchronous deprovision answers once the instance is gone")
 
-	s.Expect(http.MethodPut, "/v2/service_instances/slow-1?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, gated),
+	// A broker with a short timeout, for the step that needs one only.
+	short := testenv.Start(t, testenv.Parts{API: true, Namespace: s.Namespace, ServiceID: s.ServiceID, SyncTimeout: 3 * time.Second})
+	short.Expect(http.MethodPut, "/v2/service_instances/slow-1?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, gated),
 		http.StatusAccepted, `{"operation": "provision"}`)
-	status, body, _ := s.Do(http.MethodPut, "/v2/service_instances/slow-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, gated), nil)
+	status, body, _ := short.Do(http.MethodPut, "/v2/service_instances/slow-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, gated), nil)
 	assert.Equal(t, http.StatusInternalServerError, status)
 	assert.Contains(t, body, `provision of instance \"slow-1\" did not finish within 3s`)
 	s.OpenGate("slow-1", "gate")
@@ -231,10 +232,9 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 	close(start)
 	wg.Wait()
 	for i, r := range replies {
-		assert.Contains(t, []int{http.StatusCreated, http.StatusAccepted, http.StatusOK}, r.status, "reply %d: %s", i, r.body)
-		if r.status == http.StatusAccepted {
-			assert.JSONEq(t, `{"operation": "provision"}`, r.body, "reply %d", i)
-		}
+		// The gate is closed: the provision runs, and every PUT is told so.
+		assert.Equal(t, http.StatusAccepted, r.status, "reply %d: %s", i, r.body)
+		assert.JSONEq(t, `{"operation": "provision"}`, r.body, "reply %d", i)
 	}
 	assert.Equal(t, 1, s.CountInstances(), "one SFServiceInstance")
 
@@ -246,4 +246,47 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 	inst, err := s.GetInstance("dup-1")
 	require.NoError(t, err)
 	assert.Equal(t, osbv1alpha1.StateSucceeded, inst.Status.State)
+}
+
+// slowBindTemplates provision at once; a bind succeeds only once a
+// "bind-gate" ConfigMap exists.
+const slowBindTemplates = `
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: {{ .instance.metadata.name }}-db}
+  - action: sources
+    type: gotemplate
+    content: |
+      gate: {apiVersion: v1, kind: ConfigMap, name: {{ .instance.metadata.name }}-bind-gate}
+  - action: status
+    type: gotemplate
+    content: |
+      provision: {state: succeeded}
+      bind:
+        state: {{ if .gate }}succeeded{{ else }}in progress{{ end }}
+        response: {credentials: {user: u}}
+`
+
+// TestOSBBindTimeout: a synchronous bind that takes longer than
+// --bind-timeout is answered 202 to a client that accepts it, and its
+// last_operation follows it to the end.
+func TestOSBBindTimeout(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true, BindTimeout: 2 * time.Second})
+	plan := s.Plan("slow-bind", "", slowBindTemplates)
+	inst := "/v2/service_instances/sb-1"
+	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan), http.StatusCreated, `{}`)
+
+	binding := inst + "/service_bindings/b-1"
+	bind := fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan)
+	began := time.Now()
+	s.Expect(http.MethodPut, binding+"?accepts_incomplete=true", bind, http.StatusAccepted, `{"operation": "bind"}`)
+	assert.GreaterOrEqual(t, time.Since(began), 2*time.Second, "the broker waited for the bind up to the timeout")
+	s.Expect(http.MethodGet, binding+"/last_operation?operation=bind", "", http.StatusOK, `{"state": "in progress", "description": "bind in progress"}`)
+
+	s.OpenGate("sb-1", "bind-gate")
+	assert.Equal(t, "succeeded", s.PollLastOperation(binding + "/last_operation?operation=bind")["state"])
+	s.Expect(http.MethodPut, binding, bind, http.StatusOK, `{"credentials": {"user": "u"}}`)
 }

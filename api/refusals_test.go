@@ -232,3 +232,44 @@ func TestOSBUpdateAndDeleteRefusals(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Patch(context.Background(), got, ctrlclient.MergeFrom(base)))
 	s.Expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
 }
+
+// TestOSBSchemasOnRequests: a plan's JSON Schemas judge provision and
+// update requests over HTTP: a draft 2019-09 create schema, and an update
+// schema that refuses what the create schema allowed. A refused request
+// changes nothing.
+func TestOSBSchemasOnRequests(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	plan := s.Plan("schemas", `  schemas:
+    service_instance:
+      create:
+        parameters:
+          $schema: https://json-schema.org/draft/2019-09/schema
+          type: object
+          properties:
+            ha: {type: boolean}
+            replicas: {type: integer}
+          dependentRequired: {ha: [replicas]}
+      update:
+        parameters:
+          type: object
+          properties:
+            replicas: {type: integer, maximum: 5}`, testenv.Templates("instant"))
+	inst := "/v2/service_instances/sch-1"
+	create := func(params string) string {
+		return fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": %s}`, s.ServiceID, plan, params)
+	}
+
+	body := s.Expect(http.MethodPut, inst, create(`{"ha": true}`), http.StatusBadRequest, "")
+	assert.Contains(t, body, `parameters do not match the service_instance create schema of plan \"schemas\"`)
+	assert.Contains(t, body, "replicas", "2019-09's dependentRequired is honoured")
+	assert.Equal(t, 0, s.CountInstances())
+
+	s.Expect(http.MethodPut, inst, create(`{"ha": true, "replicas": 3}`), http.StatusCreated, `{}`)
+	body = s.Expect(http.MethodPatch, inst, fmt.Sprintf(`{"service_id": %q, "parameters": {"replicas": 9}}`, s.ServiceID), http.StatusBadRequest, "")
+	assert.Contains(t, body, `parameters do not match the service_instance update schema of plan \"schemas\"`)
+	assert.Contains(t, body, "parameters/replicas")
+	got, err := s.GetInstance("sch-1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), got.Generation, "the refused update changed nothing")
+	assert.JSONEq(t, `{"ha": true, "replicas": 3}`, string(got.Spec.Parameters.Raw))
+}

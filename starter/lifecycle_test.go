@@ -2,11 +2,13 @@ package starter_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -105,9 +107,9 @@ func TestBindingLifecycle(t *testing.T) {
 		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: "app-1", InstanceID: "team-b", ServiceID: testenv.TenantService, PlanID: testenv.TenantPlan},
 	}
 	require.NoError(t, s.Kube.Client.Create(ctx, b))
-	require.Eventually(t, func() bool {
-		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
-		return b.Status.State == osbv1alpha1.StateSucceeded
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
+		assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State)
 	}, 90*time.Second, 50*time.Millisecond, "the binding succeeds")
 	require.NotEmpty(t, b.Status.Response.SecretRef)
 
@@ -125,6 +127,16 @@ func TestBindingLifecycle(t *testing.T) {
 	}, s.RegistryValue("qm-binding-app-1", "credentials"), "and they are kept in the binding registry")
 	var sa corev1.ServiceAccount
 	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: serviceAccountOf(t, b)}, &sa))
+
+	// The bind's history, as the Temporal API serves it, holds no secret:
+	// not the generated password its credentials carry. (The namespace and
+	// the service account are names, which histories hold.)
+	bindID := runs.WorkflowID(lifecycle.BindingTarget(b))
+	history := testenv.HistoryText(s.History(bindID, s.ClosedRun(bindID, runs.WorkflowType(lifecycle.OpBind))))
+	assert.Contains(t, history, `{"kind":"SFServiceBinding","namespace":"`+s.Namespace+`","name":"app-1"}`, "the history's payloads are read decoded")
+	assert.Contains(t, history, serviceAccountOf(t, b), "and so are the activities' results")
+	require.Len(t, password, 24)
+	assert.NotContains(t, history, password.(string), "the bind's history holds no password")
 
 	require.NoError(t, s.Kube.Client.Delete(ctx, b))
 	s.WaitGone(b)
@@ -254,4 +266,42 @@ func TestStateDeleteRemovesTheInstance(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, 2, s.Runs(id), "provision, then deprovision")
 	}, 10*time.Second, 100*time.Millisecond)
+}
+
+// TestSearchAttributesFindTheRun: the watcher sets the search attributes
+// of each run it starts; visibility finds the run by every one of them.
+func TestSearchAttributesFindTheRun(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	plan := s.Plan("instant", "", testenv.Templates("instant"))
+	s.Instance("found-1", plan, "")
+	s.WaitInstance("found-1", "provisioned", testenv.Succeeded(1))
+
+	query := fmt.Sprintf(`QmKind = "SFServiceInstance" AND QmNamespace = %q AND QmName = "found-1" AND InstanceID = "found-1"`+
+		` AND ServiceID = %q AND PlanID = %q AND Operation = "provision"`, s.Namespace, s.ServiceID, plan)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp, err := s.Temporal.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		require.NoError(c, err)
+		require.Len(c, resp.Executions, 1)
+		assert.Equal(c, "sfserviceinstance/"+s.Namespace+"/found-1", resp.Executions[0].Execution.WorkflowId)
+		assert.Equal(c, "Provision", resp.Executions[0].Type.Name)
+	}, 30*time.Second, 100*time.Millisecond, "visibility finds the run by %s", query)
+}
+
+// TestStateUpdateRunsUpdate: a client that writes "update" into the status
+// of an instance, as the inter-operator's do, gets an Update run.
+func TestStateUpdateRunsUpdate(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	ctx := context.Background()
+	plan := s.Plan("instant", "", testenv.Templates("instant"))
+	s.Instance("again-1", plan, "")
+	inst := s.WaitInstance("again-1", "provisioned", testenv.Succeeded(1))
+	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
+	s.ClosedRun(id, runs.WorkflowType(lifecycle.OpProvision))
+
+	base := inst.DeepCopy()
+	inst.Status.State = osbv1alpha1.StateUpdate
+	require.NoError(t, s.Kube.Client.Status().Patch(ctx, inst, ctrlclient.MergeFrom(base)))
+	s.ClosedRun(id, runs.WorkflowType(lifecycle.OpUpdate))
+	s.WaitInstance("again-1", "updated", testenv.Succeeded(1))
+	assert.Equal(t, 2, s.Runs(id), "the provision, then the update")
 }

@@ -3,62 +3,17 @@ package plan_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
 
 	"github.com/quartermaster/qm/internal/plan"
+	"github.com/quartermaster/qm/internal/testenv"
 )
 
-// chartArchive packs a small chart as `helm package` would.
-func chartArchive(t *testing.T) []byte {
-	t.Helper()
-	ch := &chart.Chart{
-		Metadata: &chart.Metadata{APIVersion: "v2", Name: "tenant", Version: "0.1.0"},
-		Raw:      []*chart.File{{Name: "values.yaml", Data: []byte("size: small\nquota:\n  pods: 4\n")}},
-		Templates: []*chart.File{
-			{Name: "templates/_helpers.tpl", Data: []byte(`{{ define "tenant.name" }}{{ .Release.Name }}-tenant{{ end }}`)},
-			{Name: "templates/configmap.yaml", Data: []byte(`apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {{ include "tenant.name" . }}
-  namespace: {{ .Release.Namespace }}
-data:
-  size: {{ .Values.size | quote }}
-  plan: {{ .Values.plan.spec.name | quote }}
-  instance: {{ .Values.instance.metadata.name | quote }}
-`)},
-			{Name: "templates/quota.yaml", Data: []byte(`apiVersion: v1
-kind: ResourceQuota
-metadata:
-  name: {{ include "tenant.name" . }}
-spec:
-  hard:
-    pods: {{ .Values.quota.pods | quote }}
----
-{{- if .Release.IsUpgrade }}
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: upgraded
-{{- end }}
-`)},
-			{Name: "templates/NOTES.txt", Data: []byte(`Not an object.`)},
-		},
-	}
-	path, err := chartutil.Save(ch, t.TempDir())
-	require.NoError(t, err)
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	return raw
-}
-
 func TestHelm(t *testing.T) {
-	archive := chartArchive(t)
+	archive := testenv.ChartArchive(t)
 	vars := plan.Values{
 		"plan":     map[string]any{"spec": map[string]any{"name": "small"}},
 		"instance": map[string]any{"metadata": map[string]any{"name": "i-1"}},
@@ -83,7 +38,7 @@ func TestHelm(t *testing.T) {
 }
 
 func TestFetchChart(t *testing.T) {
-	archive := chartArchive(t)
+	archive := testenv.ChartArchive(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/charts/tenant-0.1.0.tgz" {
 			http.NotFound(w, r)

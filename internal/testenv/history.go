@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // ClosedRun waits until visibility lists a closed run of workflowType
@@ -58,4 +60,47 @@ func WriteHistory(t testing.TB, h *historypb.History, path string) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 	require.NoError(t, os.WriteFile(path, HistoryJSON(t, h), 0o644))
+}
+
+// HistoryText is every string and every byte field of a history, payloads
+// decoded, one per line: what a search of the history for a value must
+// read (protojson writes payloads in base64, where a password would not
+// show).
+func HistoryText(h *historypb.History) string {
+	var b strings.Builder
+	var walk func(m protoreflect.Message)
+	value := func(fd protoreflect.FieldDescriptor, v protoreflect.Value) {
+		switch {
+		case fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind:
+			walk(v.Message())
+		case fd.Kind() == protoreflect.BytesKind:
+			b.Write(v.Bytes())
+			b.WriteByte('\n')
+		case fd.Kind() == protoreflect.StringKind:
+			b.WriteString(v.String())
+			b.WriteByte('\n')
+		}
+	}
+	walk = func(m protoreflect.Message) {
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.IsList():
+				for i := range v.List().Len() {
+					value(fd, v.List().Get(i))
+				}
+			case fd.IsMap():
+				v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+					b.WriteString(k.String())
+					b.WriteByte('\n')
+					value(fd.MapValue(), mv)
+					return true
+				})
+			default:
+				value(fd, v)
+			}
+			return true
+		})
+	}
+	walk(h.ProtoReflect())
+	return b.String()
 }

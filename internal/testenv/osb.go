@@ -47,12 +47,12 @@ func (s *System) Expect(method, path, body string, wantStatus int, wantBody stri
 func (s *System) PollLastOperation(path string) map[string]any {
 	s.t.Helper()
 	var last map[string]any
-	require.Eventually(s.t, func() bool {
-		status, body, _ := s.Do(http.MethodGet, path, "", nil)
-		require.Equal(s.t, http.StatusOK, status, body)
+	require.EventuallyWithT(s.t, func(c *assert.CollectT) {
+		status, body, _ := HTTP(s.t, http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
+		require.Equal(c, http.StatusOK, status, body)
 		last = nil
-		require.NoError(s.t, json.Unmarshal([]byte(body), &last))
-		return last["state"] != "in progress"
+		require.NoError(c, json.Unmarshal([]byte(body), &last))
+		assert.NotEqual(c, "in progress", last["state"])
 	}, 60*time.Second, 50*time.Millisecond, "%s ends", path)
 	return last
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -72,6 +73,10 @@ type Parts struct {
 	// registered in it; otherwise the System gets a new namespace with a
 	// service of its own.
 	Namespace string
+	// ServiceID names the service of the plans Plan registers, with Namespace.
+	ServiceID string
+	// SyncTimeout and BindTimeout are the API's (default 20 s each).
+	SyncTimeout, BindTimeout time.Duration
 	// APILogger receives the API's request log (default: the test's output).
 	APILogger *slog.Logger
 	// Sample installs the tenant-namespace sample of `qm dev` first
@@ -101,7 +106,7 @@ type System struct {
 // Start runs the parts of Quartermaster that parts names until the test ends.
 func Start(t testing.TB, parts Parts) *System {
 	t.Helper()
-	s := &System{t: t, Kube: Kubernetes(t), Namespace: parts.Namespace}
+	s := &System{t: t, Kube: Kubernetes(t), Namespace: parts.Namespace, ServiceID: parts.ServiceID}
 	if parts.Worker || parts.Watcher {
 		s.Temporal = Temporal(t)
 		if parts.FileTemporal {
@@ -140,7 +145,7 @@ spec:
 			logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 		}
 		s.API = &api.Server{Namespace: s.Namespace, OSB: OSBCredentials, Admin: AdminCredentials,
-			SyncTimeout: 20 * time.Second, BindTimeout: 20 * time.Second, Logger: logger}
+			SyncTimeout: cmp.Or(parts.SyncTimeout, 20*time.Second), BindTimeout: cmp.Or(parts.BindTimeout, 20*time.Second), Logger: logger}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		o.API, o.APIListener = s.API, ln

@@ -1,0 +1,61 @@
+package starter_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// TestHelmPlan: a plan whose provision template is a helm chart provisions
+// through the worker: the instance succeeds, and the chart's objects exist
+// with the request's parameters over the chart's defaults.
+func TestHelmPlan(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	ctx := context.Background()
+	plan := s.Plan("helm", "", fmt.Sprintf(`
+  - action: provision
+    type: helm
+    contentEncoded: %s`, base64.StdEncoding.EncodeToString(testenv.ChartArchive(t))))
+	s.Instance("chart-1", plan, `{"size": "large"}`)
+	inst := s.WaitInstance("chart-1", "provisioned", testenv.Succeeded(1))
+
+	var cm corev1.ConfigMap
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "chart-1-tenant"}, &cm))
+	assert.Equal(t, map[string]string{"size": "large", "plan": "helm", "instance": "chart-1"}, cm.Data)
+	var quota corev1.ResourceQuota
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "chart-1-tenant"}, &quota))
+	assert.Equal(t, "4", quota.Spec.Hard.Pods().String(), "the chart's default")
+	assert.Len(t, inst.Status.Resources, 2)
+	err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "upgraded"}, &cm)
+	assert.True(t, apierrors.IsNotFound(err), "a provision is an install, not an upgrade")
+}
+
+// TestRefusedObjectFailsTheInstance: an object the API server refuses
+// leaves the instance failed with the API server's own message, at once.
+func TestRefusedObjectFailsTheInstance(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	plan := s.Plan("refused", "", `
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: Not_A_Valid_Name}
+`)
+	s.Instance("refused-1", plan, "")
+	inst := s.WaitInstance("refused-1", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
+		return i.Status.State == osbv1alpha1.StateFailed
+	})
+	assert.Contains(t, inst.Status.Description, "provision failed: applying ConfigMap "+s.Namespace+`/Not_A_Valid_Name: ConfigMap "Not_A_Valid_Name" is invalid: metadata.name: Invalid value: "Not_A_Valid_Name"`)
+	assert.Empty(t, inst.Status.Resources)
+}
