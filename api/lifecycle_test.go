@@ -74,10 +74,11 @@ func TestOSBLifecycle(t *testing.T) {
 	assert.Contains(t, body, `"error":"ConcurrencyError"`)
 	s.Expect(http.MethodPut, inst+"/service_bindings/app-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, small),
 		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"db-1\" is being provisioned"}`)
-	require.Eventually(t, func() bool {
-		status, body, header := s.Do(http.MethodGet, inst+"/last_operation?operation=provision", "", nil)
-		return status == http.StatusOK && header.Get("Retry-After") == "2" &&
-			body == `{"state":"in progress","description":"waiting for the gate"}`
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, body, header := testenv.HTTP(t, http.MethodGet, s.URL+inst+"/last_operation?operation=provision", "", &testenv.OSBCredentials, testenv.OSBHeader)
+		assert.Equal(c, http.StatusOK, status)
+		assert.Equal(c, "2", header.Get("Retry-After"))
+		assert.Equal(c, `{"state":"in progress","description":"waiting for the gate"}`, body)
 	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the provision waiting, with Retry-After")
 
 	// 3. Poll last_operation to succeeded.
@@ -127,10 +128,11 @@ func TestOSBLifecycle(t *testing.T) {
 		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "maintenance_info": {"version": "2.1.0"}, "previous_values": {"plan_id": %q}}`, s.ServiceID, large, small),
 		http.StatusAccepted, `{"operation": "update-2", "dashboard_url": "https://dashboard.example/db-1"}`)
 	// While the update runs, GET and another update are ConcurrencyErrors.
-	require.Eventually(t, func() bool {
-		status, body, header := s.Do(http.MethodGet, inst+"/last_operation?operation=update-2", "", nil)
-		return status == http.StatusOK && header.Get("Retry-After") == "2" &&
-			body == `{"state":"in progress","description":"waiting for the update gate"}`
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, body, header := testenv.HTTP(t, http.MethodGet, s.URL+inst+"/last_operation?operation=update-2", "", &testenv.OSBCredentials, testenv.OSBHeader)
+		assert.Equal(c, http.StatusOK, status)
+		assert.Equal(c, "2", header.Get("Retry-After"))
+		assert.Equal(c, `{"state":"in progress","description":"waiting for the update gate"}`, body)
 	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the update waiting")
 	s.Expect(http.MethodGet, inst, "", http.StatusUnprocessableEntity,
 		`{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: waiting for the update gate"}`)
@@ -164,9 +166,9 @@ func TestOSBLifecycle(t *testing.T) {
 	s.Expect(http.MethodDelete, deprovision, "", http.StatusAccepted, `{"operation": "deprovision"}`)
 
 	// 10. last_operation ends in 410 Gone; so does a second DELETE.
-	require.Eventually(t, func() bool {
-		status, _, _ := s.Do(http.MethodGet, inst+"/last_operation?operation=deprovision", "", nil)
-		return status == http.StatusGone
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, _, _ := testenv.HTTP(t, http.MethodGet, s.URL+inst+"/last_operation?operation=deprovision", "", &testenv.OSBCredentials, testenv.OSBHeader)
+		assert.Equal(c, http.StatusGone, status)
 	}, 60*time.Second, 50*time.Millisecond, "the deprovision ends")
 	s.Expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
 	s.Expect(http.MethodDelete, deprovision, "", http.StatusGone, `{}`)
@@ -241,7 +243,7 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 	s.OpenGate("dup-1", "gate")
 	assert.Equal(t, "succeeded", s.PollLastOperation("/v2/service_instances/dup-1/last_operation?operation=provision")["state"])
 	workflowID := "sfserviceinstance/" + s.Namespace + "/dup-1"
-	require.Eventually(t, func() bool { return s.Runs(workflowID) >= 1 }, 10*time.Second, 50*time.Millisecond)
+	s.ClosedRun(workflowID, "Provision")
 	assert.Equal(t, 1, s.Runs(workflowID), "one workflow run")
 	inst, err := s.GetInstance("dup-1")
 	require.NoError(t, err)

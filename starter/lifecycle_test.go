@@ -169,12 +169,14 @@ func TestTemplateFailure(t *testing.T) {
 	var cm corev1.ConfigMap
 	assert.True(t, apierrors.IsNotFound(s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "broken-1-broken"}, &cm)))
 
-	// No retry: a minute later there is still one run, and the state holds.
-	time.Sleep(2 * time.Second)
+	// No retry: once the run has closed, it is the only one, and the state
+	// holds.
+	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
+	s.ClosedRun(id, runs.WorkflowType(lifecycle.OpProvision))
+	assert.Equal(t, 1, s.Runs(id))
 	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKeyFromObject(inst), inst))
 	assert.Equal(t, osbv1alpha1.StateFailed, inst.Status.State)
 	assert.EqualValues(t, 1, inst.Status.ObservedGeneration)
-	require.Eventually(t, func() bool { return s.Runs("sfserviceinstance/"+s.Namespace+"/broken-1") == 1 }, 10*time.Second, 100*time.Millisecond)
 
 	s.Instance("unknown-plan", "no-such-plan", "")
 	inst = s.WaitInstance("unknown-plan", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
@@ -183,27 +185,48 @@ func TestTemplateFailure(t *testing.T) {
 	assert.Equal(t, `provision failed: unknown plan "no-such-plan": no SFPlan has this spec.id`, inst.Status.Description)
 }
 
-// TestTenReconcilesStartOneWorkflow drives the starter directly, as ten
-// events for one resource would.
+// TestTenReconcilesStartOneWorkflow drives starters directly, as repeated
+// events for one resource would. Each reconcile is a fresh starter, which
+// remembers nothing it started: only the workflow ID keeps a second run
+// from starting.
 func TestTenReconcilesStartOneWorkflow(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Sample: true})
-	s.Instance("once", testenv.TenantPlan, "")
-	st := &starter.Starter{Client: s.Kube.Client, Temporal: s.Temporal}
-	// controller-runtime never reconciles one key twice at once: the ten
+	s := testenv.Start(t, testenv.Parts{Worker: true})
+	ctx := context.Background()
+	plan := s.Plan("gated", "", testenv.Templates("gated-password"))
+	inst := s.Instance("once", plan, "")
+	reconcile := func() {
+		t.Helper()
+		st := &starter.Starter{Client: s.Kube.Client, Temporal: s.Temporal}
+		_, err := st.ReconcileInstance(ctx, ctrl.Request{NamespacedName: ctrlclient.ObjectKeyFromObject(inst)})
+		require.NoError(t, err)
+	}
+	// controller-runtime never reconciles one key twice at once: the
 	// reconciles of a repeated event come one after the other, racing only
 	// the workflow they started.
 	for range 10 {
-		_, err := st.ReconcileInstance(context.Background(), ctrl.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "once"}})
-		require.NoError(t, err)
+		reconcile()
 	}
+	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
+	first, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+	require.NoError(t, err)
+	s.WaitInstance("once", "waiting for its gate", func(i *osbv1alpha1.SFServiceInstance) bool {
+		return i.Status.State == osbv1alpha1.StateInProgress
+	})
+	for range 10 {
+		reconcile()
+	}
+	s.OpenGate("once", "gate")
 	s.WaitInstance("once", "provisioned", testenv.Succeeded(1))
 	for range 10 {
-		_, err := st.ReconcileInstance(context.Background(), ctrl.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "once"}})
-		require.NoError(t, err)
+		reconcile()
 	}
-	require.Eventually(t, func() bool { return s.Runs("sfserviceinstance/"+s.Namespace+"/once") >= 1 }, 10*time.Second, 100*time.Millisecond)
-	time.Sleep(time.Second)
-	assert.Equal(t, 1, s.Runs("sfserviceinstance/"+s.Namespace+"/once"), "twenty reconciles, one workflow run")
+	// The latest run under the ID, read from Temporal's store rather than
+	// its visibility index, is still the first.
+	last, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+	require.NoError(t, err)
+	assert.Equal(t, first.WorkflowExecutionInfo.Execution.RunId, last.WorkflowExecutionInfo.Execution.RunId, "thirty reconciles, one workflow run")
+	s.ClosedRun(id, runs.WorkflowType(lifecycle.OpProvision))
+	assert.Equal(t, 1, s.Runs(id))
 }
 
 // TestWatcherAddsAMissingFinalizer covers clusters without the admission

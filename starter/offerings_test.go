@@ -22,9 +22,10 @@ func TestPlanReadiness(t *testing.T) {
 	ready := func(name string) *osbv1alpha1.SFPlan {
 		t.Helper()
 		var plan osbv1alpha1.SFPlan
-		require.Eventually(t, func() bool {
-			require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &plan))
-			return plan.Status.ObservedGeneration == plan.Generation && meta.FindStatusCondition(plan.Status.Conditions, "Ready") != nil
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &plan))
+			assert.Equal(c, plan.Generation, plan.Status.ObservedGeneration)
+			assert.NotNil(c, meta.FindStatusCondition(plan.Status.Conditions, "Ready"))
 		}, 30*time.Second, 20*time.Millisecond, "plan %s gets a Ready condition", name)
 		return &plan
 	}
@@ -65,15 +66,15 @@ spec: {name: late, id: not-yet-registered, description: registered after its pla
 `)
 	svc.SetNamespace(s.Namespace)
 	require.NoError(t, s.Kube.Client.Create(ctx, svc))
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var plan osbv1alpha1.SFPlan
-		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "orphan"}, &plan))
-		return meta.IsStatusConditionTrue(plan.Status.Conditions, "Ready")
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "orphan"}, &plan))
+		assert.True(c, meta.IsStatusConditionTrue(plan.Status.Conditions, "Ready"))
 	}, 30*time.Second, 20*time.Millisecond, "the plan becomes Ready when its service is registered")
 	var got osbv1alpha1.SFService
 	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "late"}, &got))
-	require.Eventually(t, func() bool {
-		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "late"}, &got))
-		return meta.IsStatusConditionTrue(got.Status.Conditions, "Ready")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "late"}, &got))
+		assert.True(c, meta.IsStatusConditionTrue(got.Status.Conditions, "Ready"))
 	}, 30*time.Second, 20*time.Millisecond, "the service is Ready")
 }

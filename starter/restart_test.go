@@ -12,11 +12,13 @@ import (
 	"go.temporal.io/sdk/client"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -37,7 +39,24 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 	s.StopWorker()
 	gate := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "restart-1-gate", Namespace: s.Namespace}}
 	require.NoError(t, s.Kube.Client.Create(ctx, gate))
-	time.Sleep(3 * time.Second)
+	opened := time.Now()
+	// The run's next poll comes due after the gate opened: its timer fires
+	// and a workflow task waits, which no worker takes.
+	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events := s.History(id, "").Events
+		fired := -1
+		for i, ev := range events {
+			if ev.GetEventType() == enums.EVENT_TYPE_TIMER_FIRED && ev.GetEventTime().AsTime().After(opened) {
+				fired = i
+			}
+		}
+		require.GreaterOrEqual(c, fired, 0, "a poll came due after the gate opened")
+		for _, ev := range events[fired:] {
+			assert.NotEqual(c, enums.EVENT_TYPE_WORKFLOW_TASK_STARTED, ev.GetEventType(), "no worker took the task")
+		}
+		assert.Equal(c, enums.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, events[len(events)-1].GetEventType())
+	}, 30*time.Second, 200*time.Millisecond)
 	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(inst), inst))
 	assert.Equal(t, osbv1alpha1.StateInProgress, inst.Status.State, "nothing moves without a worker")
 
@@ -50,7 +69,6 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 	require.Len(t, cms.Items, 1, "no duplicate objects")
 	assert.Equal(t, password, cms.Items[0].Data["password"], "no second password")
 	assert.Equal(t, password, s.RegistryValue("qm-instance-restart-1", "password"))
-	id := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: s.Namespace, Name: "restart-1"})
 	assert.Equal(t, 1, s.Runs(id), "one run carried over the restart")
 
 	recorded(t, s.History(id, ""), "provision-restart")
@@ -78,17 +96,27 @@ func TestConcurrentOperationIsRefused(t *testing.T) {
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	require.ErrorAs(t, err, &started, "an Update while the Provision runs is refused")
 
-	// The watcher sees a spec change meanwhile; its start is refused too.
+	// A spec change meanwhile asks for an update. A starter of its own,
+	// which has started nothing, reconciles it and starts nothing while the
+	// provision runs: the latest run under the ID, read from Temporal's
+	// store, is still the provision.
+	provision, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+	require.NoError(t, err)
 	var inst osbv1alpha1.SFServiceInstance
 	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "busy"}, &inst))
 	base := inst.DeepCopy()
 	inst.Spec.OrganizationGUID = "org-2"
 	require.NoError(t, s.Kube.Client.Patch(ctx, &inst, ctrlclient.MergeFrom(base)))
-	time.Sleep(time.Second)
-	assert.Equal(t, 1, s.Runs(id), "still one run while the provision waits")
+	_, err = (&starter.Starter{Client: s.Kube.Client, Temporal: s.Temporal}).ReconcileInstance(ctx, ctrl.Request{NamespacedName: ctrlclient.ObjectKeyFromObject(&inst)})
+	require.NoError(t, err)
+	latest, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+	require.NoError(t, err)
+	assert.Equal(t, provision.WorkflowExecutionInfo.Execution.RunId, latest.WorkflowExecutionInfo.Execution.RunId, "still one run while the provision waits")
+	assert.Equal(t, "Provision", latest.WorkflowExecutionInfo.Type.Name)
 
 	// Once the provision finishes, the update the spec change asked for runs.
 	require.NoError(t, s.Kube.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "busy-gate", Namespace: s.Namespace}}))
 	s.WaitInstance("busy", "updated to generation 2", testenv.Succeeded(2))
-	require.Eventually(t, func() bool { return s.Runs(id) == 2 }, 10*time.Second, 100*time.Millisecond, "provision, then update")
+	s.ClosedRun(id, runs.WorkflowType(lifecycle.OpUpdate))
+	assert.Equal(t, 2, s.Runs(id), "provision, then update")
 }
