@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -43,17 +42,15 @@ func TestAPICommand(t *testing.T) {
 		require.NoError(t, kube.Client.Create(context.Background(), obj))
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
 	t.Setenv("QM_OSB_USERNAME", "platform")
 	t.Setenv("QM_OSB_PASSWORD", "osb-secret")
 	t.Setenv("QM_ADMIN_USERNAME", "operator")
 	t.Setenv("QM_ADMIN_PASSWORD", "admin-secret")
 	cmd := newRootCommand()
-	cmd.SetArgs([]string{"api", "--kubeconfig", kubeconfig, "--listen", addr, "--namespace", ns, "--log-level", "warn"})
-	cmd.SetErr(io.Discard)
+	// Port 0: qm api binds a free port and logs which, as an operator reads it.
+	cmd.SetArgs([]string{"api", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0", "--namespace", ns, "--log-level", "info"})
+	var logs testenv.SyncBuffer
+	cmd.SetErr(&logs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
@@ -67,6 +64,13 @@ func TestAPICommand(t *testing.T) {
 		}
 	})
 
+	served := regexp.MustCompile(`msg="serving the API" address=(127\.0\.0\.1:\d+)`)
+	var addr string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m := served.FindStringSubmatch(logs.String())
+		require.Len(c, m, 2, "qm api logs its address")
+		addr = m[1]
+	}, 30*time.Second, 20*time.Millisecond)
 	call := func(method, path, user, password, body string) (int, string) {
 		status, got, _ := testenv.HTTP(t, method, "http://"+addr+path, body, &api.Credentials{Username: user, Password: password}, testenv.OSBHeader)
 		return status, got

@@ -115,15 +115,18 @@ func TestCatalog(t *testing.T) {
 		assert.NotContains(t, string(body), internal, "Quartermaster-only fields stay out of the catalog")
 	}
 
-	// A change to a plan shows in the next call, without a restart.
+	// A change to a plan shows in the next call, without a restart. The
+	// test changes a plan of its own: the seed's are shared.
+	own := testenv.Start(t, testenv.Parts{API: true})
+	own.Plan("edited", "", testenv.Templates("instant"))
 	var plan osbv1alpha1.SFPlan
-	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "39d7d4c8-6fe2-4c2a-a5ca-b826937d5a88"}, &plan))
+	require.NoError(t, own.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: own.Namespace, Name: "edited"}, &plan))
 	base := plan.DeepCopy()
 	plan.Spec.Description = "now with 40GB"
 	plan.Spec.MaintenanceInfo = &osbv1alpha1.MaintenanceInfo{Version: "2.0.0", Description: "PostgreSQL 9.6.24"}
-	require.NoError(t, s.Kube.Client.Patch(context.Background(), &plan, ctrlclient.MergeFrom(base)))
+	require.NoError(t, own.Kube.Client.Patch(context.Background(), &plan, ctrlclient.MergeFrom(base)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, body, _ := testenv.HTTP(t, http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
+		_, body, _ := testenv.HTTP(t, http.MethodGet, own.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
 		var got struct {
 			Services []struct {
 				Plans []map[string]any `json:"plans"`
@@ -131,6 +134,7 @@ func TestCatalog(t *testing.T) {
 		}
 		require.NoError(c, json.Unmarshal([]byte(body), &got))
 		require.Len(c, got.Services, 1)
+		require.Len(c, got.Services[0].Plans, 1)
 		assert.Equal(c, "now with 40GB", got.Services[0].Plans[0]["description"])
 		assert.Equal(c, map[string]any{"version": "2.0.0", "description": "PostgreSQL 9.6.24"}, got.Services[0].Plans[0]["maintenance_info"])
 	}, 10*time.Second, 20*time.Millisecond)

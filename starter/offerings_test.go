@@ -2,6 +2,7 @@ package starter_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -47,23 +48,25 @@ func TestPlanReadiness(t *testing.T) {
 	assert.Equal(t, "InvalidTemplate", cond.Reason)
 	assert.Equal(t, `provision template: template: provision:3: function "required" not defined`, cond.Message)
 
-	orphan := testenv.Decode(t, `
+	// IDs are the cluster's: each run of the test has its own.
+	later := s.Namespace + "-later"
+	orphan := testenv.Decode(t, fmt.Sprintf(`
 apiVersion: osb.servicefabrik.io/v1alpha1
 kind: SFPlan
 metadata: {name: orphan}
-spec: {name: orphan, id: orphan-plan, description: d, serviceId: not-yet-registered}
-`)
+spec: {name: orphan, id: %s-orphan, description: d, serviceId: %s}
+`, s.Namespace, later))
 	orphan.SetNamespace(s.Namespace)
 	require.NoError(t, s.Kube.Client.Create(ctx, orphan))
 	cond = meta.FindStatusCondition(ready("orphan").Status.Conditions, "Ready")
 	assert.Equal(t, "UnknownService", cond.Reason)
 
-	svc := testenv.Decode(t, `
+	svc := testenv.Decode(t, fmt.Sprintf(`
 apiVersion: osb.servicefabrik.io/v1alpha1
 kind: SFService
 metadata: {name: late}
-spec: {name: late, id: not-yet-registered, description: registered after its plan, bindable: false}
-`)
+spec: {name: late, id: %s, description: registered after its plan, bindable: false}
+`, later))
 	svc.SetNamespace(s.Namespace)
 	require.NoError(t, s.Kube.Client.Create(ctx, svc))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

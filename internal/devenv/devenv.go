@@ -50,6 +50,9 @@ type Options struct {
 	TemporalPort, UIPort int
 	// Listen is the API's listen address.
 	Listen string
+	// APIListener, when set, is the API's listener, open already: Listen
+	// is then only what the banner shows.
+	APIListener net.Listener
 	// Kubeconfig, when set, names an existing cluster to use instead of the embedded one.
 	Kubeconfig string
 	// TemporalAddress, when set, names an existing Temporal to use instead of the dev server.
@@ -71,9 +74,12 @@ func Run(ctx context.Context, o Options) error {
 
 	// Fail before starting anything if a fixed port is taken: the messages of
 	// the child processes would be far less clear.
-	apiLn, err := net.Listen("tcp", o.Listen)
-	if err != nil {
-		return fmt.Errorf("the OSB API cannot listen on %s (is another qm running?): %w", o.Listen, err)
+	apiLn := o.APIListener
+	if apiLn == nil {
+		var err error
+		if apiLn, err = net.Listen("tcp", o.Listen); err != nil {
+			return fmt.Errorf("the OSB API cannot listen on %s (is another qm running?): %w", o.Listen, err)
+		}
 	}
 	defer apiLn.Close()
 	if o.Kubeconfig == "" {

@@ -35,13 +35,17 @@ import (
 // process behind, and a second start finds the first one's instances.
 func TestDevStartsStopsAndRestarts(t *testing.T) {
 	dataDir := t.TempDir()
+	// The API gets a listener that is open already. The other ports are
+	// child processes': picked free, and checked by qm dev before it starts.
+	apiLn := listen(t)
 	opts := devenv.Options{
 		BinDir:       testenv.BinDir(),
 		DataDir:      dataDir,
 		KubePort:     freePort(t),
 		TemporalPort: freePort(t),
 		UIPort:       freePort(t),
-		Listen:       fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		Listen:       apiLn.Addr().String(),
+		APIListener:  apiLn,
 		Namespace:    "default",
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -117,7 +121,8 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	// A second qm dev on the same ports fails early, naming the port.
 	clash := opts
 	clash.DataDir = t.TempDir()
-	clash.Listen = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	clash.APIListener = listen(t)
+	clash.Listen = clash.APIListener.Addr().String()
 	clash.Out = io.Discard
 	err = devenv.Run(context.Background(), clash)
 	require.Error(t, err)
@@ -126,6 +131,8 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	stop()
 	assert.Empty(t, processesUsing(t, dataDir), "no process outlives qm dev")
 
+	// The restart listens on the API's address again, as `make run` does.
+	opts.APIListener = nil
 	stop, _ = start(t, opts)
 	defer stop()
 	kube = client(t, kubeconfig)
@@ -177,6 +184,14 @@ func client(t *testing.T, kubeconfig string) ctrlclient.Client {
 	c, err := ctrlclient.New(cfg, ctrlclient.Options{Scheme: crds.NewScheme()})
 	require.NoError(t, err)
 	return c
+}
+
+// listen opens a listener on a free loopback port.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	return ln
 }
 
 func freePort(t *testing.T) int {
