@@ -50,9 +50,14 @@ func TestHistories(t *testing.T) {
 		return s.History(workflowID, s.ClosedRun(workflowID, runs.WorkflowType(op)))
 	}
 
-	s.Instance("h-1", plan, `{"size": "small"}`)
+	// Histories hold names and states: never parameters.
+	const secretParameter = "parameter-value-kept-out-of-histories"
+	s.Instance("h-1", plan, `{"size": "small", "note": "`+secretParameter+`"}`)
 	inst := s.WaitInstance("h-1", "provisioned", testenv.Succeeded(1))
-	recorded(t, history(id, lifecycle.OpProvision), "provision")
+	provision := history(id, lifecycle.OpProvision)
+	assert.Contains(t, testenv.HistoryText(provision), `"name":"h-1"`, "the history's payloads are read decoded")
+	assert.NotContains(t, testenv.HistoryText(provision), secretParameter)
+	recorded(t, provision, "provision")
 
 	// The same Provision again finds it done and ends after its first step.
 	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: runs.TaskQueue},
@@ -73,10 +78,12 @@ func TestHistories(t *testing.T) {
 	s.WaitInstance("h-1", "untouched", testenv.Succeeded(1))
 
 	base := inst.DeepCopy()
-	inst.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(`{"size": "large"}`)}
+	inst.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(`{"size": "large", "note": "` + secretParameter + `"}`)}
 	require.NoError(t, s.Kube.Client.Patch(ctx, inst, ctrlclient.MergeFrom(base)))
 	s.WaitInstance("h-1", "updated", testenv.Succeeded(2))
-	recorded(t, history(id, lifecycle.OpUpdate), "update")
+	update := history(id, lifecycle.OpUpdate)
+	assert.NotContains(t, testenv.HistoryText(update), secretParameter)
+	recorded(t, update, "update")
 
 	b := &osbv1alpha1.SFServiceBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "hb-1", Namespace: s.Namespace},
