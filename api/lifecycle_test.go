@@ -74,12 +74,7 @@ func TestOSBLifecycle(t *testing.T) {
 	assert.Contains(t, body, `"error":"ConcurrencyError"`)
 	s.Expect(http.MethodPut, inst+"/service_bindings/app-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, small),
 		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"db-1\" is being provisioned"}`)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		status, body, header := testenv.HTTP(t, http.MethodGet, s.URL+inst+"/last_operation?operation=provision", "", &testenv.OSBCredentials, testenv.OSBHeader)
-		assert.Equal(c, http.StatusOK, status)
-		assert.Equal(c, "2", header.Get("Retry-After"))
-		assert.Equal(c, `{"state":"in progress","description":"waiting for the gate"}`, body)
-	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the provision waiting, with Retry-After")
+	waitInProgress(t, s, inst+"/last_operation?operation=provision", "waiting for the gate")
 
 	// 3. Poll last_operation to succeeded.
 	s.OpenGate("db-1", "gate")
@@ -128,12 +123,7 @@ func TestOSBLifecycle(t *testing.T) {
 		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "maintenance_info": {"version": "2.1.0"}, "previous_values": {"plan_id": %q}}`, s.ServiceID, large, small),
 		http.StatusAccepted, `{"operation": "update-2", "dashboard_url": "https://dashboard.example/db-1"}`)
 	// While the update runs, GET and another update are ConcurrencyErrors.
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		status, body, header := testenv.HTTP(t, http.MethodGet, s.URL+inst+"/last_operation?operation=update-2", "", &testenv.OSBCredentials, testenv.OSBHeader)
-		assert.Equal(c, http.StatusOK, status)
-		assert.Equal(c, "2", header.Get("Retry-After"))
-		assert.Equal(c, `{"state":"in progress","description":"waiting for the update gate"}`, body)
-	}, 30*time.Second, 50*time.Millisecond, "last_operation shows the update waiting")
+	waitInProgress(t, s, inst+"/last_operation?operation=update-2", "waiting for the update gate")
 	s.Expect(http.MethodGet, inst, "", http.StatusUnprocessableEntity,
 		`{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: waiting for the update gate"}`)
 	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"size": "large"}}`, s.ServiceID),
@@ -291,4 +281,17 @@ func TestOSBBindTimeout(t *testing.T) {
 	s.OpenGate("sb-1", "bind-gate")
 	assert.Equal(t, "succeeded", s.PollLastOperation(binding + "/last_operation?operation=bind")["state"])
 	s.Expect(http.MethodPut, binding, bind, http.StatusOK, `{"credentials": {"user": "u"}}`)
+}
+
+// waitInProgress waits until a last_operation poll answers "in progress"
+// with description, and Retry-After.
+func waitInProgress(t *testing.T, s *testenv.System, path, description string) {
+	t.Helper()
+	want := fmt.Sprintf(`{"state":"in progress","description":%q}`, description)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, body, header := testenv.HTTP(t, http.MethodGet, s.URL+path, "", &testenv.OSBCredentials, testenv.OSBHeader)
+		assert.Equal(c, http.StatusOK, status)
+		assert.Equal(c, "2", header.Get("Retry-After"))
+		assert.Equal(c, want, body)
+	}, 30*time.Second, 50*time.Millisecond, "%s shows %q", path, description)
 }

@@ -107,11 +107,11 @@ type System struct {
 func Start(t testing.TB, parts Parts) *System {
 	t.Helper()
 	s := &System{t: t, Kube: Kubernetes(t), Namespace: parts.Namespace, ServiceID: parts.ServiceID}
-	if parts.Worker || parts.Watcher {
+	switch {
+	case parts.FileTemporal:
+		s.Temporal = FileTemporal(t)
+	case parts.Worker || parts.Watcher:
 		s.Temporal = Temporal(t)
-		if parts.FileTemporal {
-			s.Temporal = FileTemporal(t)
-		}
 	}
 	if s.Namespace == "" {
 		s.Namespace = s.Kube.Namespace(t)
