@@ -83,7 +83,7 @@ func TestAPICommand(t *testing.T) {
 	status, _ := call(http.MethodGet, "/v2/catalog", "platform", "wrong", "")
 	assert.Equal(t, http.StatusUnauthorized, status)
 	status, body := call(http.MethodPut, "/v2/service_instances/cmd-1?accepts_incomplete=true", "platform", "osb-secret",
-		fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, ns+"-svc", ns+"-plan"))
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, ns+"-svc", ns+"-plan"))
 	assert.Equal(t, http.StatusAccepted, status, body)
 	assert.JSONEq(t, `{"operation": "provision"}`, body)
 	status, body = call(http.MethodGet, "/admin/instances/"+ns+"/cmd-1", "operator", "admin-secret", "")

@@ -28,7 +28,7 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	plan := s.Plan("async", "  manager: {async: true}", testenv.Templates("instant"))
 
 	status, body, _ := s.Do(http.MethodPut, "/v2/service_instances/adm-1?accepts_incomplete=true",
-		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"password": "hunter2"}}`, s.ServiceID, plan),
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"password": "hunter2"}}`, s.ServiceID, plan),
 		map[string]string{"X-Broker-API-Request-Identity": "req-7"})
 	require.Equal(t, http.StatusAccepted, status, body)
 

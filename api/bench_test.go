@@ -63,7 +63,7 @@ func BenchmarkOSB(b *testing.B) {
 	}
 	provision := func(id string) error {
 		status, body, err := call(http.MethodPut, "/v2/service_instances/"+id+"?accepts_incomplete=true",
-			fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, serviceID, planID))
+			fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, serviceID, planID))
 		if err == nil && status != http.StatusAccepted {
 			err = fmt.Errorf("PUT %s: %d %s", id, status, body)
 		}

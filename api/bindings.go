@@ -157,6 +157,10 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, e)
 		return
 	}
+	if e := checkRemovalIDs(q, fmt.Sprintf("binding %q", bid), b.Spec.ServiceID, b.Spec.PlanID); e != nil {
+		s.refuse(w, e)
+		return
+	}
 	plan, _ := s.Offerings.Plan(ctx, b.Spec.PlanID)
 	if asyncBinding(plan) && !acceptsIncomplete(r) {
 		s.refuse(w, asyncRequired(plan, "unbinds"))

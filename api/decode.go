@@ -130,13 +130,24 @@ func jsonKind(goKind string) string {
 	}
 }
 
-// validate checks what every provision request needs.
+// validate checks what every provision request needs: OSB 2.17 requires
+// organization_guid and space_guid as non-empty strings, though it
+// deprecates them in favour of context.
 func (p *provisionRequest) validate() *requestError {
-	return validateCreate(p.ServiceID, p.PlanID, p.Context, p.Parameters)
+	if err := validateCreate(p.ServiceID, p.PlanID, p.Context, p.Parameters); err != nil {
+		return err
+	}
+	if err := required("organization_guid", p.OrganizationGUID, "space_guid", p.SpaceGUID); err != nil {
+		return err
+	}
+	return maintenanceInfoVersion(p.MaintenanceInfo)
 }
 
 func (u *updateRequest) validate() *requestError {
 	if err := required("service_id", u.ServiceID); err != nil {
+		return err
+	}
+	if err := maintenanceInfoVersion(u.MaintenanceInfo); err != nil {
 		return err
 	}
 	for _, f := range []struct {
@@ -182,6 +193,15 @@ func required(pairs ...string) *requestError {
 		if pairs[i+1] == "" {
 			return badRequest("%s is required", pairs[i])
 		}
+	}
+	return nil
+}
+
+// maintenanceInfoVersion refuses a maintenance_info without its REQUIRED
+// version: a malformed request, not a conflict with the catalog.
+func maintenanceInfoVersion(m *osbv1alpha1.MaintenanceInfo) *requestError {
+	if m != nil && m.Version == "" {
+		return badRequest("maintenance_info.version is required")
 	}
 	return nil
 }

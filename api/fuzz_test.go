@@ -32,7 +32,7 @@ var fuzzPlan = &osbv1alpha1.SFPlan{
 // must end in nil or a 4xx requestError with a description, never a panic.
 // `make test` runs it for a bounded time.
 func FuzzRequest(f *testing.F) {
-	f.Add(uint8(0), []byte(`{"service_id": "s", "plan_id": "p", "parameters": {"size": "s", "n": 3}}`), "cloudfoundry eyJ1c2VyX2lkIjoiYSJ9")
+	f.Add(uint8(0), []byte(`{"service_id": "s", "plan_id": "p", "organization_guid": "o", "space_guid": "sp", "parameters": {"size": "s", "n": 3}}`), "cloudfoundry eyJ1c2VyX2lkIjoiYSJ9")
 	f.Add(uint8(1), []byte(`{"service_id": "s", "parameters": {"tags": ["a", "a"]}, "previous_values": {}}`), "")
 	f.Add(uint8(2), []byte(`{"service_id": "s", "plan_id": "p", "bind_resource": {"app_guid": "g"}, "parameters": {"x-a": "b"}}`), "kubernetes e30=")
 	f.Add(uint8(0), []byte(`{"service_id": 1}`), "x !!")

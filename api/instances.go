@@ -268,8 +268,8 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, e)
 		return
 	}
-	if q.Get("service_id") != inst.Spec.ServiceID {
-		s.refuse(w, badRequest("service_id %q is not the service of instance %q (%q)", q.Get("service_id"), id, inst.Spec.ServiceID))
+	if e := checkRemovalIDs(q, fmt.Sprintf("instance %q", id), inst.Spec.ServiceID, inst.Spec.PlanID); e != nil {
+		s.refuse(w, e)
 		return
 	}
 	plan, _ := s.Offerings.Plan(ctx, inst.Spec.PlanID) // a plan gone from the catalog is deprovisioned synchronously

@@ -64,7 +64,7 @@ func TestOSBLifecycle(t *testing.T) {
 	// While it runs: the same PUT is 202 with the same operation, another
 	// is 409, GET is 404, and every other operation is a ConcurrencyError.
 	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", provision, http.StatusAccepted, `{"operation": "provision"}`)
-	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, small),
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, small),
 		http.StatusConflict, `{"description": "instance \"db-1\" already exists with different attributes"}`)
 	s.Expect(http.MethodGet, inst, "", http.StatusNotFound, "")
 	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, large),
@@ -177,7 +177,7 @@ func TestOSBSynchronousPlan(t *testing.T) {
 	instant := s.Plan("instant", "", testenv.Templates("instant"))
 	gated := s.Plan("gated", "", testenv.Templates("gated"))
 
-	s.Expect(http.MethodPut, "/v2/service_instances/sync-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, instant),
+	s.Expect(http.MethodPut, "/v2/service_instances/sync-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, instant),
 		http.StatusCreated, `{}`)
 	s.Expect(http.MethodGet, "/v2/service_instances/sync-1", "", http.StatusOK, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, instant))
 	s.Expect(http.MethodPut, "/v2/service_instances/sync-1/service_bindings/b-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, instant),
@@ -191,9 +191,9 @@ func TestOSBSynchronousPlan(t *testing.T) {
 
 	// A broker with a short timeout, for the step that needs one only.
 	short := testenv.Start(t, testenv.Parts{API: true, Namespace: s.Namespace, ServiceID: s.ServiceID, SyncTimeout: 3 * time.Second})
-	short.Expect(http.MethodPut, "/v2/service_instances/slow-1?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, gated),
+	short.Expect(http.MethodPut, "/v2/service_instances/slow-1?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, gated),
 		http.StatusAccepted, `{"operation": "provision"}`)
-	status, body, _ := short.Do(http.MethodPut, "/v2/service_instances/slow-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, gated), nil)
+	status, body, _ := short.Do(http.MethodPut, "/v2/service_instances/slow-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, gated), nil)
 	assert.Equal(t, http.StatusInternalServerError, status)
 	assert.Contains(t, body, `provision of instance \"slow-1\" did not finish within 3s`)
 	s.OpenGate("slow-1", "gate")
@@ -205,7 +205,7 @@ func TestOSBSynchronousPlan(t *testing.T) {
 func TestOSBParallelDuplicatePUTs(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
 	plan := s.Plan("gated", "  manager: {async: true}", testenv.Templates("gated"))
-	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "large"}}`, s.ServiceID, plan)
+	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"size": "large"}}`, s.ServiceID, plan)
 
 	type reply struct {
 		status int
@@ -269,7 +269,7 @@ func TestOSBBindTimeout(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true, BindTimeout: 2 * time.Second})
 	plan := s.Plan("slow-bind", "", slowBindTemplates)
 	inst := "/v2/service_instances/sb-1"
-	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan), http.StatusCreated, `{}`)
+	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan), http.StatusCreated, `{}`)
 
 	binding := inst + "/service_bindings/b-1"
 	bind := fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan)

@@ -11,8 +11,14 @@ import (
 )
 
 // plan finds a plan of the catalog and its service; unknown IDs, or a plan
-// of another service, are a 400.
+// of another service, are a 400 that names the ID at fault.
 func (s *Server) plan(ctx context.Context, serviceID, planID string) (*osbv1alpha1.SFPlan, *osbv1alpha1.SFService, *requestError) {
+	svc, err := s.Offerings.Service(ctx, serviceID)
+	if errors.Is(err, offerings.ErrNotFound) || (err == nil && svc.Namespace != s.Namespace) {
+		return nil, nil, badRequest("service_id %q is not in the catalog", serviceID)
+	} else if err != nil {
+		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}
+	}
 	plan, err := s.Offerings.Plan(ctx, planID)
 	if errors.Is(err, offerings.ErrNotFound) || (err == nil && plan.Namespace != s.Namespace) {
 		return nil, nil, badRequest("plan_id %q is not in the catalog", planID)
@@ -21,12 +27,6 @@ func (s *Server) plan(ctx context.Context, serviceID, planID string) (*osbv1alph
 	}
 	if plan.Spec.ServiceID != serviceID {
 		return nil, nil, badRequest("plan_id %q is not a plan of service_id %q", planID, serviceID)
-	}
-	svc, err := s.Offerings.Service(ctx, serviceID)
-	if errors.Is(err, offerings.ErrNotFound) || (err == nil && svc.Namespace != s.Namespace) {
-		return nil, nil, badRequest("service_id %q is not in the catalog", serviceID)
-	} else if err != nil {
-		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}
 	}
 	return plan, svc, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,4 +83,17 @@ func sameMaintenanceInfo(a, b *osbv1alpha1.MaintenanceInfo) bool {
 		return a == b
 	}
 	return a.Version == b.Version
+}
+
+// checkRemovalIDs refuses a DELETE whose service_id or plan_id query
+// parameter is not the resource's: the platform asks to remove something
+// other than what is there.
+func checkRemovalIDs(q url.Values, what, serviceID, planID string) *requestError {
+	if got := q.Get("service_id"); got != serviceID {
+		return badRequest("service_id %q is not the service of %s (%q)", got, what, serviceID)
+	}
+	if got := q.Get("plan_id"); got != planID {
+		return badRequest("plan_id %q is not the plan of %s (%q)", got, what, planID)
+	}
+	return nil
 }

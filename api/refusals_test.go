@@ -2,8 +2,11 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +48,10 @@ func TestOSBRefusals(t *testing.T) {
 	async := s.Plan("async", "  manager: {async: true}", testenv.Templates("instant"))
 	other := testenv.Start(t, testenv.Parts{API: true})
 	foreign := other.Plan("foreign", "", testenv.Templates("instant"))
-	valid := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}}`, s.ServiceID, plan)
+	second := s.Namespace + "-second"
+	s.Create(fmt.Sprintf(`{"apiVersion": "osb.servicefabrik.io/v1alpha1", "kind": "SFService", "metadata": {"name": "second", "namespace": %q},
+		"spec": {"name": "second", "id": %q, "description": "another service of the broker", "bindable": true}}`, s.Namespace, second))
+	valid := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"size": "small"}}`, s.ServiceID, plan)
 	put := "/v2/service_instances/bad-1"
 
 	for _, tc := range []struct {
@@ -66,30 +72,34 @@ func TestOSBRefusals(t *testing.T) {
 			want: "service_id must be a string, not number"},
 		{name: "missing service_id", body: fmt.Sprintf(`{"plan_id": %q}`, plan), status: 400, want: "service_id is required"},
 		{name: "missing plan_id", body: fmt.Sprintf(`{"service_id": %q}`, s.ServiceID), status: 400, want: "plan_id is required"},
-		{name: "parameters not an object", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": "big"}`, s.ServiceID, plan),
+		{name: "parameters not an object", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": "big"}`, s.ServiceID, plan),
 			status: 400, want: "parameters must be a JSON object"},
 		{name: "wrong Content-Type", body: valid, header: map[string]string{"Content-Type": "text/plain"}, status: 400,
 			want: `Content-Type "text/plain" is not supported; send application/json`},
 		{name: "no Content-Type", body: valid, header: map[string]string{"Content-Type": ""}, status: 400,
 			want: "the Content-Type header is missing; send application/json"},
-		{name: "unknown plan", body: fmt.Sprintf(`{"service_id": %q, "plan_id": "nope"}`, s.ServiceID), status: 400,
+		{name: "unknown plan", body: fmt.Sprintf(`{"service_id": %q, "plan_id": "nope", "organization_guid": "org", "space_guid": "space"}`, s.ServiceID), status: 400,
 			want: `plan_id "nope" is not in the catalog`},
-		{name: "a plan of another service", body: fmt.Sprintf(`{"service_id": "other", "plan_id": %q}`, plan), status: 400,
-			want: fmt.Sprintf(`plan_id %q is not a plan of service_id "other"`, plan)},
-		{name: "a plan outside the broker's namespace", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, other.ServiceID, foreign), status: 400,
+		{name: "an unknown service", body: fmt.Sprintf(`{"service_id": "nope", "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, plan), status: 400,
+			want: `service_id "nope" is not in the catalog`},
+		{name: "a plan of another service", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, second, plan), status: 400,
+			want: fmt.Sprintf(`plan_id %q is not a plan of service_id %q`, plan, second)},
+		{name: "a service outside the broker's namespace", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, other.ServiceID, foreign), status: 400,
+			want: fmt.Sprintf(`service_id %q is not in the catalog`, other.ServiceID)},
+		{name: "a plan outside the broker's namespace", body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, foreign), status: 400,
 			want: fmt.Sprintf(`plan_id %q is not in the catalog`, foreign)},
 		{name: "parameters against the draft-06 schema", status: 400,
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "huge", "replicas": 0, "color": "red"}}`, s.ServiceID, plan),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"size": "huge", "replicas": 0, "color": "red"}}`, s.ServiceID, plan),
 			want: `parameters do not match the service_instance create schema of plan "checked": ` +
 				`parameters/replicas: minimum: got 0, want 1; parameters/size: value must be one of 'small', 'medium', 'large'; parameters: additional properties 'color' not allowed`},
 		{name: "a required parameter missing", status: 400,
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
 			want: `parameters do not match the service_instance create schema of plan "checked": parameters: missing property 'size'`},
 		{name: "maintenance_info the plan does not offer", status: 422, errCode: "MaintenanceInfoConflict",
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}, "maintenance_info": {"version": "0.9.0"}}`, s.ServiceID, plan),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"size": "small"}, "maintenance_info": {"version": "0.9.0"}}`, s.ServiceID, plan),
 			want: `maintenance_info.version "0.9.0" does not match the catalog's for plan "checked" (1.0.0)`},
 		{name: "an async plan without accepts_incomplete", status: 422, errCode: "AsyncRequired",
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, async),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, async),
 			want: `plan "async" runs its operations asynchronously; repeat the request with accepts_incomplete=true`},
 		{name: "a malformed originating identity", body: valid, status: 400,
 			header: map[string]string{"X-Broker-API-Originating-Identity": "cloudfoundry not-base64!"},
@@ -98,7 +108,7 @@ func TestOSBRefusals(t *testing.T) {
 			header: map[string]string{"X-Broker-API-Originating-Identity": "cloudfoundry"},
 			want:   `X-Broker-API-Originating-Identity must be "<platform> <base64-encoded JSON object>"`},
 		{name: "a body over the size limit", status: 413,
-			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small", "pad": %q}}`, s.ServiceID, plan, strings.Repeat("x", 1<<20)),
+			body: fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"size": "small", "pad": %q}}`, s.ServiceID, plan, strings.Repeat("x", 1<<20)),
 			want: "the request body is larger than 1048576 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,7 +148,7 @@ func TestOSBRefusals(t *testing.T) {
 	// answers 202 as the client accepts it.)
 	s.API.SyncTimeout = 100 * time.Millisecond
 	s.Expect(http.MethodPut, "/v2/service_instances/Team_A:db?accepts_incomplete=true",
-		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"size": "small"}}`, s.ServiceID, plan), http.StatusAccepted, `{"operation": "provision"}`)
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"size": "small"}}`, s.ServiceID, plan), http.StatusAccepted, `{"operation": "provision"}`)
 	var list osbv1alpha1.SFServiceInstanceList
 	require.NoError(t, s.Kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.Namespace)))
 	require.Len(t, list.Items, 1)
@@ -154,7 +164,7 @@ func TestOSBBindRefusals(t *testing.T) {
 	asyncBind := s.Plan("async-bind", "  manager: {asyncBinding: true}", testenv.Templates("instant"))
 	unbindable := s.Plan("unbindable", "  bindable: false", testenv.Templates("instant"))
 	for _, p := range []string{appOnly, asyncBind, unbindable} {
-		s.Expect(http.MethodPut, "/v2/service_instances/"+p, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, p), http.StatusCreated, `{}`)
+		s.Expect(http.MethodPut, "/v2/service_instances/"+p, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, p), http.StatusCreated, `{}`)
 	}
 	bind := func(instance, body string) string {
 		return fmt.Sprintf(`{"service_id": %q, "plan_id": %q%s}`, s.ServiceID, instance, body)
@@ -193,7 +203,7 @@ func TestOSBUpdateAndDeleteRefusals(t *testing.T) {
 	fixed := s.Plan("fixed", "  planUpdatable: false\n  manager: {async: true}", testenv.Templates("instant"))
 	other := s.Plan("other", "  manager: {async: true}", testenv.Templates("instant"))
 	inst := "/v2/service_instances/upd-1"
-	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"a": 1}}`, s.ServiceID, fixed),
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"a": 1}}`, s.ServiceID, fixed),
 		http.StatusAccepted, `{"operation": "provision"}`)
 	assert.Equal(t, "succeeded", s.PollLastOperation(inst + "/last_operation")["state"])
 
@@ -218,7 +228,7 @@ func TestOSBUpdateAndDeleteRefusals(t *testing.T) {
 	s.Expect(http.MethodDelete, deprovision, "", http.StatusUnprocessableEntity,
 		`{"error": "AsyncRequired", "description": "plan \"fixed\" runs its operations asynchronously; repeat the request with accepts_incomplete=true"}`)
 	s.Expect(http.MethodDelete, deprovision+"&accepts_incomplete=true", "", http.StatusAccepted, `{"operation": "deprovision"}`)
-	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"a": 1}}`, s.ServiceID, fixed),
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"a": 1}}`, s.ServiceID, fixed),
 		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"upd-1\" is being deprovisioned"}`)
 	s.Expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusOK,
 		`{"state": "in progress", "description": "deprovision in progress"}`)
@@ -256,7 +266,7 @@ func TestOSBSchemasOnRequests(t *testing.T) {
             replicas: {type: integer, maximum: 5}`, testenv.Templates("instant"))
 	inst := "/v2/service_instances/sch-1"
 	create := func(params string) string {
-		return fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": %s}`, s.ServiceID, plan, params)
+		return fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": %s}`, s.ServiceID, plan, params)
 	}
 
 	body := s.Expect(http.MethodPut, inst, create(`{"ha": true}`), http.StatusBadRequest, "")
@@ -272,4 +282,101 @@ func TestOSBSchemasOnRequests(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), got.Generation, "the refused update changed nothing")
 	assert.JSONEq(t, `{"ha": true, "replicas": 3}`, string(got.Spec.Parameters.Raw))
+}
+
+// TestOSBRequiredFields: every field OSB 2.17 marks REQUIRED, one row per
+// field and request kind. Each refusal is a 400 that names the field, and
+// leaves nothing recorded and nothing changed.
+func TestOSBRequiredFields(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	plan := s.Plan("instant", "", testenv.Templates("instant"))
+	inst := "/v2/service_instances/req-1"
+	binding := inst + "/service_bindings/b-1"
+	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
+		http.StatusCreated, `{}`)
+	s.Expect(http.MethodPut, binding, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan), http.StatusCreated, "")
+
+	// fields of a valid body of each kind; a row drops or changes one.
+	provision := map[string]any{"service_id": s.ServiceID, "plan_id": plan, "organization_guid": "org", "space_guid": "space"}
+	update := map[string]any{"service_id": s.ServiceID, "parameters": map[string]any{"x": 1}}
+	bind := map[string]any{"service_id": s.ServiceID, "plan_id": plan}
+	without := func(body map[string]any, field string, value any) string {
+		out := maps.Clone(body)
+		if value == nil {
+			delete(out, field)
+		} else {
+			out[field] = value
+		}
+		raw, err := json.Marshal(out)
+		require.NoError(t, err)
+		return string(raw)
+	}
+	query := func(serviceID, planID string) string {
+		q := url.Values{}
+		if serviceID != "" {
+			q.Set("service_id", serviceID)
+		}
+		if planID != "" {
+			q.Set("plan_id", planID)
+		}
+		return "?" + q.Encode()
+	}
+	for _, tc := range []struct {
+		kind, field  string
+		method, path string
+		body, want   string
+	}{
+		{"provision", "service_id", http.MethodPut, "/v2/service_instances/req-2", without(provision, "service_id", nil), "service_id is required"},
+		{"provision", "plan_id", http.MethodPut, "/v2/service_instances/req-2", without(provision, "plan_id", nil), "plan_id is required"},
+		{"provision", "organization_guid", http.MethodPut, "/v2/service_instances/req-2", without(provision, "organization_guid", nil), "organization_guid is required"},
+		{"provision", "organization_guid empty", http.MethodPut, "/v2/service_instances/req-2", without(provision, "organization_guid", ""), "organization_guid is required"},
+		{"provision", "space_guid", http.MethodPut, "/v2/service_instances/req-2", without(provision, "space_guid", nil), "space_guid is required"},
+		{"provision", "maintenance_info.version", http.MethodPut, "/v2/service_instances/req-2",
+			without(provision, "maintenance_info", map[string]any{"description": "no version"}), "maintenance_info.version is required"},
+		{"update", "service_id", http.MethodPatch, inst, without(update, "service_id", nil), "service_id is required"},
+		{"update", "maintenance_info.version", http.MethodPatch, inst,
+			without(update, "maintenance_info", map[string]any{"description": "no version"}), "maintenance_info.version is required"},
+		{"bind", "service_id", http.MethodPut, inst + "/service_bindings/b-2", without(bind, "service_id", nil), "service_id is required"},
+		{"bind", "plan_id", http.MethodPut, inst + "/service_bindings/b-2", without(bind, "plan_id", nil), "plan_id is required"},
+		{"deprovision", "service_id", http.MethodDelete, inst + query("", plan), "", "the query parameter service_id is required"},
+		{"deprovision", "plan_id", http.MethodDelete, inst + query(s.ServiceID, ""), "", "the query parameter plan_id is required"},
+		{"deprovision", "plan_id not the instance's", http.MethodDelete, inst + query(s.ServiceID, "another"), "",
+			fmt.Sprintf(`plan_id "another" is not the plan of instance "req-1" (%q)`, plan)},
+		{"unbind", "service_id", http.MethodDelete, binding + query("", plan), "", "the query parameter service_id is required"},
+		{"unbind", "plan_id", http.MethodDelete, binding + query(s.ServiceID, ""), "", "the query parameter plan_id is required"},
+		{"unbind", "service_id not the binding's", http.MethodDelete, binding + query("another", plan), "",
+			fmt.Sprintf(`service_id "another" is not the service of binding "b-1" (%q)`, s.ServiceID)},
+	} {
+		t.Run(tc.kind+" "+tc.field, func(t *testing.T) {
+			s.Expect(tc.method, tc.path, tc.body, http.StatusBadRequest, fmt.Sprintf(`{"description": %q}`, tc.want))
+		})
+	}
+	assert.Equal(t, 1, s.CountInstances(), "no instance was recorded")
+	got, err := s.GetInstance("req-1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), got.Generation, "and none was changed or deleted")
+	assert.Nil(t, got.DeletionTimestamp)
+	s.Expect(http.MethodGet, binding, "", http.StatusOK, "")
+	s.Expect(http.MethodGet, inst+"/service_bindings/b-2", "", http.StatusNotFound, "")
+}
+
+// TestOSBUnknownRoutes: a path or a method the API does not serve gets
+// the spec's JSON error body.
+func TestOSBUnknownRoutes(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true})
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		want         string
+	}{
+		{http.MethodGet, "/v2/nothing-here", http.StatusNotFound, "no route /v2/nothing-here"},
+		{http.MethodGet, "/nothing-here", http.StatusNotFound, "no route /nothing-here"},
+		{http.MethodPost, "/v2/catalog", http.StatusMethodNotAllowed, "POST is not allowed on /v2/catalog"},
+		{http.MethodPost, "/v2/service_instances/x", http.StatusMethodNotAllowed, "POST is not allowed on /v2/service_instances/x"},
+	} {
+		status, body, header := s.Do(tc.method, tc.path, "", nil)
+		assert.Equal(t, tc.status, status, "%s %s", tc.method, tc.path)
+		assert.Equal(t, "application/json", header.Get("Content-Type"), "%s %s", tc.method, tc.path)
+		assert.JSONEq(t, fmt.Sprintf(`{"description": %q}`, tc.want), body, "%s %s", tc.method, tc.path)
+	}
 }

@@ -60,6 +60,14 @@ func (s *Server) Handler() http.Handler {
 	// observe is outside Recoverer, so that a request that panicked is
 	// logged and counted with the 500 that Recoverer answers.
 	r.Use(s.observe, middleware.Recoverer)
+	// Unknown routes and methods get the spec's JSON error body too; chi
+	// passes these handlers on to the routers below.
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no route %s", r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

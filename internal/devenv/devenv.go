@@ -153,9 +153,11 @@ func Run(ctx context.Context, o Options) error {
 			{"Temporal", fmt.Sprintf("%s (namespace %q, task queue %q)", o.temporalAddress(), o.Namespace, runs.TaskQueue)},
 			{"Kubernetes", kubeCfg.Host},
 			{"kubeconfig", kubeconfigPath},
+			{"", "export KUBECONFIG=" + kubeconfigPath},
 			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get crds"},
 			{"logs", filepath.Join(o.DataDir, "logs")},
-			{"sample", "service tenant-namespace, plan small (bin/kubectl get sfplans -n " + SampleNamespace + ")"},
+			{"sample", "service tenant-namespace, plan small"},
+			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get sfservices,sfplans -n " + SampleNamespace},
 			{"self-check", "the worker sees every CRD established (workflow " + selfCheckID + ")"},
 		} {
 			fmt.Fprintf(o.Out, "  %-13s %s\n", line[0], line[1])

@@ -80,7 +80,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 		return status, got
 	}
 	status, body := osbCall(http.MethodPut, "/v2/service_instances/osb-1?accepts_incomplete=true",
-		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "parameters": {"pods": 3}}`)
+		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "organization_guid": "org", "space_guid": "space", "parameters": {"pods": 3}}`)
 	require.Equal(t, http.StatusAccepted, status, body)
 	require.Eventually(t, func() bool {
 		status, body := osbCall(http.MethodGet, "/v2/service_instances/osb-1/last_operation?operation=provision", "")
@@ -99,6 +99,14 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 
 	kubeconfig := filepath.Join(dataDir, "kubeconfig")
 	assert.Contains(t, out.String(), kubeconfig, "the banner names the kubeconfig")
+	// Every kubectl line of the banner works as pasted: it names the
+	// kubeconfig, or the line before exports it.
+	assert.Contains(t, out.String(), "export KUBECONFIG="+kubeconfig+"\n")
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "kubectl ") {
+			assert.Contains(t, line, "--kubeconfig "+kubeconfig, "a kubectl line of the banner: %q", line)
+		}
+	}
 	assert.Contains(t, out.String(), fmt.Sprintf("http://127.0.0.1:%d", opts.UIPort), "the banner names the UI")
 	kube := client(t, kubeconfig)
 	var list apiextensionsv1.CustomResourceDefinitionList
