@@ -152,6 +152,11 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, e)
 		return
 	}
+	identity, e := originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
 	b, e := s.binding(ctx, iid, bid, http.StatusGone)
 	if e != nil {
 		s.refuse(w, e)
@@ -171,7 +176,7 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 			s.refuse(w, concurrencyError("binding %q is busy: %s", bid, lo.Description))
 			return
 		}
-		if ended, e := s.remove(ctx, b, fmt.Sprintf("binding %q", bid)); e != nil {
+		if ended, e := s.remove(ctx, b, fmt.Sprintf("binding %q", bid), identity); e != nil {
 			s.refuse(w, e)
 			return
 		} else if ended != 0 {

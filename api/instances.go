@@ -263,6 +263,11 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, e)
 		return
 	}
+	identity, e := originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
+	if e != nil {
+		s.refuse(w, e)
+		return
+	}
 	inst, e := s.instance(ctx, id, http.StatusGone)
 	if e != nil {
 		s.refuse(w, e)
@@ -282,7 +287,7 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 			s.refuse(w, concurrencyError("instance %q is busy: %s", id, busy))
 			return
 		}
-		if ended, e := s.remove(ctx, inst, fmt.Sprintf("instance %q", id)); e != nil {
+		if ended, e := s.remove(ctx, inst, fmt.Sprintf("instance %q", id), identity); e != nil {
 			s.refuse(w, e)
 			return
 		} else if ended != 0 {

@@ -295,3 +295,30 @@ func waitInProgress(t *testing.T, s *testenv.System, path, description string) {
 		assert.Equal(c, want, body)
 	}, 30*time.Second, 50*time.Millisecond, "%s shows %q", path, description)
 }
+
+// TestOSBDeleteRecordsWhoAsked: the originating identity of a DELETE is
+// recorded as an Event on the resource, which `kubectl describe` shows.
+func TestOSBDeleteRecordsWhoAsked(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	plan := s.Plan("async", "  manager: {async: true}", testenv.Templates("instant"))
+	inst := "/v2/service_instances/who-1"
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
+		http.StatusAccepted, `{"operation": "provision"}`)
+	assert.Equal(t, "succeeded", s.PollLastOperation(inst + "/last_operation")["state"])
+	status, body, _ := s.Do(http.MethodDelete, inst+fmt.Sprintf("?accepts_incomplete=true&service_id=%s&plan_id=%s", s.ServiceID, plan), "",
+		map[string]string{"X-Broker-API-Originating-Identity": identity("cloudfoundry", `{"user_id": "bob"}`)})
+	require.Equal(t, http.StatusAccepted, status, body)
+
+	var events corev1.EventList
+	require.NoError(t, s.Kube.Client.List(context.Background(), &events, ctrlclient.InNamespace(s.Namespace)))
+	var found []corev1.Event
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.Kind == "SFServiceInstance" && ev.InvolvedObject.Name == "who-1" {
+			found = append(found, ev)
+		}
+	}
+	require.Len(t, found, 1)
+	assert.Equal(t, "RemovalRequested", found[0].Reason)
+	assert.Equal(t, "osb.servicefabrik.io/v1alpha1", found[0].InvolvedObject.APIVersion)
+	assert.Equal(t, `removal requested through the OSB API by {"platform":"cloudfoundry","value":{"user_id":"bob"}}`, found[0].Message)
+}

@@ -6,8 +6,11 @@ import (
 	"net/http"
 	"net/url"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
@@ -40,13 +43,14 @@ func (s *Server) record(ctx context.Context, obj client.Object, state *osbv1alph
 // it back into obj: its finalizer holds it until the workflow has removed
 // what it created. ended is the reply when there is nothing to wait for:
 // 410 when it was gone already, 200 when nothing held it.
-func (s *Server) remove(ctx context.Context, obj client.Object, what string) (ended int, e *requestError) {
+func (s *Server) remove(ctx context.Context, obj client.Object, what, identity string) (ended int, e *requestError) {
 	uid := obj.GetUID()
 	if err := s.Kube.Delete(ctx, obj, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
 		return http.StatusGone, nil
 	} else if err != nil {
 		return 0, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("deleting %s: %v", what, err)}
 	}
+	s.recordRemoval(ctx, obj, identity)
 	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
 		return http.StatusOK, nil
 	} else if err != nil {
@@ -96,4 +100,38 @@ func checkRemovalIDs(q url.Values, what, serviceID, planID string) *requestError
 		return badRequest("plan_id %q is not the plan of %s (%q)", got, what, planID)
 	}
 	return nil
+}
+
+// recordRemoval records who asked for a removal, from the request's
+// X-Broker-API-Originating-Identity, as an Event on the resource: `kubectl
+// describe` shows it beside the resource's own story. The resource may be
+// gone by the time it is read; a failure to record is logged, not answered.
+func (s *Server) recordRemoval(ctx context.Context, obj client.Object, identity string) {
+	if identity == "" {
+		return
+	}
+	gvk, err := apiutil.GVKForObject(obj, s.Kube.Scheme())
+	if err != nil {
+		s.Logger.Warn("recording a removal's originating identity", "error", err)
+		return
+	}
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: obj.GetName() + ".", Namespace: obj.GetNamespace()},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind,
+			Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID(),
+		},
+		Reason:              "RemovalRequested",
+		Message:             "removal requested through the OSB API by " + identity,
+		Type:                corev1.EventTypeNormal,
+		Source:              corev1.EventSource{Component: "qm-api"},
+		ReportingController: "quartermaster.io/api",
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+	}
+	if err := s.Kube.Create(ctx, ev); err != nil {
+		s.Logger.Warn("recording a removal's originating identity", "error", err)
+	}
 }

@@ -328,8 +328,12 @@ metadata: {name: kubectl-test}
 spec: {serviceId: svc-1, planId: plan-1}`)
 	obj.SetNamespace(ns)
 	require.NoError(t, kube.Client.Create(ctx, obj))
-	patch := []byte(`{"status":{"state":"in progress"}}`)
+	patch := []byte(`{"status":{"state":"succeeded","observedGeneration":1}}`)
 	require.NoError(t, kube.Client.Status().Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)))
+	// A change to the spec shows as pending at once: Generation runs ahead
+	// of Observed until an operation has taken it up.
+	patch = []byte(`{"spec":{"parameters":{"size":"large"}}}`)
+	require.NoError(t, kube.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)))
 
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, kube.Kubeconfig, 0o600))
@@ -340,8 +344,8 @@ spec: {serviceId: svc-1, planId: plan-1}`)
 	require.NoError(t, err, string(out))
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	require.Len(t, lines, 2, string(out))
-	assert.Equal(t, []string{"NAME", "STATE", "SERVICE", "PLAN", "AGE"}, strings.Fields(lines[0]))
-	assert.Equal(t, []string{"kubectl-test", "in", "progress", "svc-1", "plan-1"}, strings.Fields(lines[1])[:5])
+	assert.Equal(t, []string{"NAME", "STATE", "GENERATION", "OBSERVED", "SERVICE", "PLAN", "AGE"}, strings.Fields(lines[0]))
+	assert.Equal(t, []string{"kubectl-test", "succeeded", "2", "1", "svc-1", "plan-1"}, strings.Fields(lines[1])[:6])
 }
 
 func registeredService(extraSpec, endpoints string) string {

@@ -74,6 +74,8 @@ type SFServiceInstanceStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sfsi,categories=quartermaster
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.metadata.generation`,description="the generation of the spec"
+// +kubebuilder:printcolumn:name="Observed",type=integer,JSONPath=`.status.observedGeneration`,description="the generation the state is about: lower than Generation while a change is pending"
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.serviceId`
 // +kubebuilder:printcolumn:name="Plan",type=string,JSONPath=`.spec.planId`
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterId`,priority=1
