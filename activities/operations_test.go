@@ -137,23 +137,8 @@ func TestApplyTemplatesIsIdempotent(t *testing.T) {
 
 func TestActivityErrors(t *testing.T) {
 	h := newHarness(t)
-	broken := h.plan("broken", `
-  - action: provision
-    type: gotemplate
-    content: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: x}
-      data: {a: {{ .nope.missing | required }}}
-`)
-	refused := h.plan("refused", `
-  - action: provision
-    type: gotemplate
-    content: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: Not_A_Valid_Name}
-`)
+	broken := h.plan("broken", testenv.Templates("broken"))
+	refused := h.plan("refused", testenv.Templates("refused"))
 	for _, tc := range []struct {
 		name, inst, plan string
 		activity         string

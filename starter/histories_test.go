@@ -106,15 +106,7 @@ func TestHistories(t *testing.T) {
 	s.WaitGone(inst)
 	recorded(t, history(id, lifecycle.OpDeprovision), "deprovision")
 
-	broken := s.Plan("broken", "", `
-  - action: provision
-    type: gotemplate
-    content: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: {{ .instance.metadata.name }}}
-      data: {size: {{ .instance.spec.parameters.size | required }}}
-`)
+	broken := s.Plan("broken", "", testenv.Templates("broken"))
 	s.Instance("h-broken", broken, "")
 	failed := s.WaitInstance("h-broken", "failed", func(i *osbv1alpha1.SFServiceInstance) bool { return i.Status.State == osbv1alpha1.StateFailed })
 	assert.Contains(t, failed.Status.Description, `function "required" not defined`)

@@ -151,15 +151,7 @@ func TestBindingLifecycle(t *testing.T) {
 // nothing is retried.
 func TestTemplateFailure(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
-	plan := s.Plan("broken", "", `
-  - action: provision
-    type: gotemplate
-    content: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: {{ .instance.metadata.name }}-broken}
-      data: {size: {{ .instance.spec.parameters.size | required }}}
-`)
+	plan := s.Plan("broken", "", testenv.Templates("broken"))
 	s.Instance("broken-1", plan, `{"size": "s"}`)
 	inst := s.WaitInstance("broken-1", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
 		return i.Status.State == osbv1alpha1.StateFailed

@@ -44,14 +44,7 @@ func TestHelmPlan(t *testing.T) {
 // leaves the instance failed with the API server's own message, at once.
 func TestRefusedObjectFailsTheInstance(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
-	plan := s.Plan("refused", "", `
-  - action: provision
-    type: gotemplate
-    content: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: Not_A_Valid_Name}
-`)
+	plan := s.Plan("refused", "", testenv.Templates("refused"))
 	s.Instance("refused-1", plan, "")
 	inst := s.WaitInstance("refused-1", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
 		return i.Status.State == osbv1alpha1.StateFailed
