@@ -188,7 +188,7 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 }
 
 // getBinding serves a binding that succeeded, with its credentials; one
-// that is being bound or unbound is 404, as the spec says.
+// that is being bound or unbound, or whose instance is gone, is 404.
 func (s *Server) getBinding(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
@@ -200,6 +200,12 @@ func (s *Server) getBinding(w http.ResponseWriter, r *http.Request) {
 	if lo := bindingProgress(b); lo.State != osbSucceeded || b.DeletionTimestamp != nil {
 		s.refuse(w, &requestError{status: http.StatusNotFound,
 			description: fmt.Sprintf("binding %q is not bound (%s: %s)", bid, lo.State, lo.Description)})
+		return
+	}
+	// Credentials to an instance that is gone, or going, are stale.
+	if inst, e := s.instance(ctx, iid, http.StatusNotFound); e != nil || inst.DeletionTimestamp != nil {
+		s.refuse(w, &requestError{status: http.StatusNotFound,
+			description: fmt.Sprintf("binding %q is of instance %q, which is deprovisioned", bid, iid)})
 		return
 	}
 	resp, err := s.bindingResponse(ctx, b)

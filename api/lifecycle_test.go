@@ -322,3 +322,23 @@ func TestOSBDeleteRecordsWhoAsked(t *testing.T) {
 	assert.Equal(t, "osb.servicefabrik.io/v1alpha1", found[0].InvolvedObject.APIVersion)
 	assert.Equal(t, `removal requested through the OSB API by {"platform":"cloudfoundry","value":{"user_id":"bob"}}`, found[0].Message)
 }
+
+// TestOSBBindingOfAGoneInstance: a binding whose instance is gone answers
+// GET with 404, never with the credentials it had.
+func TestOSBBindingOfAGoneInstance(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	plan := s.Plan("instant", "", testenv.Templates("instant"))
+	inst := "/v2/service_instances/gone-1"
+	binding := inst + "/service_bindings/b-1"
+	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
+		http.StatusCreated, `{}`)
+	s.Expect(http.MethodPut, binding, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan), http.StatusCreated, `{"credentials": {"user": "u"}}`)
+	s.Expect(http.MethodGet, binding, "", http.StatusOK, `{"credentials": {"user": "u"}}`)
+
+	// A kubectl user deletes the instance under the binding.
+	got, err := s.GetInstance("gone-1")
+	require.NoError(t, err)
+	require.NoError(t, s.Kube.Client.Delete(context.Background(), got))
+	s.WaitGone(got)
+	s.Expect(http.MethodGet, binding, "", http.StatusNotFound, `{"description": "binding \"b-1\" is of instance \"gone-1\", which is deprovisioned"}`)
+}
