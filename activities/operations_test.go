@@ -233,3 +233,54 @@ func TestObserveAndFinish(t *testing.T) {
 		assert.True(t, apierrors.IsNotFound(err), "%T %s is gone: %v", obj, obj.GetName(), err)
 	}
 }
+
+// TestRemoveBindings: the bindings of an instance being deprovisioned are
+// deleted (their finalizers then hold them for their Unbind runs), the
+// instance says how many it waits for, and none left is 0.
+func TestRemoveBindings(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	planID := h.plan("pw", passwordPlan)
+	inst := h.sys.Instance("owner-1", planID, "")
+	other := h.sys.Instance("other-1", planID, "")
+	for name, instance := range map[string]string{"b-1": "owner-1", "b-2": "owner-1", "b-other": "other-1"} {
+		require.NoError(t, h.sys.Kube.Client.Create(ctx, &osbv1alpha1.SFServiceBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.sys.Namespace},
+			Spec:       osbv1alpha1.SFServiceBindingSpec{ID: name, InstanceID: instance, ServiceID: h.sys.ServiceID, PlanID: planID},
+		}))
+	}
+	removeBindings := func() int {
+		t.Helper()
+		val, err := h.run("RemoveBindings", lifecycle.InstanceTarget(inst))
+		require.NoError(t, err)
+		var left int
+		require.NoError(t, val.Get(&left))
+		return left
+	}
+
+	assert.Equal(t, 2, removeBindings())
+	got, err := h.sys.GetInstance("owner-1")
+	require.NoError(t, err)
+	assert.Equal(t, "waiting for 2 bindings to be unbound", got.Status.Description)
+	var list osbv1alpha1.SFServiceBindingList
+	require.NoError(t, h.sys.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(h.sys.Namespace)))
+	for _, b := range list.Items {
+		assert.Equal(t, b.Spec.InstanceID == "owner-1", b.DeletionTimestamp != nil, "binding %s is deleted only if it is the instance's", b.Name)
+	}
+
+	// Their Unbind runs end: the finalizers go, and so do the bindings.
+	for _, b := range list.Items {
+		if b.Spec.InstanceID != "owner-1" {
+			continue
+		}
+		base := b.DeepCopy()
+		b.Finalizers = nil
+		require.NoError(t, h.sys.Kube.Client.Patch(ctx, &b, ctrlclient.MergeFrom(base)))
+	}
+	assert.Equal(t, 0, removeBindings())
+	got, err = h.sys.GetInstance("owner-1")
+	require.NoError(t, err)
+	assert.Equal(t, "deprovision in progress", got.Status.Description)
+	_, err = h.sys.GetInstance(other.Name)
+	require.NoError(t, err)
+}

@@ -335,10 +335,43 @@ func TestOSBBindingOfAGoneInstance(t *testing.T) {
 	s.Expect(http.MethodPut, binding, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan), http.StatusCreated, `{"credentials": {"user": "u"}}`)
 	s.Expect(http.MethodGet, binding, "", http.StatusOK, `{"credentials": {"user": "u"}}`)
 
-	// A kubectl user deletes the instance under the binding.
+	// A kubectl user removes the instance under the binding by force: its
+	// finalizer stripped, no deprovision runs, and the binding stays.
 	got, err := s.GetInstance("gone-1")
 	require.NoError(t, err)
+	base := got.DeepCopy()
+	got.Finalizers = nil
+	require.NoError(t, s.Kube.Client.Patch(context.Background(), got, ctrlclient.MergeFrom(base)))
 	require.NoError(t, s.Kube.Client.Delete(context.Background(), got))
 	s.WaitGone(got)
+	var b osbv1alpha1.SFServiceBinding
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "b-1"}, &b))
+	require.Nil(t, b.DeletionTimestamp, "the binding is still there")
 	s.Expect(http.MethodGet, binding, "", http.StatusNotFound, `{"description": "binding \"b-1\" is of instance \"gone-1\", which is deprovisioned"}`)
+}
+
+// TestOSBDeprovisionWithBindings: a DELETE of an instance that still has
+// bindings unbinds them first; the synchronous plan answers once all of
+// it is gone, and the bindings are then unknown.
+func TestOSBDeprovisionWithBindings(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	plan := s.Plan("instant", "", testenv.Templates("instant"))
+	inst := "/v2/service_instances/owner-1"
+	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
+		http.StatusCreated, `{}`)
+	for _, b := range []string{"b-1", "b-2"} {
+		s.Expect(http.MethodPut, inst+"/service_bindings/"+b, fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan),
+			http.StatusCreated, `{"credentials": {"user": "u"}}`)
+	}
+
+	s.Expect(http.MethodDelete, inst+fmt.Sprintf("?service_id=%s&plan_id=%s", s.ServiceID, plan), "", http.StatusOK, `{}`)
+	s.Expect(http.MethodGet, inst+"/last_operation?operation=deprovision", "", http.StatusGone, `{}`)
+	for _, b := range []string{"b-1", "b-2"} {
+		s.Expect(http.MethodGet, inst+"/service_bindings/"+b, "", http.StatusNotFound, "")
+		_, err := s.GetInstance("owner-1")
+		assert.True(t, apierrors.IsNotFound(err))
+	}
+	var bindings osbv1alpha1.SFServiceBindingList
+	require.NoError(t, s.Kube.Client.List(context.Background(), &bindings, ctrlclient.InNamespace(s.Namespace)))
+	assert.Empty(t, bindings.Items, "no binding is left behind")
 }

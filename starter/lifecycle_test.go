@@ -320,3 +320,75 @@ func TestStateUpdateRunsUpdate(t *testing.T) {
 	s.WaitInstance("again-1", "updated", testenv.Succeeded(1))
 	assert.Equal(t, 2, s.Runs(id), "the provision, then the update")
 }
+
+// slowUnbindTemplates bind at once; an unbind finishes only once the
+// instance's "unbind-gate" ConfigMap exists.
+const slowUnbindTemplates = `
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: {{ .instance.metadata.name }}-db}
+  - action: sources
+    type: gotemplate
+    content: |
+      gate: {apiVersion: v1, kind: ConfigMap, name: {{ .instance.metadata.name }}-unbind-gate}
+  - action: status
+    type: gotemplate
+    content: |
+      provision: {state: succeeded}
+      bind:
+        state: succeeded
+        response: {credentials: {user: u}}
+      unbind:
+        state: {{ if .gate }}succeeded{{ else }}in progress{{ end }}
+`
+
+// TestDeprovisionUnbindsFirst: deleting an instance that has bindings
+// unbinds each of them first, by its own Unbind run, and says so while it
+// waits; then the instance goes, and nothing is left behind.
+func TestDeprovisionUnbindsFirst(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	ctx := context.Background()
+	plan := s.Plan("slow-unbind", "", slowUnbindTemplates)
+	s.Instance("owner-1", plan, "")
+	inst := s.WaitInstance("owner-1", "provisioned", testenv.Succeeded(1))
+	var bindings []*osbv1alpha1.SFServiceBinding
+	for _, name := range []string{"app-1", "app-2"} {
+		b := &osbv1alpha1.SFServiceBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
+			Spec:       osbv1alpha1.SFServiceBindingSpec{ID: name, InstanceID: "owner-1", ServiceID: s.ServiceID, PlanID: plan},
+		}
+		require.NoError(t, s.Kube.Client.Create(ctx, b))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
+			assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State)
+		}, 60*time.Second, 50*time.Millisecond, "binding %s succeeds", name)
+		bindings = append(bindings, b)
+	}
+
+	require.NoError(t, s.Kube.Client.Delete(ctx, inst))
+	s.WaitInstance("owner-1", "waiting for its bindings", func(i *osbv1alpha1.SFServiceInstance) bool {
+		return i.Status.Description == "waiting for 2 bindings to be unbound"
+	})
+	for _, b := range bindings {
+		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
+		assert.NotNil(t, b.DeletionTimestamp, "binding %s is being unbound", b.Name)
+	}
+
+	s.OpenGate("owner-1", "unbind-gate")
+	s.WaitGone(inst)
+	for _, b := range bindings {
+		s.WaitGone(b)
+		id := runs.WorkflowID(lifecycle.BindingTarget(b))
+		s.ClosedRun(id, runs.WorkflowType(lifecycle.OpUnbind))
+		var creds corev1.Secret
+		err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "qm-credentials-" + b.Name}, &creds)
+		assert.True(t, apierrors.IsNotFound(err), "the credentials of %s are gone", b.Name)
+	}
+	var cm corev1.ConfigMap
+	assert.True(t, apierrors.IsNotFound(s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "owner-1-db"}, &cm)))
+	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
+	recorded(t, s.History(id, s.ClosedRun(id, runs.WorkflowType(lifecycle.OpDeprovision))), "deprovision-unbinds-first")
+}

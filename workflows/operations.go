@@ -43,7 +43,8 @@ func Bind(ctx workflow.Context, t lifecycle.Target) error {
 	return create(ctx, t, lifecycle.OpBind)
 }
 
-// Deprovision removes an instance: it deletes what the instance applied,
+// Deprovision removes an instance: it unbinds the instance's bindings
+// first, each by its own Unbind run, deletes what the instance applied,
 // waits for the deprovision status, then deletes the registry and releases
 // the finalizer so that Kubernetes lets the instance go.
 func Deprovision(ctx workflow.Context, t lifecycle.Target) error {
@@ -80,6 +81,13 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) er
 	if !goOn {
 		return err
 	}
+	// Unbinding an instance's bindings first came later: runs that began
+	// before it keep their old path.
+	if op == lifecycle.OpDeprovision && workflow.GetVersion(ctx, unbindFirst, workflow.DefaultVersion, 1) == 1 {
+		if o, gone := waitForBindings(ctx, t, begun.MaxPolling); !gone {
+			return finish(ctx, t, op, begun.Generation, o, nil)
+		}
+	}
 	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, nil); err != nil {
 		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
 	}
@@ -87,6 +95,40 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) er
 		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
 	}
 	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling, nil), nil)
+}
+
+// unbindFirst is the change that has Deprovision unbind the instance's
+// bindings before it removes the instance.
+const unbindFirst = "unbind-bindings-first"
+
+// waitForBindings deletes the instance's bindings, each then unbound by its
+// own Unbind run, and waits on durable timers until they are gone. gone is
+// false, with the failed outcome, when they are not gone within the plan's
+// maximum polling duration (an Unbind that keeps failing, say).
+func waitForBindings(ctx workflow.Context, t lifecycle.Target, maxPolling time.Duration) (o activities.Outcome, gone bool) {
+	var a *activities.Operations
+	deadline := workflow.Now(ctx).Add(maxPolling)
+	for wait := pollFirst; ; wait = min(2*wait, pollMax) {
+		var left int
+		if err := workflow.ExecuteLocalActivity(ctx, a.RemoveBindings, t).Get(ctx, &left); err != nil {
+			return failed(lifecycle.OpDeprovision, err), false
+		}
+		if left == 0 {
+			return activities.Outcome{}, true
+		}
+		remaining := deadline.Sub(workflow.Now(ctx))
+		if remaining <= 0 {
+			return activities.Outcome{
+				State: osbv1alpha1.StateFailed,
+				Description: fmt.Sprintf("deprovision failed: %d of the instance's bindings were not unbound within the plan's maximum_polling_duration of %s",
+					left, maxPolling),
+				InstanceUsable: ptr(true),
+			}, false
+		}
+		if err := workflow.Sleep(ctx, min(wait, remaining)); err != nil {
+			return failed(lifecycle.OpDeprovision, err), false
+		}
+	}
 }
 
 // begin runs the operation's first step. goOn is false when there is

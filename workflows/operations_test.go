@@ -199,6 +199,11 @@ func TestDeprovision(t *testing.T) {
 		env := opsEnv(t)
 		var order []string
 		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
+		env.OnActivity(ops.RemoveBindings, mock.Anything, instance).
+			Return(func(context.Context, lifecycle.Target) (int, error) {
+				order = append(order, "bindings")
+				return 0, nil
+			}).Once()
 		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpDeprovision).
 			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation) ([]osbv1alpha1.Source, error) {
 				order = append(order, "apply")
@@ -222,13 +227,14 @@ func TestDeprovision(t *testing.T) {
 		got := finished(env, lifecycle.OpDeprovision)
 		env.ExecuteWorkflow(workflows.Deprovision, instance)
 		require.NoError(t, env.GetWorkflowError())
-		assert.Equal(t, []string{"apply", "remove", "observe", "observe"}, order)
+		assert.Equal(t, []string{"bindings", "apply", "remove", "observe", "observe"}, order)
 		assert.Equal(t, osbv1alpha1.StateSucceeded, got.State)
 	})
 
 	t.Run("a failed removal keeps the finalizer and says why", func(t *testing.T) {
 		env := opsEnv(t)
 		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
+		env.OnActivity(ops.RemoveBindings, mock.Anything, instance).Return(0, nil).Once()
 		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpDeprovision).Return(nil, nil).Once()
 		env.OnActivity(ops.RemoveResources, mock.Anything, instance, lifecycle.OpDeprovision).
 			Return(temporal.NewNonRetryableApplicationError("deleting Namespace t: forbidden", activities.ErrApply, nil)).Once()
@@ -238,6 +244,40 @@ func TestDeprovision(t *testing.T) {
 		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
 		assert.Equal(t, "deprovision failed: deleting Namespace t: forbidden", got.Description)
 		require.NotNil(t, got.InstanceUsable)
+	})
+
+	t.Run("unbinds the instance's bindings first, waiting on timers", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
+		left := []int{2, 1, 0}
+		env.OnActivity(ops.RemoveBindings, mock.Anything, instance).
+			Return(func(context.Context, lifecycle.Target) (int, error) {
+				n := left[0]
+				left = left[1:]
+				return n, nil
+			}).Times(3)
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpDeprovision).Return(nil, nil).Once()
+		env.OnActivity(ops.RemoveResources, mock.Anything, instance, lifecycle.OpDeprovision).Return(nil).Once()
+		env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
+		got := finished(env, lifecycle.OpDeprovision)
+		start := env.Now()
+		env.ExecuteWorkflow(workflows.Deprovision, instance)
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, osbv1alpha1.StateSucceeded, got.State)
+		assert.Equal(t, 3*time.Second, env.Now().Sub(start), "waits of 1 s, then 2 s, between the looks")
+	})
+
+	t.Run("bindings that do not go fail it at the deadline", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Minute}, nil).Once()
+		env.OnActivity(ops.RemoveBindings, mock.Anything, instance).Return(2, nil)
+		got := finished(env, lifecycle.OpDeprovision)
+		env.ExecuteWorkflow(workflows.Deprovision, instance)
+		require.NoError(t, env.GetWorkflowError())
+		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
+		assert.Equal(t, "deprovision failed: 2 of the instance's bindings were not unbound within the plan's maximum_polling_duration of 1m0s", got.Description)
+		require.NotNil(t, got.InstanceUsable)
+		assert.True(t, *got.InstanceUsable)
 	})
 }
 

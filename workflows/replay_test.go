@@ -20,7 +20,8 @@ import (
 
 // histories are the recorded paths of every workflow: `make
 // record-histories` records them again on the real dev server (starter's
-// TestHistories and TestWorkerRestartMidProvision). A new workflow, or a
+// TestHistories, TestWorkerRestartMidProvision and
+// TestDeprovisionUnbindsFirst). A new workflow, or a
 // new path of one, adds its histories here.
 var histories = []string{
 	"provision",         // applied, and the status template says succeeded at once
@@ -29,9 +30,10 @@ var histories = []string{
 	"update",
 	"bind",
 	"unbind",
-	"deprovision",
-	"template-failure", // a template that does not render: failed, not retried
-	"polling-timeout",  // the status never ends: failed at maximum_polling_duration
+	"deprovision",               // recorded before unbind-bindings-first: replays through GetVersion's old path
+	"deprovision-unbinds-first", // waits for the instance's bindings to be unbound, then removes it
+	"template-failure",          // a template that does not render: failed, not retried
+	"polling-timeout",           // the status never ends: failed at maximum_polling_duration
 }
 
 // TestReplayRecordedHistories replays histories recorded on the real dev
