@@ -240,34 +240,12 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 	assert.Equal(t, osbv1alpha1.StateSucceeded, inst.Status.State)
 }
 
-// slowBindTemplates provision at once; a bind succeeds only once a
-// "bind-gate" ConfigMap exists.
-const slowBindTemplates = `
-  - action: provision
-    type: gotemplate
-    content: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: {{ .instance.metadata.name }}-db}
-  - action: sources
-    type: gotemplate
-    content: |
-      gate: {apiVersion: v1, kind: ConfigMap, name: {{ .instance.metadata.name }}-bind-gate}
-  - action: status
-    type: gotemplate
-    content: |
-      provision: {state: succeeded}
-      bind:
-        state: {{ if .gate }}succeeded{{ else }}in progress{{ end }}
-        response: {credentials: {user: u}}
-`
-
 // TestOSBBindTimeout: a synchronous bind that takes longer than
 // --bind-timeout is answered 202 to a client that accepts it, and its
 // last_operation follows it to the end.
 func TestOSBBindTimeout(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true, BindTimeout: 2 * time.Second})
-	plan := s.Plan("slow-bind", "", slowBindTemplates)
+	plan := s.Plan("slow-bind", "", testenv.Templates("gated-binding"))
 	inst := "/v2/service_instances/sb-1"
 	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan), http.StatusCreated, `{}`)
 

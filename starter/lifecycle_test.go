@@ -321,39 +321,16 @@ func TestStateUpdateRunsUpdate(t *testing.T) {
 	assert.Equal(t, 2, s.Runs(id), "the provision, then the update")
 }
 
-// slowUnbindTemplates bind at once; an unbind finishes only once the
-// instance's "unbind-gate" ConfigMap exists.
-const slowUnbindTemplates = `
-  - action: provision
-    type: gotemplate
-    content: |
-      apiVersion: v1
-      kind: ConfigMap
-      metadata: {name: {{ .instance.metadata.name }}-db}
-  - action: sources
-    type: gotemplate
-    content: |
-      gate: {apiVersion: v1, kind: ConfigMap, name: {{ .instance.metadata.name }}-unbind-gate}
-  - action: status
-    type: gotemplate
-    content: |
-      provision: {state: succeeded}
-      bind:
-        state: succeeded
-        response: {credentials: {user: u}}
-      unbind:
-        state: {{ if .gate }}succeeded{{ else }}in progress{{ end }}
-`
-
 // TestDeprovisionUnbindsFirst: deleting an instance that has bindings
 // unbinds each of them first, by its own Unbind run, and says so while it
 // waits; then the instance goes, and nothing is left behind.
 func TestDeprovisionUnbindsFirst(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
 	ctx := context.Background()
-	plan := s.Plan("slow-unbind", "", slowUnbindTemplates)
+	plan := s.Plan("slow-unbind", "", testenv.Templates("gated-binding"))
 	s.Instance("owner-1", plan, "")
 	inst := s.WaitInstance("owner-1", "provisioned", testenv.Succeeded(1))
+	s.OpenGate("owner-1", "bind-gate")
 	var bindings []*osbv1alpha1.SFServiceBinding
 	for _, name := range []string{"app-1", "app-2"} {
 		b := &osbv1alpha1.SFServiceBinding{
