@@ -8,10 +8,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/registry"
 )
 
@@ -21,10 +23,15 @@ func credentialsName(b *osbv1alpha1.SFServiceBinding) string {
 }
 
 // storeCredentials keeps a binding's credentials in its registry and in the
-// Secret that status.response.secretRef names. Without credentials in the
-// bind response, those the registry holds are used.
-func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *registry.Registry, regSecret *corev1.Secret, response map[string]any) error {
-	creds, _ := response["credentials"].(map[string]any)
+// Secret that status.response.secretRef names, and the rest of the bind
+// response (endpoints, volume mounts, URLs, metadata) in the status.
+// Without credentials in the bind response (or without a response), those
+// the registry holds are used.
+func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *registry.Registry, regSecret *corev1.Secret, response *plan.BindResponse) error {
+	if response == nil {
+		response = &plan.BindResponse{}
+	}
+	creds := response.Credentials
 	if creds == nil {
 		if v, _ := reg.Get(registry.KeyCredentials); v != nil {
 			creds, _ = v.(map[string]any)
@@ -66,5 +73,16 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 			return err
 		}
 	}
-	return a.patchStatus(ctx, t, func(s *status) { s.SecretRef = secret.Name })
+	return a.patchStatus(ctx, t, func(s *status) {
+		s.BindingResponse = osbv1alpha1.BindingResponse{
+			SecretRef:       secret.Name,
+			Endpoints:       response.Endpoints,
+			SyslogDrainURL:  response.SyslogDrainURL,
+			RouteServiceURL: response.RouteServiceURL,
+			Metadata:        response.Metadata,
+		}
+		if len(response.VolumeMounts) > 0 {
+			s.BindingResponse.VolumeMounts = &apiextensionsv1.JSON{Raw: response.VolumeMounts}
+		}
+	})
 }

@@ -205,7 +205,11 @@ func (a *Operations) Observe(ctx context.Context, tg lifecycle.Target, op lifecy
 		}
 	}
 	if op == lifecycle.OpBind && o.State == osbv1alpha1.StateSucceeded {
-		if err := a.storeCredentials(ctx, t, subject.Registry, regSecret, st.Response); err != nil {
+		response, err := plan.DecodeBindResponse(st.Response)
+		if err != nil {
+			return Outcome{}, classify(err)
+		}
+		if err := a.storeCredentials(ctx, t, subject.Registry, regSecret, response); err != nil {
 			return Outcome{}, err
 		}
 	}

@@ -20,7 +20,7 @@ type status struct {
 	DashboardURL       string // instances only
 	InstanceUsable     *bool  // instances only
 	UpdateRepeatable   *bool  // instances only
-	SecretRef          string // bindings only
+	BindingResponse    osbv1alpha1.BindingResponse // bindings only
 	Resources          []osbv1alpha1.Source
 	ObservedGeneration int64
 	Conditions         []metav1.Condition
@@ -38,10 +38,10 @@ func (a *Operations) patchStatus(ctx context.Context, t *target, mutate func(*st
 	var s status
 	if b := t.binding; b != nil {
 		st := &b.Status
-		s = status{State: st.State, Description: st.Description, Error: st.Error, SecretRef: st.Response.SecretRef,
+		s = status{State: st.State, Description: st.Description, Error: st.Error, BindingResponse: st.Response,
 			Resources: st.Resources, ObservedGeneration: st.ObservedGeneration, Conditions: st.Conditions}
 		mutate(&s)
-		st.State, st.Description, st.Error, st.Response.SecretRef = s.State, s.Description, s.Error, s.SecretRef
+		st.State, st.Description, st.Error, st.Response = s.State, s.Description, s.Error, s.BindingResponse
 		st.Resources, st.ObservedGeneration, st.Conditions = s.Resources, s.ObservedGeneration, s.Conditions
 		if s.applied {
 			st.AppliedSpec = b.Spec.DeepCopy()

@@ -19,9 +19,28 @@ import (
 
 // bindingResponse is the body of a bind that succeeded and of GET binding.
 type bindingResponse struct {
-	Credentials map[string]any  `json:"credentials"`
-	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Credentials     map[string]any    `json:"credentials"`
+	Endpoints       []bindingEndpoint `json:"endpoints,omitempty"`
+	VolumeMounts    json.RawMessage   `json:"volume_mounts,omitempty"`
+	SyslogDrainURL  string            `json:"syslog_drain_url,omitempty"`
+	RouteServiceURL string            `json:"route_service_url,omitempty"`
+	Metadata        *bindingMetadata  `json:"metadata,omitempty"`
+	Parameters      json.RawMessage   `json:"parameters,omitempty"`
 }
+
+// bindingEndpoint and bindingMetadata are the OSB spellings of what the
+// binding's status keeps.
+type (
+	bindingEndpoint struct {
+		Host     string   `json:"host"`
+		Ports    []string `json:"ports"`
+		Protocol string   `json:"protocol,omitempty"`
+	}
+	bindingMetadata struct {
+		ExpiresAt   string `json:"expires_at,omitempty"`
+		RenewBefore string `json:"renew_before,omitempty"`
+	}
+)
 
 // putBinding binds: it records the request as an SFServiceBinding, which
 // the watcher hands to the Bind workflow, and answers with the credentials
@@ -255,7 +274,15 @@ func (s *Server) binding(ctx context.Context, iid, bid string, missing int) (*os
 // bindingResponse reads the credentials from the binding's Secret, giving
 // JSON values back their types.
 func (s *Server) bindingResponse(ctx context.Context, b *osbv1alpha1.SFServiceBinding) (bindingResponse, error) {
-	resp := bindingResponse{Credentials: map[string]any{}, Parameters: rawOf(b.Spec.Parameters)}
+	r := b.Status.Response
+	resp := bindingResponse{Credentials: map[string]any{}, Parameters: rawOf(b.Spec.Parameters),
+		VolumeMounts: rawOf(r.VolumeMounts), SyslogDrainURL: r.SyslogDrainURL, RouteServiceURL: r.RouteServiceURL}
+	for _, e := range r.Endpoints {
+		resp.Endpoints = append(resp.Endpoints, bindingEndpoint{Host: e.Host, Ports: e.Ports, Protocol: e.Protocol})
+	}
+	if m := r.Metadata; m != nil {
+		resp.Metadata = &bindingMetadata{ExpiresAt: m.ExpiresAt, RenewBefore: m.RenewBefore}
+	}
 	name := b.Status.Response.SecretRef
 	if name == "" {
 		return resp, nil

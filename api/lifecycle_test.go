@@ -353,3 +353,47 @@ func TestOSBDeprovisionWithBindings(t *testing.T) {
 	require.NoError(t, s.Kube.Client.List(context.Background(), &bindings, ctrlclient.InNamespace(s.Namespace)))
 	assert.Empty(t, bindings.Items, "no binding is left behind")
 }
+
+// TestOSBBindResponseFields: the 2.17 fields of a bind response, from the
+// plan's status template, come back from the bind and from GET of the
+// binding, with the binding's parameters.
+func TestOSBBindResponseFields(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	plan := s.Plan("full-bind", "", `
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: {{ .instance.metadata.name }}-db}
+  - action: status
+    type: gotemplate
+    content: |
+      provision: {state: succeeded}
+      bind:
+        state: succeeded
+        response:
+          credentials: {user: u}
+          endpoints:
+          - {host: db.{{ .instance.metadata.namespace }}.svc, ports: ["5432"], protocol: tcp}
+          volume_mounts:
+          - {driver: nfs, container_dir: /data, mode: rw, device_type: shared, device: {volume_id: {{ .binding.metadata.name }}}}
+          syslog_drain_url: syslog://logs.example:514
+          route_service_url: https://route.example
+          metadata: {expires_at: "2027-01-01T00:00:00Z", renew_before: "2026-12-01T00:00:00Z"}
+`)
+	inst := "/v2/service_instances/full-1"
+	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
+		http.StatusCreated, `{}`)
+	want := fmt.Sprintf(`{
+		"credentials": {"user": "u"},
+		"endpoints": [{"host": "db.%s.svc", "ports": ["5432"], "protocol": "tcp"}],
+		"volume_mounts": [{"driver": "nfs", "container_dir": "/data", "mode": "rw", "device_type": "shared", "device": {"volume_id": "b-1"}}],
+		"syslog_drain_url": "syslog://logs.example:514",
+		"route_service_url": "https://route.example",
+		"metadata": {"expires_at": "2027-01-01T00:00:00Z", "renew_before": "2026-12-01T00:00:00Z"}`, s.Namespace)
+	binding := inst + "/service_bindings/b-1"
+	s.Expect(http.MethodPut, binding, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "parameters": {"role": "reader"}}`, s.ServiceID, plan),
+		http.StatusCreated, want+`, "parameters": {"role": "reader"}}`)
+	s.Expect(http.MethodGet, binding, "", http.StatusOK, want+`, "parameters": {"role": "reader"}}`)
+}

@@ -20,7 +20,11 @@
 // document; sources renders a map from a key to {apiVersion, kind, name,
 // namespace}; status renders a map from an operation to
 // {state, description, error, dashboardUrl, instanceUsable,
-// updateRepeatable, response}.
+// updateRepeatable, response}. A bind's response, an object or a JSON
+// string, is OSB's: credentials, endpoints ({host, ports, protocol}),
+// volume_mounts, syslog_drain_url, route_service_url and metadata
+// ({expires_at, renew_before}); a field of the wrong shape is a template
+// error that names it.
 //
 // # Variables
 //

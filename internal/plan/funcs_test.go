@@ -150,3 +150,45 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+func TestDecodeBindResponse(t *testing.T) {
+	got, err := plan.DecodeBindResponse(map[string]any{
+		"credentials":       map[string]any{"user": "u"},
+		"endpoints":         []any{map[string]any{"host": "db.example", "ports": []any{"5432", "9000-9010"}, "protocol": "tcp"}},
+		"volume_mounts":     []any{map[string]any{"driver": "nfs", "container_dir": "/data"}},
+		"syslog_drain_url":  "syslog://logs.example:514",
+		"route_service_url": "https://route.example",
+		"metadata":          map[string]any{"expires_at": "2027-01-01T00:00:00Z", "renew_before": "2026-12-01T00:00:00Z"},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"user": "u"}, got.Credentials)
+	assert.Equal(t, []osbv1alpha1.BindingEndpoint{{Host: "db.example", Ports: []string{"5432", "9000-9010"}, Protocol: "tcp"}}, got.Endpoints)
+	assert.JSONEq(t, `[{"driver": "nfs", "container_dir": "/data"}]`, string(got.VolumeMounts))
+	assert.Equal(t, "syslog://logs.example:514", got.SyslogDrainURL)
+	assert.Equal(t, "https://route.example", got.RouteServiceURL)
+	assert.Equal(t, &osbv1alpha1.BindingMetadata{ExpiresAt: "2027-01-01T00:00:00Z", RenewBefore: "2026-12-01T00:00:00Z"}, got.Metadata)
+
+	none, err := plan.DecodeBindResponse(nil)
+	require.NoError(t, err)
+	assert.Equal(t, &plan.BindResponse{}, none)
+
+	for _, tc := range []struct {
+		name     string
+		response map[string]any
+		want     string
+	}{
+		{"a port that is a number", map[string]any{"endpoints": []any{map[string]any{"host": "h", "ports": []any{5432}}}},
+			"status template: bind.response: endpoints.ports must be a string, not number"},
+		{"an endpoint without a host", map[string]any{"endpoints": []any{map[string]any{"ports": []any{"1"}}}},
+			"status template: bind.response: endpoints[0] needs a host and ports"},
+		{"credentials that are not an object", map[string]any{"credentials": "secret"},
+			"status template: bind.response: credentials must be an object, not string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := plan.DecodeBindResponse(tc.response)
+			var te *plan.TemplateError
+			require.ErrorAs(t, err, &te, "a template error: the same render fails again")
+			assert.Equal(t, tc.want, err.Error())
+		})
+	}
+}

@@ -2,9 +2,14 @@ package plan
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
 
 // Source is one object a sources template names: the status, bind and unbind
@@ -89,5 +94,67 @@ func response(v any) (map[string]any, error) {
 		return r, nil
 	default:
 		return nil, fmt.Errorf("want an object or a JSON string, got %T", v)
+	}
+}
+
+// BindResponse is a bind.response as OSB 2.17 spells it: the credentials,
+// and the fields beside them that a binding's status keeps.
+type BindResponse struct {
+	Credentials     map[string]any                `json:"credentials,omitempty"`
+	Endpoints       []osbv1alpha1.BindingEndpoint `json:"endpoints,omitempty"`
+	VolumeMounts    json.RawMessage               `json:"volume_mounts,omitempty"`
+	SyslogDrainURL  string                        `json:"syslog_drain_url,omitempty"`
+	RouteServiceURL string                        `json:"route_service_url,omitempty"`
+	// Metadata is OSB's metadata, whose fields are spelled expires_at and
+	// renew_before; DecodeBindResponse reads them.
+	Metadata *osbv1alpha1.BindingMetadata `json:"-"`
+}
+
+// DecodeBindResponse reads a bind.response. A field of the wrong shape (a
+// port that is a number, say) is a *TemplateError that names it.
+func DecodeBindResponse(response map[string]any) (*BindResponse, error) {
+	raw, err := json.Marshal(response)
+	if err != nil {
+		return nil, &TemplateError{err: fmt.Errorf("status template: bind.response: %w", err)}
+	}
+	var r struct {
+		BindResponse
+		Metadata *struct {
+			ExpiresAt   string `json:"expires_at,omitempty"`
+			RenewBefore string `json:"renew_before,omitempty"`
+		} `json:"metadata,omitempty"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			err = fmt.Errorf("%s must be %s, not %s", strings.TrimPrefix(typeErr.Field, "BindResponse."), jsonType(typeErr.Type.Kind()), typeErr.Value)
+		}
+		return nil, &TemplateError{err: fmt.Errorf("status template: bind.response: %w", err)}
+	}
+	out := r.BindResponse
+	if r.Metadata != nil {
+		out.Metadata = &osbv1alpha1.BindingMetadata{ExpiresAt: r.Metadata.ExpiresAt, RenewBefore: r.Metadata.RenewBefore}
+	}
+	for i, e := range out.Endpoints {
+		if e.Host == "" || len(e.Ports) == 0 {
+			return nil, &TemplateError{err: fmt.Errorf("status template: bind.response: endpoints[%d] needs a host and ports", i)}
+		}
+	}
+	return &out, nil
+}
+
+// jsonType names a Go kind as the JSON type a template should write.
+func jsonType(k reflect.Kind) string {
+	switch k {
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	default:
+		return "a number"
 	}
 }

@@ -33,11 +33,52 @@ type SFServiceBindingSpec struct {
 	AcceptsIncomplete bool `json:"acceptsIncomplete,omitempty"`
 }
 
-// BindingResponse points at the credentials of a binding.
+// BindingResponse is what a bind gave back: where its credentials are, and
+// the OSB 2.17 fields beside them, as the plan's status template reported
+// them in bind.response. The credentials themselves stay in the Secret.
 type BindingResponse struct {
 	// SecretRef is the name of the Secret, next to the binding, that holds its credentials.
 	// +optional
 	SecretRef string `json:"secretRef,omitempty"`
+	// Endpoints are the network endpoints the application uses (OSB endpoints).
+	// +optional
+	// +listType=atomic
+	Endpoints []BindingEndpoint `json:"endpoints,omitempty"`
+	// VolumeMounts are the OSB volume_mounts, as the template gave them.
+	// +optional
+	VolumeMounts *apiextensionsv1.JSON `json:"volumeMounts,omitempty"`
+	// SyslogDrainURL is the OSB syslog_drain_url.
+	// +optional
+	SyslogDrainURL string `json:"syslogDrainUrl,omitempty"`
+	// RouteServiceURL is the OSB route_service_url.
+	// +optional
+	RouteServiceURL string `json:"routeServiceUrl,omitempty"`
+	// Metadata is the OSB binding metadata: when the credentials expire.
+	// +optional
+	Metadata *BindingMetadata `json:"metadata,omitempty"`
+}
+
+// BindingEndpoint is one OSB endpoint of a binding.
+type BindingEndpoint struct {
+	// Host is a host name or IP address.
+	Host string `json:"host"`
+	// Ports are ports or port ranges, e.g. "5432" or "9000-9010".
+	// +listType=atomic
+	Ports []string `json:"ports"`
+	// Protocol is tcp, udp or all (OSB's default: tcp).
+	// +optional
+	// +kubebuilder:validation:Enum=tcp;udp;all
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// BindingMetadata is the OSB metadata of a binding.
+type BindingMetadata struct {
+	// ExpiresAt is when the credentials expire (RFC 3339).
+	// +optional
+	ExpiresAt string `json:"expiresAt,omitempty"`
+	// RenewBefore is when the credentials should be renewed (RFC 3339).
+	// +optional
+	RenewBefore string `json:"renewBefore,omitempty"`
 }
 
 // SFServiceBindingStatus is what a user and the OSB last_operation see.
