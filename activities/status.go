@@ -17,9 +17,9 @@ type status struct {
 	State              osbv1alpha1.OperationState
 	Description        string
 	Error              string
-	DashboardURL       string // instances only
-	InstanceUsable     *bool  // instances only
-	UpdateRepeatable   *bool  // instances only
+	DashboardURL       string                      // instances only
+	InstanceUsable     *bool                       // instances only
+	UpdateRepeatable   *bool                       // instances only
 	BindingResponse    osbv1alpha1.BindingResponse // bindings only
 	Resources          []osbv1alpha1.Source
 	ObservedGeneration int64
