@@ -38,7 +38,7 @@ func (a *Operations) RemoveBindings(ctx context.Context, tg lifecycle.Target) (i
 			return 0, fmt.Errorf("deleting binding %s/%s of the instance: %w", b.Namespace, b.Name, err)
 		}
 	}
-	description := fmt.Sprintf("%s in progress", lifecycle.OpDeprovision)
+	description := inProgressDescription(lifecycle.OpDeprovision)
 	switch {
 	case left == 1:
 		description = "waiting for 1 binding to be unbound"

@@ -71,7 +71,13 @@ func (a *Operations) patchStatus(ctx context.Context, t *target, mutate func(*st
 func inProgress(op lifecycle.Operation) func(*status) {
 	return func(s *status) {
 		s.State = osbv1alpha1.StateInProgress
-		s.Description = fmt.Sprintf("%s in progress", op)
+		s.Description = inProgressDescription(op)
 		s.Error = ""
 	}
+}
+
+// inProgressDescription is what the status says of an operation under way
+// while its templates say nothing more.
+func inProgressDescription(op lifecycle.Operation) string {
+	return fmt.Sprintf("%s in progress", op)
 }

@@ -19,28 +19,21 @@ import (
 
 // bindingResponse is the body of a bind that succeeded and of GET binding.
 type bindingResponse struct {
-	Credentials     map[string]any    `json:"credentials"`
-	Endpoints       []bindingEndpoint `json:"endpoints,omitempty"`
-	VolumeMounts    json.RawMessage   `json:"volume_mounts,omitempty"`
-	SyslogDrainURL  string            `json:"syslog_drain_url,omitempty"`
-	RouteServiceURL string            `json:"route_service_url,omitempty"`
-	Metadata        *bindingMetadata  `json:"metadata,omitempty"`
-	Parameters      json.RawMessage   `json:"parameters,omitempty"`
+	Credentials     map[string]any                `json:"credentials"`
+	Endpoints       []osbv1alpha1.BindingEndpoint `json:"endpoints,omitempty"`
+	VolumeMounts    json.RawMessage               `json:"volume_mounts,omitempty"`
+	SyslogDrainURL  string                        `json:"syslog_drain_url,omitempty"`
+	RouteServiceURL string                        `json:"route_service_url,omitempty"`
+	Metadata        *bindingMetadata              `json:"metadata,omitempty"`
+	Parameters      json.RawMessage               `json:"parameters,omitempty"`
 }
 
-// bindingEndpoint and bindingMetadata are the OSB spellings of what the
-// binding's status keeps.
-type (
-	bindingEndpoint struct {
-		Host     string   `json:"host"`
-		Ports    []string `json:"ports"`
-		Protocol string   `json:"protocol,omitempty"`
-	}
-	bindingMetadata struct {
-		ExpiresAt   string `json:"expires_at,omitempty"`
-		RenewBefore string `json:"renew_before,omitempty"`
-	}
-)
+// bindingMetadata is the OSB spelling of the binding metadata the status
+// keeps. (Endpoints are spelled alike in both.)
+type bindingMetadata struct {
+	ExpiresAt   string `json:"expires_at,omitempty"`
+	RenewBefore string `json:"renew_before,omitempty"`
+}
 
 // putBinding binds: it records the request as an SFServiceBinding, which
 // the watcher hands to the Bind workflow, and answers with the credentials
@@ -275,11 +268,8 @@ func (s *Server) binding(ctx context.Context, iid, bid string, missing int) (*os
 // JSON values back their types.
 func (s *Server) bindingResponse(ctx context.Context, b *osbv1alpha1.SFServiceBinding) (bindingResponse, error) {
 	r := b.Status.Response
-	resp := bindingResponse{Credentials: map[string]any{}, Parameters: rawOf(b.Spec.Parameters),
+	resp := bindingResponse{Credentials: map[string]any{}, Parameters: rawOf(b.Spec.Parameters), Endpoints: r.Endpoints,
 		VolumeMounts: rawOf(r.VolumeMounts), SyslogDrainURL: r.SyslogDrainURL, RouteServiceURL: r.RouteServiceURL}
-	for _, e := range r.Endpoints {
-		resp.Endpoints = append(resp.Endpoints, bindingEndpoint{Host: e.Host, Ports: e.Ports, Protocol: e.Protocol})
-	}
 	if m := r.Metadata; m != nil {
 		resp.Metadata = &bindingMetadata{ExpiresAt: m.ExpiresAt, RenewBefore: m.RenewBefore}
 	}

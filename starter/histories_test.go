@@ -5,7 +5,6 @@ import (
 	"flag"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,7 +12,6 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -85,15 +83,7 @@ func TestHistories(t *testing.T) {
 	assert.NotContains(t, testenv.HistoryText(update), secretParameter)
 	recorded(t, update, "update")
 
-	b := &osbv1alpha1.SFServiceBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "hb-1", Namespace: s.Namespace},
-		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: "hb-1", InstanceID: "h-1", ServiceID: s.ServiceID, PlanID: plan},
-	}
-	require.NoError(t, s.Kube.Client.Create(ctx, b))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
-		assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State)
-	}, 60*time.Second, 50*time.Millisecond, "the binding succeeds")
+	b := s.Bind("hb-1", "h-1", plan)
 	bindID := runs.WorkflowID(lifecycle.BindingTarget(b))
 	bind := history(bindID, lifecycle.OpBind)
 	recorded(t, bind, "bind")

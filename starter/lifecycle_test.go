@@ -102,15 +102,7 @@ func TestBindingLifecycle(t *testing.T) {
 	inst := s.WaitInstance("team-b", "provisioned", testenv.Succeeded(1))
 	tenantNS := nsOf(t, inst)
 
-	b := &osbv1alpha1.SFServiceBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "app-1", Namespace: s.Namespace},
-		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: "app-1", InstanceID: "team-b", ServiceID: testenv.TenantService, PlanID: testenv.TenantPlan},
-	}
-	require.NoError(t, s.Kube.Client.Create(ctx, b))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
-		assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State)
-	}, 90*time.Second, 50*time.Millisecond, "the binding succeeds")
+	b := s.Bind("app-1", "team-b", testenv.TenantPlan)
 	require.NotEmpty(t, b.Status.Response.SecretRef)
 
 	var creds corev1.Secret
@@ -333,16 +325,7 @@ func TestDeprovisionUnbindsFirst(t *testing.T) {
 	s.OpenGate("owner-1", "bind-gate")
 	var bindings []*osbv1alpha1.SFServiceBinding
 	for _, name := range []string{"app-1", "app-2"} {
-		b := &osbv1alpha1.SFServiceBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
-			Spec:       osbv1alpha1.SFServiceBindingSpec{ID: name, InstanceID: "owner-1", ServiceID: s.ServiceID, PlanID: plan},
-		}
-		require.NoError(t, s.Kube.Client.Create(ctx, b))
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
-			assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State)
-		}, 60*time.Second, 50*time.Millisecond, "binding %s succeeds", name)
-		bindings = append(bindings, b)
+		bindings = append(bindings, s.Bind(name, "owner-1", plan))
 	}
 
 	require.NoError(t, s.Kube.Client.Delete(ctx, inst))

@@ -257,19 +257,40 @@ func (s *System) installSample() {
 // namespace, as kubectl would; parameters is JSON or empty.
 func (s *System) Instance(name, planID, parameters string) *osbv1alpha1.SFServiceInstance {
 	s.t.Helper()
-	serviceID := s.ServiceID
-	if planID == TenantPlan {
-		serviceID = TenantService
-	}
 	inst := &osbv1alpha1.SFServiceInstance{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
-		Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: name, ServiceID: serviceID, PlanID: planID},
+		Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: name, ServiceID: s.serviceOf(planID), PlanID: planID},
 	}
 	if parameters != "" {
 		inst.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(parameters)}
 	}
 	require.NoError(s.t, s.Kube.Client.Create(context.Background(), inst))
 	return inst
+}
+
+// serviceOf is the service of a plan that Plan registered, or of the sample.
+func (s *System) serviceOf(planID string) string {
+	if planID == TenantPlan {
+		return TenantService
+	}
+	return s.ServiceID
+}
+
+// Bind creates an SFServiceBinding of the instance named instance, as
+// kubectl would, waits until its bind succeeded, and returns it.
+func (s *System) Bind(name, instance, planID string) *osbv1alpha1.SFServiceBinding {
+	s.t.Helper()
+	b := &osbv1alpha1.SFServiceBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
+		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: name, InstanceID: instance, ServiceID: s.serviceOf(planID), PlanID: planID},
+	}
+	ctx := context.Background()
+	require.NoError(s.t, s.Kube.Client.Create(ctx, b))
+	require.EventuallyWithT(s.t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
+		assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State)
+	}, 60*time.Second, 50*time.Millisecond, "binding %s succeeds", name)
+	return b
 }
 
 // WaitInstance waits until the instance satisfies cond, and returns it.
