@@ -11,13 +11,23 @@ ROOT    := $(CURDIR)
 BIN     := $(ROOT)/bin
 QM      := $(BIN)/qm
 
-# Pinned tool versions. kube-apiserver, kubectl, etcd and controller-gen are
-# pinned by hack/go.mod; the Temporal CLI by the version below (later CLI
-# releases carry a replace directive and cannot be built from the proxy).
+# Pinned tool versions. The Kubernetes control plane, kubectl, etcd and
+# controller-gen are pinned by hack/go.mod; the Temporal CLI and kwok by the
+# versions below, each built from its own go.mod (later Temporal CLI releases
+# carry a replace directive and cannot be built from the proxy; kwok pins an
+# older client-go than the control plane, so it stays out of hack/go.mod).
 TEMPORAL_CLI_VERSION := v1.5.1
+KWOK_VERSION         := v0.8.0
 
-K8S_TOOLS := $(BIN)/kube-apiserver $(BIN)/kubectl $(BIN)/controller-gen
-TOOLS     := $(K8S_TOOLS) $(BIN)/etcd $(BIN)/temporal
+K8S_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
+             $(BIN)/kubectl $(BIN)/controller-gen
+TOOLS     := $(K8S_TOOLS) $(BIN)/etcd $(BIN)/temporal $(BIN)/kwok $(BIN)/kwok-stages.yaml
+
+# kwok's own default stages, as kwokctl configures them: nodes become Ready
+# and keep a lease; pods on them run and turn ready, pods of a Job complete,
+# deleted pods go.
+KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+               pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
 
 # Test knobs: TEST_FLAGS for extra `go test` flags, PKG to narrow the run.
 PKG        ?= ./...
@@ -32,16 +42,27 @@ help: ## Show the targets.
 ## Tools -------------------------------------------------------------------
 
 .PHONY: tools
-tools: $(TOOLS) ## Build kube-apiserver, etcd, kubectl, controller-gen and temporal into bin/ (once).
+tools: $(TOOLS) ## Build the control plane, kwok, etcd, kubectl, controller-gen and temporal into bin/ (once).
 
 # One `go build` for the Kubernetes tools so that they share compiled packages.
 $(K8S_TOOLS) &: hack/go.mod hack/go.sum
-	@echo ">> building kube-apiserver, kubectl and controller-gen from hack/go.mod (first time only, several minutes)"
+	@echo ">> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and controller-gen from hack/go.mod (first time only, several minutes)"
 	cd hack && go build -o $(BIN)/ tool
 
 $(BIN)/etcd: hack/go.mod hack/go.sum hack/etcd/main.go
 	@echo ">> building etcd from hack/go.mod"
 	cd hack && go build -o $(BIN)/etcd ./etcd
+
+# kwok simulates nodes and moves their pods through a lifecycle; no container runs.
+$(BIN)/kwok:
+	@echo ">> building kwok $(KWOK_VERSION)"
+	GOBIN=$(BIN) go install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+
+$(BIN)/kwok-stages.yaml: Makefile
+	@echo ">> writing kwok $(KWOK_VERSION)'s default stages"
+	dir=$$(cd /tmp && go mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	test -d "$$dir" || { echo "sigs.k8s.io/kwok@$(KWOK_VERSION) is not in the module cache" >&2; exit 1; }; \
+	for f in $(KWOK_STAGES); do echo "---"; cat "$$dir/kustomize/stage/$$f"; done > $@.tmp && mv $@.tmp $@
 
 $(BIN)/temporal:
 	@echo ">> building the Temporal CLI $(TEMPORAL_CLI_VERSION) (first time only, several minutes)"
