@@ -1,6 +1,8 @@
-// Package samples holds sample catalogs. tenant-namespace.yaml works on a
-// bare API server and is what `qm dev` installs; postgresql.yaml is the
-// seed's plan for clusters that run the Zalando postgres operator.
+// Package samples holds sample catalogs. `qm dev` installs those that
+// Installed names: tenant-namespace, which needs no more than an API
+// server, and key-value-store, which needs controllers and nodes (the
+// embedded cluster has them). postgresql.yaml is the seed's plan for
+// clusters that run the Zalando postgres operator.
 package samples
 
 import (
@@ -15,15 +17,18 @@ import (
 //go:embed *.yaml
 var files embed.FS
 
-// TenantNamespace returns the SFService and SFPlan of the tenant-namespace sample.
-func TenantNamespace() ([]*unstructured.Unstructured, error) {
-	raw, err := files.ReadFile("tenant-namespace.yaml")
+// Installed names the samples `qm dev` installs.
+var Installed = []string{"tenant-namespace", "key-value-store"}
+
+// Load returns the SFService and SFPlans of the sample <name>.yaml.
+func Load(name string) ([]*unstructured.Unstructured, error) {
+	raw, err := files.ReadFile(name + ".yaml")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("no sample %q: %w", name, err)
 	}
 	objs, err := plan.Objects(string(raw))
 	if err != nil {
-		return nil, fmt.Errorf("the tenant-namespace sample: %w", err)
+		return nil, fmt.Errorf("the %s sample: %w", name, err)
 	}
 	return objs, nil
 }

@@ -1,7 +1,10 @@
-// Package controlplane runs a real Kubernetes control plane (kube-apiserver
-// and etcd, built into bin/ by `make tools`) through controller-runtime's
-// envtest, and installs Quartermaster's CRDs on it or on any other cluster.
-// It is what `qm dev` and the integration tests stand on.
+// Package controlplane runs a real Kubernetes cluster on this machine, from
+// the binaries `make tools` builds into bin/: kube-apiserver and etcd
+// through controller-runtime's envtest, then kube-controller-manager,
+// kube-scheduler and kwok, whose simulated nodes take the scheduled pods
+// through their lifecycle (no container runs). It installs Quartermaster's
+// CRDs on it or on any other cluster. It is what `qm dev` and the
+// integration tests stand on.
 package controlplane
 
 import (
@@ -9,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -28,44 +32,78 @@ import (
 
 // Options configure an embedded control plane.
 type Options struct {
-	// BinDir holds the kube-apiserver and etcd binaries.
+	// BinDir holds the binaries: kube-apiserver, etcd, kube-controller-manager,
+	// kube-scheduler, kwok and kwok's stages.
 	BinDir string
-	// DataDir keeps etcd's data across restarts. Empty means a temporary
-	// directory that is removed on Stop.
+	// DataDir keeps the cluster across restarts: etcd's data in DataDir/etcd,
+	// the service-account signing key and the components' kubeconfig in
+	// DataDir/cluster. Empty means a temporary directory removed on Stop.
 	DataDir string
+	// Bare starts only kube-apiserver and etcd: no controllers, no
+	// scheduler, no nodes. For measuring what the API server alone costs.
+	Bare bool
+	// Nodes is the number of simulated nodes (0: DefaultNodes).
+	Nodes int
 	// Port is the API server's secure port on 127.0.0.1; 0 picks a free one.
 	Port int
 	// Out receives the output of both processes; nil discards it.
 	Out io.Writer
 }
 
-// ControlPlane is a running kube-apiserver and etcd with the CRDs installed.
+// ControlPlane is a running cluster with the CRDs installed.
 type ControlPlane struct {
-	env *envtest.Environment
+	env        *envtest.Environment
+	components []*component
+	// tempDir is removed on Stop when Options.DataDir was empty.
+	tempDir string
 	// Config reaches the API server as a member of system:masters.
 	Config *rest.Config
 	// Kubeconfig is Config as a kubeconfig file, for kubectl.
 	Kubeconfig []byte
 }
 
-// Start starts etcd and kube-apiserver, waits until they serve, and installs
-// every Quartermaster CRD and admission policy.
+// Start starts etcd and kube-apiserver, waits until they serve, installs
+// every Quartermaster CRD and admission policy and, unless opts.Bare, starts
+// the controllers, the scheduler and the simulated nodes and waits until
+// they work.
 func Start(opts Options) (*ControlPlane, error) {
 	defs, err := crds.Definitions()
 	if err != nil {
 		return nil, err
 	}
-	etcd := &envtest.Etcd{Out: opts.Out, Err: opts.Out}
-	if opts.DataDir != "" {
-		etcd.DataDir, err = filepath.Abs(opts.DataDir)
-		if err != nil {
+	cp := &ControlPlane{}
+	dataDir := opts.DataDir
+	if dataDir == "" {
+		if dataDir, err = os.MkdirTemp("", "qm-cluster-"); err != nil {
 			return nil, err
 		}
+		cp.tempDir = dataDir
 	}
+	if dataDir, err = filepath.Abs(dataDir); err != nil {
+		return nil, err
+	}
+	clusterDir := filepath.Join(dataDir, "cluster")
+	if err := os.MkdirAll(clusterDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", clusterDir, err)
+	}
+	etcd := &envtest.Etcd{Out: opts.Out, Err: opts.Out, DataDir: filepath.Join(dataDir, "etcd")}
 	apiServer := &envtest.APIServer{Out: opts.Out, Err: opts.Out}
 	if opts.Port != 0 {
 		apiServer.SecureServing.Address = "127.0.0.1"
 		apiServer.SecureServing.Port = strconv.Itoa(opts.Port)
+	}
+	if !opts.Bare {
+		key, err := serviceAccountKey(clusterDir)
+		if err != nil {
+			return nil, err
+		}
+		apiServer.Configure().
+			Set("service-account-key-file", key).
+			Set("service-account-signing-key-file", key).
+			// envtest turns the ServiceAccount admission off because a bare
+			// API server has no controller to create service accounts; this
+			// one has, so pods get their account as on a real cluster.
+			Disable("disable-admission-plugins")
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    opts.BinDir,
@@ -75,21 +113,33 @@ func Start(opts Options) (*ControlPlane, error) {
 		ControlPlaneStopTimeout:  time.Minute,
 		Scheme:                   crds.NewScheme(),
 	}
+	cp.env = env
 	cfg, err := env.Start()
 	if err != nil {
-		_ = env.Stop()
+		_ = cp.Stop()
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", opts.BinDir, err)
 	}
+	cp.Config, cp.Kubeconfig = cfg, env.KubeConfig
 	if err := InstallAdmissionPolicies(cfg); err != nil {
-		_ = env.Stop()
+		_ = cp.Stop()
 		return nil, err
 	}
-	return &ControlPlane{env: env, Config: cfg, Kubeconfig: env.KubeConfig}, nil
+	if !opts.Bare {
+		if err := cp.startClusterParts(opts, clusterDir); err != nil {
+			_ = cp.Stop()
+			return nil, err
+		}
+	}
+	return cp, nil
 }
 
-// Stop stops kube-apiserver and etcd. etcd's data stays if Options.DataDir was set.
+// Stop stops the cluster. Its state stays if Options.DataDir was set.
 func (c *ControlPlane) Stop() error {
-	return c.env.Stop()
+	errs := []error{c.stopComponents(), c.env.Stop()}
+	if c.tempDir != "" {
+		errs = append(errs, os.RemoveAll(c.tempDir))
+	}
+	return errors.Join(errs...)
 }
 
 // InstallCRDs creates or updates every Quartermaster CRD on the cluster that

@@ -156,8 +156,10 @@ func Run(ctx context.Context, o Options) error {
 			{"", "export KUBECONFIG=" + kubeconfigPath},
 			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get crds"},
 			{"logs", filepath.Join(o.DataDir, "logs")},
-			{"sample", "service tenant-namespace, plan small"},
+			{"samples", "services key-value-store and tenant-namespace, plan small each"},
 			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get sfservices,sfplans -n " + SampleNamespace},
+			{"nodes", "simulated by kwok: pods are scheduled and run, no container starts"},
+			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get nodes,pods -A"},
 			{"self-check", "the worker sees every CRD established (workflow " + selfCheckID + ")"},
 		} {
 			fmt.Fprintf(o.Out, "  %-13s %s\n", line[0], line[1])
@@ -202,10 +204,10 @@ func startKubernetes(o Options) (*rest.Config, string, func(), error) {
 	if err != nil {
 		return nil, "", nil, err
 	}
-	fmt.Fprintf(o.Out, "Starting kube-apiserver and etcd (data in %s)...\n", filepath.Join(o.DataDir, "etcd"))
+	fmt.Fprintf(o.Out, "Starting Kubernetes: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok's nodes (data in %s)...\n", filepath.Join(o.DataDir, "etcd"))
 	cp, err := controlplane.Start(controlplane.Options{
 		BinDir:  o.BinDir,
-		DataDir: filepath.Join(o.DataDir, "etcd"),
+		DataDir: o.DataDir,
 		Port:    o.KubePort,
 		Out:     logFile,
 	})
@@ -306,17 +308,19 @@ func credentials(dataDir, file, userEnv, passEnv, user string) (api.Credentials,
 // SampleNamespace is where `qm dev` installs the sample service and plan.
 const SampleNamespace = "default"
 
-// installSamples applies the tenant-namespace sample service and plan, so
-// that provision, bind, unbind and deprovision work on a bare API server.
+// installSamples applies the sample services and plans, so that a new user
+// can provision, bind, unbind and deprovision at once.
 func installSamples(ctx context.Context, kube ctrlclient.Client) error {
-	objs, err := samples.TenantNamespace()
-	if err != nil {
-		return err
-	}
-	for _, obj := range objs {
-		obj.SetNamespace(SampleNamespace)
-		if err := kube.Patch(ctx, obj, ctrlclient.Apply, ctrlclient.FieldOwner("qm-dev"), ctrlclient.ForceOwnership); err != nil {
-			return fmt.Errorf("installing the sample %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	for _, name := range samples.Installed {
+		objs, err := samples.Load(name)
+		if err != nil {
+			return err
+		}
+		for _, obj := range objs {
+			obj.SetNamespace(SampleNamespace)
+			if err := kube.Patch(ctx, obj, ctrlclient.Apply, ctrlclient.FieldOwner("qm-dev"), ctrlclient.ForceOwnership); err != nil {
+				return fmt.Errorf("installing the sample %s %s: %w", obj.GetKind(), obj.GetName(), err)
+			}
 		}
 	}
 	return nil

@@ -18,9 +18,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
@@ -72,6 +78,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	status, catalogBody, _ := testenv.HTTP(t, http.MethodGet, "http://"+opts.Listen+"/v2/catalog", "", &osb, testenv.OSBHeader)
 	assert.Equal(t, http.StatusOK, status, catalogBody)
 	assert.Contains(t, catalogBody, `"name":"tenant-namespace"`)
+	assert.Contains(t, catalogBody, `"name":"key-value-store"`)
 
 	// A platform provisions the sample through the OSB API, end to end;
 	// the admin API, with the credentials qm dev printed, shows it.
@@ -125,6 +132,11 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 		Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: "s", PlanID: "p"},
 	}
 	require.NoError(t, kube.Create(context.Background(), inst))
+	var nodes corev1.NodeList
+	require.NoError(t, kube.List(context.Background(), &nodes))
+	assert.Len(t, nodes.Items, 3, "the simulated nodes are registered")
+	// A service-account token of this start, to use after the restart.
+	token := serviceAccountToken(t, kubeconfig)
 
 	// A second qm dev on the same ports fails early, naming the port.
 	clash := opts
@@ -147,6 +159,31 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	var got osbv1alpha1.SFServiceInstance
 	require.NoError(t, kube.Get(context.Background(), ctrlclient.ObjectKeyFromObject(inst), &got))
 	assert.Equal(t, "p", got.Spec.PlanID)
+
+	// The signing key is kept in the data directory: the old token still
+	// authenticates (403 for what the account may not do, not 401).
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	require.NoError(t, err)
+	cfg = rest.AnonymousClientConfig(cfg)
+	cfg.BearerToken = token
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	_, err = cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "a token of the first start authenticates after the restart: %v", err)
+}
+
+// serviceAccountToken returns a token of the default namespace's default
+// service account.
+func serviceAccountToken(t *testing.T, kubeconfig string) string {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(context.Background(), "default",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return tr.Status.Token
 }
 
 // start runs devenv.Run until the banner is printed, and returns a function

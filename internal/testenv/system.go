@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/quartermaster/qm/api"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -32,11 +33,13 @@ import (
 	"github.com/quartermaster/qm/starter"
 )
 
-// The IDs of the tenant-namespace sample that `qm dev` installs, and a
-// System with Parts.Sample.
+// The IDs of the samples that `qm dev` installs, and a System with
+// Parts.Sample.
 const (
-	TenantService = "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01"
-	TenantPlan    = "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11"
+	TenantService   = "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01"
+	TenantPlan      = "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11"
+	KeyValueService = "3d7c2b9a-8f1e-4b6d-9c3a-5e2f1a0b7c42"
+	KeyValuePlan    = "8a1e4c6f-2b3d-4e5f-9a7b-1c2d3e4f5a61"
 )
 
 // Credentials of the API a System serves.
@@ -79,8 +82,11 @@ type Parts struct {
 	SyncTimeout, BindTimeout time.Duration
 	// APILogger receives the API's request log (default: the test's output).
 	APILogger *slog.Logger
-	// Sample installs the tenant-namespace sample of `qm dev` first
-	// (TenantService, TenantPlan).
+	// Bare runs the System on BareKubernetes, the API server alone,
+	// instead of the full cluster.
+	Bare bool
+	// Sample installs the samples of `qm dev` first (TenantService,
+	// TenantPlan, KeyValueService, KeyValuePlan).
 	Sample bool
 }
 
@@ -106,7 +112,12 @@ type System struct {
 // Start runs the parts of Quartermaster that parts names until the test ends.
 func Start(t testing.TB, parts Parts) *System {
 	t.Helper()
-	s := &System{t: t, Kube: Kubernetes(t), Namespace: parts.Namespace, ServiceID: parts.ServiceID}
+	s := &System{t: t, Namespace: parts.Namespace, ServiceID: parts.ServiceID}
+	if parts.Bare {
+		s.Kube = BareKubernetes(t)
+	} else {
+		s.Kube = Kubernetes(t)
+	}
 	switch {
 	case parts.FileTemporal:
 		s.Temporal = FileTemporal(t)
@@ -237,18 +248,19 @@ func Decode(t testing.TB, manifest string) *unstructured.Unstructured {
 
 var installSample sync.Once
 
-// installSample installs the tenant-namespace sample of `qm dev`
-// (TenantService, TenantPlan) in the namespace "default", once per test
-// binary.
+// installSample installs the samples of `qm dev` in the namespace
+// "default", once per test binary.
 func (s *System) installSample() {
 	s.t.Helper()
 	installSample.Do(func() {
-		objs, err := samples.TenantNamespace()
-		require.NoError(s.t, err)
-		for _, obj := range objs {
-			obj.SetNamespace("default")
-			require.NoError(s.t, s.Kube.Client.Patch(context.Background(), obj, ctrlclient.Apply,
-				ctrlclient.FieldOwner("test"), ctrlclient.ForceOwnership))
+		for _, name := range samples.Installed {
+			objs, err := samples.Load(name)
+			require.NoError(s.t, err)
+			for _, obj := range objs {
+				obj.SetNamespace("default")
+				require.NoError(s.t, s.Kube.Client.Patch(context.Background(), obj, ctrlclient.Apply,
+					ctrlclient.FieldOwner("test"), ctrlclient.ForceOwnership))
+			}
 		}
 	})
 }
@@ -270,8 +282,11 @@ func (s *System) Instance(name, planID, parameters string) *osbv1alpha1.SFServic
 
 // serviceOf is the service of a plan that Plan registered, or of the sample.
 func (s *System) serviceOf(planID string) string {
-	if planID == TenantPlan {
+	switch planID {
+	case TenantPlan:
 		return TenantService
+	case KeyValuePlan:
+		return KeyValueService
 	}
 	return s.ServiceID
 }
@@ -347,4 +362,24 @@ func (s *System) Runs(workflowID string) int {
 	})
 	require.NoError(s.t, err)
 	return len(resp.Executions)
+}
+
+// SampleTemplates returns the `templates:` list of a sample's plan, for a
+// test plan that renders like the sample with a context of its own.
+func SampleTemplates(t testing.TB, sample string) string {
+	t.Helper()
+	objs, err := samples.Load(sample)
+	require.NoError(t, err)
+	for _, obj := range objs {
+		if obj.GetKind() != "SFPlan" {
+			continue
+		}
+		list, _, err := unstructured.NestedSlice(obj.Object, "spec", "templates")
+		require.NoError(t, err)
+		raw, err := yaml.Marshal(list)
+		require.NoError(t, err)
+		return "  " + strings.ReplaceAll(strings.TrimSuffix(string(raw), "\n"), "\n", "\n  ")
+	}
+	t.Fatalf("sample %s has no plan", sample)
+	return ""
 }

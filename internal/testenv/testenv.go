@@ -1,4 +1,4 @@
-// Package testenv gives integration tests a real Kubernetes API server and a
+// Package testenv gives integration tests a real Kubernetes cluster and a
 // real Temporal dev server, each started at most once per test binary and
 // only if a test asks for it. Use it from TestMain:
 //
@@ -8,6 +8,10 @@
 //
 //	kube := testenv.Kubernetes(t)   // kube.Client, kube.Config
 //	tc := testenv.Temporal(t)       // a client of the dev server
+//
+// The cluster is the one `qm dev` runs: the API server with the
+// controllers, the scheduler and simulated nodes. BareKubernetes is the API
+// server alone, for measuring what it costs.
 package testenv
 
 import (
@@ -43,11 +47,16 @@ type Cluster struct {
 	Kubeconfig []byte
 }
 
+// sharedCluster is a cluster started at most once per test binary.
+type sharedCluster struct {
+	once    sync.Once
+	cp      *controlplane.ControlPlane
+	cluster *Cluster
+	err     error
+}
+
 var (
-	kubeOnce sync.Once
-	kubeCP   *controlplane.ControlPlane
-	cluster  *Cluster
-	kubeErr  error
+	full, bare sharedCluster
 
 	temporalOnce sync.Once
 	temporalSrv  *testsuite.DevServer
@@ -66,9 +75,11 @@ func Main(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "testenv: stopping the Temporal dev server:", err)
 		}
 	}
-	if kubeCP != nil {
-		if err := kubeCP.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "testenv: stopping the control plane:", err)
+	for _, c := range []*sharedCluster{&full, &bare} {
+		if c.cp != nil {
+			if err := c.cp.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "testenv: stopping the cluster:", err)
+			}
 		}
 	}
 	os.Exit(code)
@@ -107,28 +118,45 @@ func requireTool(t testing.TB, name string) string {
 	return path
 }
 
-// Kubernetes returns the shared API server, with every CRD installed.
+// Kubernetes returns the shared cluster, with every CRD installed: the
+// API server, kube-controller-manager, kube-scheduler and kwok's simulated
+// nodes.
 func Kubernetes(t testing.TB) *Cluster {
+	t.Helper()
+	for _, tool := range []string{"kube-controller-manager", "kube-scheduler", "kwok", controlplane.KwokStages} {
+		requireTool(t, tool)
+	}
+	return full.get(t, false)
+}
+
+// BareKubernetes returns a shared API server with every CRD installed and
+// nothing else: no controller, no scheduler, no node.
+func BareKubernetes(t testing.TB) *Cluster {
+	t.Helper()
+	return bare.get(t, true)
+}
+
+func (c *sharedCluster) get(t testing.TB, bare bool) *Cluster {
 	t.Helper()
 	requireTool(t, "kube-apiserver")
 	requireTool(t, "etcd")
-	kubeOnce.Do(func() {
-		kubeCP, kubeErr = controlplane.Start(controlplane.Options{BinDir: BinDir()})
-		if kubeErr != nil {
+	c.once.Do(func() {
+		c.cp, c.err = controlplane.Start(controlplane.Options{BinDir: BinDir(), Bare: bare})
+		if c.err != nil {
 			return
 		}
-		var c ctrlclient.Client
-		c, kubeErr = crds.NewClient(kubeCP.Config)
-		cluster = &Cluster{Config: kubeCP.Config, Client: c, Kubeconfig: kubeCP.Kubeconfig}
+		var kube ctrlclient.Client
+		kube, c.err = crds.NewClient(c.cp.Config)
+		c.cluster = &Cluster{Config: c.cp.Config, Client: kube, Kubeconfig: c.cp.Kubeconfig}
 	})
-	if kubeErr != nil {
-		t.Fatalf("starting the test API server: %v", kubeErr)
+	if c.err != nil {
+		t.Fatalf("starting the test cluster: %v", c.err)
 	}
-	return cluster
+	return c.cluster
 }
 
 // Namespace creates a namespace named after the test. Namespaces are not
-// deleted: a bare API server has no controller to finalize them.
+// deleted, so that a failed test's objects can still be read.
 func (c *Cluster) Namespace(t testing.TB) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: namespacePrefix(t.Name())}}

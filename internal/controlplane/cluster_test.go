@@ -1,0 +1,133 @@
+package controlplane_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/internal/controlplane"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func podSpec(cpu string, restart corev1.RestartPolicy) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "probe"}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: restart,
+			Containers: []corev1.Container{{
+				Name: "main", Image: "busybox:1.37",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}},
+			}},
+		},
+	}
+}
+
+func TestSimulatedNodesAreReadyWithCapacity(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	var nodes corev1.NodeList
+	require.NoError(t, kube.Client.List(context.Background(), &nodes))
+	require.Len(t, nodes.Items, controlplane.DefaultNodes)
+	for _, n := range nodes.Items {
+		assert.Equal(t, "4", n.Status.Allocatable.Cpu().String(), n.Name)
+		assert.Equal(t, "16Gi", n.Status.Allocatable.Memory().String(), n.Name)
+		ready := false
+		for _, c := range n.Status.Conditions {
+			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+		}
+		assert.True(t, ready, "node %s is Ready", n.Name)
+	}
+}
+
+func TestDeploymentBecomesAvailable(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	ctx := context.Background()
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "probe"}},
+			Template: podSpec("100m", corev1.RestartPolicyAlways),
+		},
+	}
+	require.NoError(t, kube.Client.Create(ctx, dep))
+	require.Eventually(t, func() bool {
+		return kube.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep) == nil && dep.Status.AvailableReplicas == 2
+	}, time.Minute, 100*time.Millisecond, "the Deployment's two replicas become available")
+
+	var pods corev1.PodList
+	require.NoError(t, kube.Client.List(ctx, &pods, client.InNamespace(ns)))
+	require.Len(t, pods.Items, 2)
+	for _, p := range pods.Items {
+		assert.Equal(t, corev1.PodRunning, p.Status.Phase, p.Name)
+		assert.NotEmpty(t, p.Spec.NodeName, "the scheduler placed %s", p.Name)
+		assert.Equal(t, "default", p.Spec.ServiceAccountName, "ServiceAccount admission gave %s its account", p.Name)
+	}
+
+	// A pod that asks for more CPU than any node has is never scheduled.
+	huge := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: ns}, Spec: podSpec("64", corev1.RestartPolicyAlways).Spec}
+	require.NoError(t, kube.Client.Create(ctx, huge))
+	require.Eventually(t, func() bool {
+		if kube.Client.Get(ctx, client.ObjectKeyFromObject(huge), huge) != nil {
+			return false
+		}
+		for _, c := range huge.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				assert.Contains(t, c.Message, "Insufficient cpu")
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 100*time.Millisecond, "the scheduler reports the pod unschedulable")
+}
+
+func TestJobAndCronJobComplete(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	ctx := context.Background()
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: ns},
+		Spec:       batchv1.JobSpec{Template: podSpec("100m", corev1.RestartPolicyNever)},
+	}
+	require.NoError(t, kube.Client.Create(ctx, job))
+	require.Eventually(t, func() bool {
+		return kube.Client.Get(ctx, client.ObjectKeyFromObject(job), job) == nil && job.Status.Succeeded == 1
+	}, time.Minute, 100*time.Millisecond, "the Job's pod completes")
+
+	cron := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "every-minute", Namespace: ns},
+		Spec: batchv1.CronJobSpec{
+			Schedule:    "* * * * *",
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: podSpec("100m", corev1.RestartPolicyNever)}},
+		},
+	}
+	require.NoError(t, kube.Client.Create(ctx, cron))
+	require.Eventually(t, func() bool {
+		return kube.Client.Get(ctx, client.ObjectKeyFromObject(cron), cron) == nil && cron.Status.LastSuccessfulTime != nil
+	}, 2*time.Minute, 250*time.Millisecond, "the CronJob runs a Job to completion within its first minute")
+}
+
+func TestNamespaceFinishesDeleting(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "content", Namespace: ns}}
+	require.NoError(t, kube.Client.Create(ctx, cm))
+	require.NoError(t, kube.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(kube.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}))
+	}, time.Minute, 100*time.Millisecond, "the namespace controller empties and removes the namespace")
+}
