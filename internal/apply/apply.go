@@ -138,7 +138,9 @@ func singleton(ctx context.Context, c client.Client, owner Owner, owned bool, ob
 
 // Delete removes what an instance or binding applied. An object shared as a
 // singleton loses the owner's reference and is deleted only when no owner is
-// left. Objects already gone are skipped.
+// left. Objects already gone are skipped. Deletion is in the foreground: an
+// object stays, marked deleted, until the garbage collector has removed what
+// it owns, so "the Deployment is gone" means its pods are gone too.
 func Delete(ctx context.Context, c client.Client, owner Owner, refs []Ref) error {
 	for _, ref := range refs {
 		obj := &unstructured.Unstructured{}
@@ -167,7 +169,7 @@ func Delete(ctx context.Context, c client.Client, owner Owner, refs []Ref) error
 				continue
 			}
 		}
-		err = c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		err = c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationForeground))
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting %s %s: %w", ref.Kind, key(obj), err)
 		}

@@ -3,6 +3,7 @@ package apply_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -86,13 +87,13 @@ rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
 	refs2, err := apply.Objects(ctx, kube.Client, reg, ns, objects(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: config}\ndata: {size: large}\n"))
 	require.NoError(t, err)
 	require.NoError(t, apply.Prune(ctx, kube.Client, reg, refs, refs2))
-	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, client.ObjectKey{Namespace: other, Name: "elsewhere"}, &cm)))
-	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, client.ObjectKey{Name: ns + "-reader"}, &role)))
+	assertGone(t, kube, client.ObjectKey{Namespace: other, Name: "elsewhere"}, &cm)
+	assertGone(t, kube, client.ObjectKey{Name: ns + "-reader"}, &role)
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
 	assert.Equal(t, "large", cm.Data["size"])
 
 	require.NoError(t, apply.Delete(ctx, kube.Client, reg, refs2))
-	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm)))
+	assertGone(t, kube, client.ObjectKey{Namespace: ns, Name: "config"}, &cm)
 	require.NoError(t, apply.Delete(ctx, kube.Client, reg, refs2), "deleting twice is fine")
 }
 
@@ -130,7 +131,7 @@ data: {value: `+value+`}
 	assert.Equal(t, b.UID, cm.OwnerReferences[0].UID)
 
 	require.NoError(t, apply.Delete(ctx, kube.Client, b, refsB))
-	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared"}, &cm)))
+	assertGone(t, kube, client.ObjectKey{Namespace: ns, Name: "shared"}, &cm)
 }
 
 func TestApplyErrorNamesTheObject(t *testing.T) {
@@ -153,4 +154,13 @@ metadata: {name: w}
 `))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Widget w")
+}
+
+// assertGone waits until the object is deleted: deletion is in the
+// foreground, so the garbage collector removes it a moment after Delete.
+func assertGone(t *testing.T, kube *testenv.Cluster, key client.ObjectKey, obj client.Object) {
+	t.Helper()
+	assert.Eventually(t, func() bool {
+		return apierrors.IsNotFound(kube.Client.Get(context.Background(), key, obj))
+	}, 30*time.Second, 20*time.Millisecond, "%T %s is deleted", obj, key)
 }
