@@ -27,18 +27,47 @@ import (
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
+// provisionFigures are what BenchmarkProvision compares across clusters.
+type provisionFigures struct {
+	throughput float64
+	cpuPer     time.Duration
+}
+
 // BenchmarkProvision measures the provision pipeline on the embedded default
-// (envtest's API server, the dev server with SQLite in a file): N instances
-// of a one-ConfigMap plan created by 16 parallel clients as kubectl would,
-// each timed from its create to the watcher seeing it succeeded. It also
-// reports the same API server's raw create rate, and the latency at a steady
-// 20 creates/s. N is QM_BENCH_N (default 1000). Run it with `make bench`.
+// (the dev server with SQLite in a file): N instances of a one-ConfigMap
+// plan created by 16 parallel clients as kubectl would, each timed from its
+// create to the watcher seeing it succeeded. It also reports the same API
+// server's raw create rate, and the latency at a steady 20 creates/s. N is
+// QM_BENCH_N (default 1000). Run it with `make bench`.
+//
+// It runs twice in one process: on the bare API server, then on the full
+// cluster of `qm dev`, whose garbage collector and other controllers watch
+// every object the pipeline writes, and prints the two side by side. The
+// bare run goes first, so that the full cluster's processes are not yet
+// running while it is measured.
 func BenchmarkProvision(b *testing.B) {
+	figures := map[string]provisionFigures{}
+	for _, cluster := range []string{"bare", "full"} {
+		b.Run("cluster="+cluster, func(b *testing.B) {
+			figures[cluster] = benchProvision(b, cluster == "bare")
+		})
+	}
+	bare, full := figures["bare"], figures["full"]
+	if bare.throughput > 0 && full.throughput > 0 {
+		fmt.Printf("\nprovision, full cluster vs bare API server (one run):\n"+
+			"  throughput       %7.1f vs %7.1f instances/s (%.2fx)\n"+
+			"  CPU per instance %6.1fms vs %6.1fms (%+.1fms with the controllers, scheduler and kwok)\n",
+			full.throughput, bare.throughput, full.throughput/bare.throughput,
+			full.cpuPer.Seconds()*1000, bare.cpuPer.Seconds()*1000, (full.cpuPer-bare.cpuPer).Seconds()*1000)
+	}
+}
+
+func benchProvision(b *testing.B, bare bool) provisionFigures {
 	n := testenv.BenchN()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, Concurrency: 64, FileTemporal: true})
+	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, Concurrency: 64, FileTemporal: true, Bare: bare})
 	ns, cfg, direct := s.Namespace, s.Kube.Config, s.Kube.Client
 	planID := s.Plan("one-configmap", "", testenv.Templates("one-configmap"))
 
@@ -97,7 +126,7 @@ func BenchmarkProvision(b *testing.B) {
 
 	// 2. A burst of N instances.
 	cpuBefore := testenv.CPU()
-	requestsBefore := apiRequests(b)
+	requestsBefore := apiRequests(b, s.Kube)
 	b.ResetTimer()
 	names := make([]string, n)
 	created := make(map[string]time.Time, n)
@@ -123,7 +152,7 @@ func BenchmarkProvision(b *testing.B) {
 	mu.Unlock()
 	b.StopTimer()
 	cpuAfter := testenv.CPU()
-	requestsAfter := apiRequests(b)
+	requestsAfter := apiRequests(b, s.Kube)
 	throughput := float64(n) / last.Sub(burstStart).Seconds()
 	burst := latencies(names, created)
 
@@ -158,16 +187,21 @@ func BenchmarkProvision(b *testing.B) {
 	b.ReportMetric(pct(steady, 50).Seconds(), "steady20-p50-s")
 	b.ReportMetric(pct(steady, 99).Seconds(), "steady20-p99-s")
 	b.ReportMetric(rawRate, "raw-creates/s")
-	fmt.Printf("\nprovision, N=%d, %d clients, file-backed Temporal:\n"+
+	fmt.Printf("\nprovision on the %s, N=%d, %d clients, file-backed Temporal:\n"+
 		"  throughput            %7.1f instances/s (first create to last succeeded)\n"+
 		"  burst latency         p50 %v, p99 %v\n"+
 		"  steady 20 creates/s   p50 %v, p99 %v\n"+
 		"  raw ConfigMap creates %7.1f /s (same API server, same clients)\n",
-		n, testenv.BenchClients, throughput, pct(burst, 50).Round(time.Millisecond), pct(burst, 99).Round(time.Millisecond),
+		map[bool]string{true: "bare API server", false: "full cluster"}[bare], n, testenv.BenchClients, throughput, pct(burst, 50).Round(time.Millisecond), pct(burst, 99).Round(time.Millisecond),
 		pct(steady, 50).Round(time.Millisecond), pct(steady, 99).Round(time.Millisecond), rawRate)
 	fmt.Println("  API requests per instance in the burst (the benchmark's own create included):")
 	printRequestsPerInstance(requestsBefore, requestsAfter, n)
 	fmt.Printf("  CPU per instance in the burst:%s\n", testenv.CPUPer(cpuBefore, cpuAfter, n))
+	var cpu time.Duration
+	for name, d := range cpuAfter {
+		cpu += d - cpuBefore[name]
+	}
+	return provisionFigures{throughput: throughput, cpuPer: cpu / time.Duration(n)}
 }
 
 // watchInstances runs an informer on the SFServiceInstances of ns, with
@@ -193,8 +227,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 
 // apiRequests reads the API server's request counters, by verb, resource
 // and subresource, from its /metrics.
-func apiRequests(t testing.TB) map[string]float64 {
-	kube := testenv.Kubernetes(t)
+func apiRequests(t testing.TB, kube *testenv.Cluster) map[string]float64 {
 	cs := kubernetes.NewForConfigOrDie(kube.Config)
 	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
@@ -257,7 +290,7 @@ func BenchmarkKubernetesFloor(b *testing.B) {
 	n := testenv.BenchN()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	kube := testenv.Kubernetes(b)
+	kube := testenv.BareKubernetes(b)
 	ns := kube.Namespace(b)
 	for range 2 {
 		watchInstances(ctx, b, kube.Config, ns, toolscache.ResourceEventHandlerFuncs{})
