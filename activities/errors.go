@@ -19,7 +19,9 @@ const (
 	ErrTemplate = "TemplateError"
 	ErrPlan     = "PlanError"
 	ErrApply    = "ApplyError"
-	ErrGone     = "TargetGone"
+	// ErrParameters is parameters that do not match the plan's schema.
+	ErrParameters = "ParametersError"
+	ErrGone       = "TargetGone"
 )
 
 // errGone marks a target deleted while its operation ran.

@@ -19,6 +19,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/apply"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/parameters"
 	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/registry"
 )
@@ -39,7 +40,8 @@ type Operations struct {
 	Client    client.Client
 	Offerings Offerings
 
-	runs runCache
+	runs   runCache
+	params parameters.Checker
 }
 
 // templateAction is the template an operation applies, if any: an update
@@ -58,6 +60,9 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 	}
 	if t.done(op) {
 		return Begun{Done: true, Generation: t.object().GetGeneration()}, nil
+	}
+	if err := a.checkParameters(t, op); err != nil {
+		return Begun{}, err
 	}
 	if op == lifecycle.OpBind && (t.instance.Status.AppliedSpec == nil || t.instance.DeletionTimestamp != nil) {
 		// Retried until the instance is provisioned, or the bind fails.

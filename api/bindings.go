@@ -15,6 +15,7 @@ import (
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/parameters"
 )
 
 // bindingResponse is the body of a bind that succeeded and of GET binding.
@@ -148,7 +149,7 @@ func (s *Server) checkBind(ctx context.Context, r *http.Request, iid string, req
 	if asyncBinding(plan) && !acceptsIncomplete(r) {
 		return nil, nil, "", asyncRequired(plan, "binds")
 	}
-	if e := s.schemas.validate(plan, bindingCreate, req.Parameters); e != nil {
+	if e := s.checkParameters(plan, parameters.BindingCreate, req.Parameters); e != nil {
 		return nil, nil, "", e
 	}
 	return inst, plan, identity, nil

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/parameters"
 )
 
 // fuzzPlan has a schema for each kind of request, so that validation runs
@@ -38,7 +39,7 @@ func FuzzRequest(f *testing.F) {
 	f.Add(uint8(0), []byte(`{"service_id": 1}`), "x !!")
 	f.Add(uint8(1), []byte(`[]`), "")
 	f.Add(uint8(2), []byte(`{"parameters": {"x-a": "toolongvalue"}} {}`), "p")
-	var s schemas
+	var s Server
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte, identity string) {
 		check := func(e *requestError) {
 			if e != nil && (e.status < 400 || e.status >= 500 || e.description == "") {
@@ -48,31 +49,31 @@ func FuzzRequest(f *testing.F) {
 		_, e := originatingIdentity(identity)
 		check(e)
 		var params json.RawMessage
-		var use schemaUse
+		var use parameters.Use
 		switch kind % 3 {
 		case 0:
 			var req provisionRequest
 			if e = decodeJSON(body, &req); e == nil {
 				e = req.validate()
 			}
-			params, use = req.Parameters, instanceCreate
+			params, use = req.Parameters, parameters.InstanceCreate
 		case 1:
 			var req updateRequest
 			if e = decodeJSON(body, &req); e == nil {
 				e = req.validate()
 			}
-			params, use = req.Parameters, instanceUpdate
+			params, use = req.Parameters, parameters.InstanceUpdate
 		default:
 			var req bindRequest
 			if e = decodeJSON(body, &req); e == nil {
 				e = req.validate()
 			}
 			_ = req.appGUID()
-			params, use = req.Parameters, bindingCreate
+			params, use = req.Parameters, parameters.BindingCreate
 		}
 		check(e)
 		if e == nil {
-			check(s.validate(fuzzPlan, use, params))
+			check(s.checkParameters(fuzzPlan, use, params))
 		}
 	})
 }

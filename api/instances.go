@@ -15,6 +15,7 @@ import (
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/parameters"
 )
 
 // OriginatingIdentityAnnotation holds the decoded
@@ -100,7 +101,7 @@ func (s *Server) checkProvision(ctx context.Context, r *http.Request, req *provi
 	if async(plan) && !acceptsIncomplete(r) {
 		return nil, "", asyncRequired(plan, "runs its operations")
 	}
-	if e := s.schemas.validate(plan, instanceCreate, req.Parameters); e != nil {
+	if e := s.checkParameters(plan, parameters.InstanceCreate, req.Parameters); e != nil {
 		return nil, "", e
 	}
 	return plan, identity, nil
@@ -223,7 +224,7 @@ func (s *Server) checkUpdate(ctx context.Context, r *http.Request, inst *osbv1al
 		return nil, false, asyncRequired(plan, "runs its operations")
 	}
 	if req.Parameters != nil {
-		if e := s.schemas.validate(plan, instanceUpdate, req.Parameters); e != nil {
+		if e := s.checkParameters(plan, parameters.InstanceUpdate, req.Parameters); e != nil {
 			return nil, false, e
 		}
 	}

@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/offerings"
+	"github.com/quartermaster/qm/internal/parameters"
 )
 
 // plan finds a plan of the catalog and its service; unknown IDs, or a plan
@@ -78,4 +80,20 @@ func asyncRequired(plan *osbv1alpha1.SFPlan, does string) *requestError {
 
 func concurrencyError(format string, args ...any) *requestError {
 	return &requestError{status: http.StatusUnprocessableEntity, code: codeConcurrencyError, description: fmt.Sprintf(format, args...)}
+}
+
+// checkParameters checks a request's parameters against the plan's schema
+// for use: a violation is a 400 that names the fields, a plan whose schema
+// does not compile a 500 that says so.
+func (s *Server) checkParameters(plan *osbv1alpha1.SFPlan, use parameters.Use, params json.RawMessage) *requestError {
+	err := s.params.Check(plan, use, params)
+	var v *parameters.Violation
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &v):
+		return badRequest("%s", v.Message)
+	default:
+		return &requestError{status: http.StatusInternalServerError, description: err.Error()}
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/internal/parameters"
 )
 
 // Defaults of the Server's tunables.
@@ -46,7 +48,7 @@ type Server struct {
 	// Logger logs one line per request; nil logs to slog.Default().
 	Logger *slog.Logger
 
-	schemas schemas
+	params  parameters.Checker
 	metrics *metrics
 	once    sync.Once
 }

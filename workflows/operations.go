@@ -221,7 +221,7 @@ func failed(op lifecycle.Operation, err error) activities.Outcome {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
 		msg = appErr.Message()
-		permanent = slices.Contains([]string{activities.ErrTemplate, activities.ErrPlan, activities.ErrApply}, appErr.Type())
+		permanent = slices.Contains([]string{activities.ErrTemplate, activities.ErrPlan, activities.ErrApply, activities.ErrParameters}, appErr.Type())
 	}
 	o := activities.Outcome{State: osbv1alpha1.StateFailed, Description: fmt.Sprintf("%s failed: %s", op, msg), Error: msg}
 	if op == lifecycle.OpUpdate || op == lifecycle.OpDeprovision {
@@ -248,7 +248,7 @@ func withActivityOptions(ctx workflow.Context) workflow.Context {
 			BackoffCoefficient: 2,
 			MaximumInterval:    30 * time.Second,
 			NonRetryableErrorTypes: []string{
-				activities.ErrTemplate, activities.ErrPlan, activities.ErrApply, activities.ErrGone,
+				activities.ErrTemplate, activities.ErrPlan, activities.ErrApply, activities.ErrParameters, activities.ErrGone,
 			},
 		},
 	})

@@ -1,4 +1,8 @@
-package api
+// Package parameters checks the parameters of a request against the
+// schemas of its plan (spec.schemas, as in the OSB catalog). The OSB API and
+// the worker use the same Checker, so an instance created with kubectl is
+// held to the same schema as one created through OSB.
+package parameters
 
 import (
 	"bytes"
@@ -16,22 +20,32 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
 
-// schemaUse names which of a plan's schemas applies to a request.
-type schemaUse struct {
-	object string // service_instance or service_binding
-	action string // create or update
+// Use names which of a plan's schemas applies to a request.
+type Use struct {
+	Object string // service_instance or service_binding
+	Action string // create or update
 }
 
+// The schemas of a plan.
 var (
-	instanceCreate = schemaUse{"service_instance", "create"}
-	instanceUpdate = schemaUse{"service_instance", "update"}
-	bindingCreate  = schemaUse{"service_binding", "create"}
+	InstanceCreate = Use{"service_instance", "create"}
+	InstanceUpdate = Use{"service_instance", "update"}
+	BindingCreate  = Use{"service_binding", "create"}
 )
 
-// schemas compiles the parameter schemas of plans, once per plan version.
+// Violation is parameters that do not match the plan's schema: the
+// requester's mistake, which names each field at fault.
+type Violation struct {
+	Message string
+}
+
+func (v *Violation) Error() string { return v.Message }
+
+// Checker compiles the parameter schemas of plans, once per plan version.
 // A plan's schema declares its draft with $schema (drafts 4, 6, 7, 2019-09
 // and 2020-12); without one, draft 7 is assumed, as most OSB catalogs use it.
-type schemas struct {
+// The zero Checker is ready to use and safe for concurrent use.
+type Checker struct {
 	mu       sync.Mutex
 	compiled map[string]*jsonschema.Schema // by plan UID, resourceVersion and use
 }
@@ -40,12 +54,14 @@ type schemas struct {
 // all when full costs only a recompile.
 const maxCompiledSchemas = 1024
 
-// validate checks params (nil meaning none) against the plan's schema for
-// use. A plan without that schema accepts any object.
-func (s *schemas) validate(plan *osbv1alpha1.SFPlan, use schemaUse, params json.RawMessage) *requestError {
+// Check checks params (nil meaning none) against the plan's schema for
+// use. A plan without that schema accepts any object. Parameters that do not
+// match are a *Violation; any other error is the plan's (a schema that does
+// not compile).
+func (s *Checker) Check(plan *osbv1alpha1.SFPlan, use Use, params json.RawMessage) error {
 	sch, err := s.schema(plan, use)
 	if err != nil {
-		return &requestError{status: 500, description: err.Error()}
+		return err
 	}
 	if sch == nil {
 		return nil
@@ -55,23 +71,23 @@ func (s *schemas) validate(plan *osbv1alpha1.SFPlan, use schemaUse, params json.
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(params))
 	if err != nil {
-		return badRequest("parameters are not valid JSON: %v", err)
+		return &Violation{fmt.Sprintf("parameters are not valid JSON: %v", err)}
 	}
 	var verr *jsonschema.ValidationError
 	if err := sch.Validate(inst); errors.As(err, &verr) {
-		return badRequest("parameters do not match the %s %s schema of plan %q: %s",
-			use.object, use.action, plan.Spec.Name, describeViolations(verr))
+		return &Violation{fmt.Sprintf("parameters do not match the %s %s schema of plan %q: %s",
+			use.Object, use.Action, plan.Spec.Name, describeViolations(verr))}
 	} else if err != nil {
-		return badRequest("validating parameters: %v", err)
+		return &Violation{fmt.Sprintf("validating parameters: %v", err)}
 	}
 	return nil
 }
 
-func (s *schemas) schema(plan *osbv1alpha1.SFPlan, use schemaUse) (*jsonschema.Schema, error) {
+func (s *Checker) schema(plan *osbv1alpha1.SFPlan, use Use) (*jsonschema.Schema, error) {
 	if plan.Spec.Schemas == nil {
 		return nil, nil
 	}
-	key := string(plan.UID) + "/" + plan.ResourceVersion + "/" + use.object + "/" + use.action
+	key := string(plan.UID) + "/" + plan.ResourceVersion + "/" + use.Object + "/" + use.Action
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sch, ok := s.compiled[key]; ok {
@@ -89,15 +105,15 @@ func (s *schemas) schema(plan *osbv1alpha1.SFPlan, use schemaUse) (*jsonschema.S
 		return nil, fmt.Errorf("plan %q has schemas that are not OSB schemas: %w", plan.Spec.Name, err)
 	}
 	byAction := doc.ServiceInstance
-	if use.object == "service_binding" {
+	if use.Object == "service_binding" {
 		byAction = doc.ServiceBinding
 	}
-	raw := byAction[use.action].Parameters
+	raw := byAction[use.Action].Parameters
 	var sch *jsonschema.Schema
 	if len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "null" {
 		var err error
 		if sch, err = compile(raw); err != nil {
-			return nil, fmt.Errorf("plan %q: its %s %s parameters schema does not compile: %w", plan.Spec.Name, use.object, use.action, err)
+			return nil, fmt.Errorf("plan %q: its %s %s parameters schema does not compile: %w", plan.Spec.Name, use.Object, use.Action, err)
 		}
 	}
 	if s.compiled == nil || len(s.compiled) >= maxCompiledSchemas {

@@ -1,7 +1,8 @@
-package api
+package parameters
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -46,31 +47,33 @@ func TestSchemaDrafts(t *testing.T) {
 			`{"n": 1}`, `{"n": 1.5}`, "parameters/n: got number, want integer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var s schemas
+			var c Checker
 			plan := planWithSchema(t, tc.schema)
-			assert.Nil(t, s.validate(plan, bindingCreate, json.RawMessage(tc.valid)))
-			e := s.validate(plan, bindingCreate, json.RawMessage(tc.invalid))
-			require.NotNil(t, e)
-			assert.Equal(t, 400, e.status)
-			assert.Equal(t, `parameters do not match the service_binding create schema of plan "p": `+tc.message, e.description)
+			assert.NoError(t, c.Check(plan, BindingCreate, json.RawMessage(tc.valid)))
+			err := c.Check(plan, BindingCreate, json.RawMessage(tc.invalid))
+			var v *Violation
+			require.ErrorAs(t, err, &v)
+			assert.Equal(t, `parameters do not match the service_binding create schema of plan "p": `+tc.message, v.Message)
 		})
 	}
 }
 
 // TestSchemaExternalRefs: a plan cannot make the broker read a file or
-// fetch a URL through $ref; its requests fail with a 500 that says why.
+// fetch a URL through $ref; the check fails with an error of the plan's
+// (not a Violation) that says why.
 func TestSchemaExternalRefs(t *testing.T) {
-	var s schemas
+	var c Checker
 	plan := planWithSchema(t, `{"$ref": "file:///etc/passwd"}`)
-	e := s.validate(plan, bindingCreate, json.RawMessage(`{}`))
-	require.NotNil(t, e)
-	assert.Equal(t, 500, e.status)
-	assert.Contains(t, e.description, `plan "p": its service_binding create parameters schema does not compile`)
-	assert.Contains(t, e.description, "external schema references are not allowed (file:///etc/passwd)")
+	err := c.Check(plan, BindingCreate, json.RawMessage(`{}`))
+	require.Error(t, err)
+	var v *Violation
+	assert.False(t, errors.As(err, &v), "a broken schema is not the requester's fault")
+	assert.Contains(t, err.Error(), `plan "p": its service_binding create parameters schema does not compile`)
+	assert.Contains(t, err.Error(), "external schema references are not allowed (file:///etc/passwd)")
 }
 
 // TestSchemaAbsent: a plan without schemas accepts any object.
 func TestSchemaAbsent(t *testing.T) {
-	var s schemas
-	assert.Nil(t, s.validate(&osbv1alpha1.SFPlan{}, instanceCreate, json.RawMessage(`{"anything": [1]}`)))
+	var c Checker
+	assert.NoError(t, c.Check(&osbv1alpha1.SFPlan{}, InstanceCreate, json.RawMessage(`{"anything": [1]}`)))
 }
