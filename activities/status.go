@@ -81,3 +81,18 @@ func inProgress(op lifecycle.Operation) func(*status) {
 func inProgressDescription(op lifecycle.Operation) string {
 	return fmt.Sprintf("%s in progress", op)
 }
+
+// RecordRetry shows on the resource that a step is being retried: "in
+// progress", with the attempt and the error as the description, so that
+// kubectl and last_operation are never blank while the workflow retries.
+func (a *Operations) RecordRetry(ctx context.Context, tg lifecycle.Target, op lifecycle.Operation, description string) error {
+	t, err := a.loadObjects(ctx, tg, op)
+	if err != nil {
+		return err
+	}
+	return a.patchStatus(ctx, t, func(s *status) {
+		s.State = osbv1alpha1.StateInProgress
+		s.Description = description
+		s.Error = ""
+	})
+}

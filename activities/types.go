@@ -25,6 +25,9 @@ type Outcome struct {
 	DashboardURL     string                     `json:"dashboardUrl,omitempty"`
 	InstanceUsable   *bool                      `json:"instanceUsable,omitempty"`
 	UpdateRepeatable *bool                      `json:"updateRepeatable,omitempty"`
+	// Kind says why a failed operation failed (an error type such as
+	// TemplateError, or Timeout); the run fails with it as its type.
+	Kind string `json:"kind,omitempty"`
 }
 
 // DefaultMaxPolling bounds an operation whose plan sets no maximum_polling_duration.

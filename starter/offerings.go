@@ -19,6 +19,7 @@ import (
 // Field indexes of the watcher's cache.
 const (
 	serviceIDField     = "spec.id"
+	planIDField        = "spec.id"
 	planServiceIDField = "spec.serviceId"
 )
 
@@ -36,6 +37,11 @@ func setupOfferingStatus(mgr ctrl.Manager) error {
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &osbv1alpha1.SFService{}, serviceIDField, func(o ctrlclient.Object) []string {
 		return []string{o.(*osbv1alpha1.SFService).Spec.ID}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &osbv1alpha1.SFPlan{}, planIDField, func(o ctrlclient.Object) []string {
+		return []string{o.(*osbv1alpha1.SFPlan).Spec.ID}
 	}); err != nil {
 		return err
 	}

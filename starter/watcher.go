@@ -173,7 +173,9 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 	if inst.Spec.ClusterID != "" {
 		attrs = append(attrs, runs.AttrCluster.ValueSet(inst.Spec.ClusterID))
 	}
-	return s.start(ctx, &inst, lifecycle.InstanceTarget(&inst), op, attrs)
+	t := lifecycle.InstanceTarget(&inst)
+	text := s.describeRun(ctx, t, op, inst.Spec.PlanID, inst.Spec.ServiceID, [][2]string{{"instance ID", instanceID(&inst)}})
+	return s.start(ctx, &inst, t, op, attrs, text)
 }
 
 // ReconcileBinding starts Bind or Unbind for a binding that asks for one.
@@ -202,7 +204,9 @@ func (s *Starter) ReconcileBinding(ctx context.Context, req ctrl.Request) (ctrl.
 		runs.AttrService.ValueSet(b.Spec.ServiceID),
 		runs.AttrPlan.ValueSet(b.Spec.PlanID),
 	}
-	return s.start(ctx, &b, lifecycle.BindingTarget(&b), op, attrs)
+	t := lifecycle.BindingTarget(&b)
+	text := s.describeRun(ctx, t, op, b.Spec.PlanID, b.Spec.ServiceID, [][2]string{{"binding ID", b.Spec.ID}, {"instance ID", b.Spec.InstanceID}})
+	return s.start(ctx, &b, t, op, attrs, text)
 }
 
 // delete carries out a "delete" that a client wrote into the status: the
@@ -220,7 +224,7 @@ func (s *Starter) delete(ctx context.Context, obj ctrlclient.Object) error {
 // ID is the lock), nothing starts: the resource is looked at again shortly,
 // when that run is done. While a run is in progress, a look is a cached
 // read that starts nothing.
-func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.Target, op lifecycle.Operation, attrs []temporal.SearchAttributeUpdate) (ctrl.Result, error) {
+func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.Target, op lifecycle.Operation, attrs []temporal.SearchAttributeUpdate, text runText) (ctrl.Result, error) {
 	key := startedKey(obj, op)
 	if _, ok := s.memo().Get(key); ok {
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
@@ -242,6 +246,8 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		EnableEagerStart:                         true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
+		StaticSummary:                            text.summary,
+		StaticDetails:                            text.details,
 	}, runs.WorkflowType(op), t)
 	var running *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &running) {

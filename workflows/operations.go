@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +17,27 @@ import (
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
+// Result is what a run returns when its operation succeeded: the state
+// and description it wrote, and what it applied.
+type Result struct {
+	State       osbv1alpha1.OperationState `json:"state"`
+	Description string                     `json:"description,omitempty"`
+	Resources   []osbv1alpha1.Source       `json:"resources,omitempty"`
+}
+
+// The kinds of failure a run ends with, besides the activities' error types
+// (TemplateError, PlanError, ApplyError, ParametersError): its failure's
+// type, for the Temporal UI and `temporal workflow list`.
+const (
+	// KindStatusFailed: the plan's status template reported failed.
+	KindStatusFailed = "StatusFailed"
+	// KindTimeout: the plan's maximum_polling_duration passed first.
+	KindTimeout = "Timeout"
+	// KindRetriesExhausted: a step kept failing with errors that looked
+	// transient (the API server unreachable, say) until its retries ran out.
+	KindRetriesExhausted = "RetriesExhausted"
+)
+
 // Polling of the status template: the first check runs right after apply,
 // then waits grow from pollFirst to pollMax.
 const (
@@ -26,20 +48,20 @@ const (
 // Provision creates an instance: it renders the plan's provision template,
 // applies the objects and waits until the status template says provision
 // succeeded or failed.
-func Provision(ctx workflow.Context, t lifecycle.Target) error {
+func Provision(ctx workflow.Context, t lifecycle.Target) (Result, error) {
 	return create(ctx, t, lifecycle.OpProvision)
 }
 
 // Update renders the provision template again for a changed instance,
 // applies it, prunes what it no longer renders, and waits for the update
 // status.
-func Update(ctx workflow.Context, t lifecycle.Target) error {
+func Update(ctx workflow.Context, t lifecycle.Target) (Result, error) {
 	return create(ctx, t, lifecycle.OpUpdate)
 }
 
 // Bind creates a binding: it renders the bind template, applies it, waits
 // for the bind status and stores the credentials it reports.
-func Bind(ctx workflow.Context, t lifecycle.Target) error {
+func Bind(ctx workflow.Context, t lifecycle.Target) (Result, error) {
 	return create(ctx, t, lifecycle.OpBind)
 }
 
@@ -47,54 +69,66 @@ func Bind(ctx workflow.Context, t lifecycle.Target) error {
 // first, each by its own Unbind run, deletes what the instance applied,
 // waits for the deprovision status, then deletes the registry and releases
 // the finalizer so that Kubernetes lets the instance go.
-func Deprovision(ctx workflow.Context, t lifecycle.Target) error {
+func Deprovision(ctx workflow.Context, t lifecycle.Target) (Result, error) {
 	return remove(ctx, t, lifecycle.OpDeprovision)
 }
 
 // Unbind removes a binding: it applies the unbind template, deletes what
 // the binding applied, waits for the unbind status, then deletes the
 // credentials and registry and releases the finalizer.
-func Unbind(ctx workflow.Context, t lifecycle.Target) error {
+func Unbind(ctx workflow.Context, t lifecycle.Target) (Result, error) {
 	return remove(ctx, t, lifecycle.OpUnbind)
 }
 
-func create(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) error {
-	ctx = withActivityOptions(ctx)
+func create(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (Result, error) {
+	ctx = withPatientRetries(ctx)
 	var a *activities.Operations
 
-	begun, goOn, err := begin(ctx, t, op)
+	begun, goOn, res, err := begin(ctx, t, op)
 	if !goOn {
-		return err
+		return res, err
 	}
+	s := newSteps(ctx, t, op, begun.MaxPolling)
 	var refs []osbv1alpha1.Source
-	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, &refs); err != nil {
+	if err := s.run(ctx, "apply", func(ctx workflow.Context) workflow.Future {
+		return workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op)
+	}, &refs); err != nil {
 		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
 	}
-	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling, refs), refs)
+	return finish(ctx, t, op, begun.Generation, poll(ctx, s, begun.MaxPolling, refs), refs)
 }
 
-func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) error {
-	ctx = withActivityOptions(ctx)
+func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (Result, error) {
+	ctx = withPatientRetries(ctx)
 	var a *activities.Operations
 
-	begun, goOn, err := begin(ctx, t, op)
+	begun, goOn, res, err := begin(ctx, t, op)
 	if !goOn {
-		return err
+		return res, err
 	}
+	s := newSteps(ctx, t, op, begun.MaxPolling)
 	// Unbinding an instance's bindings first came later: runs that began
 	// before it keep their old path.
 	if op == lifecycle.OpDeprovision && workflow.GetVersion(ctx, unbindFirst, workflow.DefaultVersion, 1) == 1 {
-		if o, gone := waitForBindings(ctx, t, begun.MaxPolling); !gone {
+		if o, gone := waitForBindings(ctx, s, begun.MaxPolling); !gone {
 			return finish(ctx, t, op, begun.Generation, o, nil)
 		}
 	}
-	if err := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, nil); err != nil {
+	// Deprovision has no template to apply; runs begun before operatorView
+	// called the step anyway.
+	if op == lifecycle.OpUnbind || !s.visible {
+		if err := s.run(ctx, "apply", func(ctx workflow.Context) workflow.Future {
+			return workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op)
+		}, nil); err != nil {
+			return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
+		}
+	}
+	if err := s.run(ctx, "delete what it applied", func(ctx workflow.Context) workflow.Future {
+		return workflow.ExecuteLocalActivity(ctx, a.RemoveResources, t, op)
+	}, nil); err != nil {
 		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
 	}
-	if err := workflow.ExecuteLocalActivity(ctx, a.RemoveResources, t, op).Get(ctx, nil); err != nil {
-		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
-	}
-	return finish(ctx, t, op, begun.Generation, poll(ctx, t, op, begun.MaxPolling, nil), nil)
+	return finish(ctx, t, op, begun.Generation, poll(ctx, s, begun.MaxPolling, nil), nil)
 }
 
 // unbindFirst is the change that has Deprovision unbind the instance's
@@ -105,8 +139,9 @@ const unbindFirst = "unbind-bindings-first"
 // own Unbind run, and waits on durable timers until they are gone. gone is
 // false, with the failed outcome, when they are not gone within the plan's
 // maximum polling duration (an Unbind that keeps failing, say).
-func waitForBindings(ctx workflow.Context, t lifecycle.Target, maxPolling time.Duration) (o activities.Outcome, gone bool) {
+func waitForBindings(ctx workflow.Context, s *steps, maxPolling time.Duration) (o activities.Outcome, gone bool) {
 	var a *activities.Operations
+	t := s.t
 	deadline := workflow.Now(ctx).Add(maxPolling)
 	for wait := pollFirst; ; wait = min(2*wait, pollMax) {
 		var left int
@@ -116,16 +151,18 @@ func waitForBindings(ctx workflow.Context, t lifecycle.Target, maxPolling time.D
 		if left == 0 {
 			return activities.Outcome{}, true
 		}
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for %d bindings to be unbound", left))
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
 			return activities.Outcome{
 				State: osbv1alpha1.StateFailed,
+				Kind:  KindTimeout,
 				Description: fmt.Sprintf("deprovision failed: %d of the instance's bindings were not unbound within the plan's maximum_polling_duration of %s",
 					left, maxPolling),
 				InstanceUsable: ptr(true),
 			}, false
 		}
-		if err := workflow.Sleep(ctx, min(wait, remaining)); err != nil {
+		if err := s.sleep(ctx, min(wait, remaining), "wait for the bindings to go"); err != nil {
 			return failed(lifecycle.OpDeprovision, err), false
 		}
 	}
@@ -133,31 +170,37 @@ func waitForBindings(ctx workflow.Context, t lifecycle.Target, maxPolling time.D
 
 // begin runs the operation's first step. goOn is false when there is
 // nothing (more) to do: the operation already ran for this generation, or
-// it could not begin, and err is what the workflow returns.
-func begin(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (begun activities.Begun, goOn bool, err error) {
+// it could not begin, and res and err are what the workflow returns.
+func begin(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (begun activities.Begun, goOn bool, res Result, err error) {
 	var a *activities.Operations
 	if err := workflow.ExecuteLocalActivity(ctx, a.Begin, t, op).Get(ctx, &begun); err != nil {
-		return begun, false, endEarly(ctx, t, op, err)
+		res, err := endEarly(ctx, t, op, err)
+		return begun, false, res, err
 	}
-	return begun, !begun.Done, nil
+	return begun, !begun.Done, Result{}, nil
 }
 
 // poll evaluates the status template until it reports a terminal state or
 // the plan's maximum polling duration has passed. Before the first wait it
 // records what was applied (refs), so that a user sees it while waiting. The
 // waits are durable timers: a worker restart resumes them.
-func poll(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, maxPolling time.Duration, refs []osbv1alpha1.Source) activities.Outcome {
+func poll(ctx workflow.Context, s *steps, maxPolling time.Duration, refs []osbv1alpha1.Source) activities.Outcome {
 	var a *activities.Operations
+	t, op := s.t, s.op
 	deadline := workflow.Now(ctx).Add(maxPolling)
 	wait := pollFirst
 	for first := true; ; first = false {
 		var o activities.Outcome
-		if err := workflow.ExecuteLocalActivity(ctx, a.Observe, t, op).Get(ctx, &o); err != nil {
+		if err := s.run(ctx, "check the status", func(ctx workflow.Context) workflow.Future {
+			return workflow.ExecuteLocalActivity(ctx, a.Observe, t, op)
+		}, &o); err != nil {
 			return failed(op, err)
 		}
 		if o.State.Terminal() {
 			return o
 		}
+		// Shown in the UI while the run waits; not part of the history.
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for the %s status: %s", op, describe(o)))
 		if first && refs != nil {
 			if err := workflow.ExecuteLocalActivity(ctx, a.RecordResources, t, op, refs).Get(ctx, nil); err != nil {
 				return failed(op, err)
@@ -167,6 +210,7 @@ func poll(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, maxP
 		if remaining <= 0 {
 			timedOut := activities.Outcome{
 				State: osbv1alpha1.StateFailed,
+				Kind:  KindTimeout,
 				Description: fmt.Sprintf("%s did not finish within the plan's maximum_polling_duration of %s (last status: %s)",
 					op, maxPolling, describe(o)),
 			}
@@ -175,7 +219,7 @@ func poll(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, maxP
 			}
 			return timedOut
 		}
-		if err := workflow.Sleep(ctx, min(wait, remaining)); err != nil {
+		if err := s.sleep(ctx, min(wait, remaining), "poll the "+string(op)+" status"); err != nil {
 			return failed(op, err)
 		}
 		wait = min(2*wait, pollMax)
@@ -189,23 +233,38 @@ func describe(o activities.Outcome) string {
 	return string(o.State)
 }
 
-// finish writes the outcome and what was applied. It is the one step whose
-// failure fails the workflow: without it, nobody would learn the outcome.
-func finish(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, generation int64, o activities.Outcome, refs []osbv1alpha1.Source) error {
+// finish writes the outcome and what was applied, and ends the run with it:
+// a failed operation fails the run, with the description a user sees as
+// its message and the failure's kind as its type; a successful one returns
+// a Result. Writing the outcome is the one step whose failure fails the
+// run for its own sake: without it, nobody would learn the outcome.
+func finish(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, generation int64, o activities.Outcome, refs []osbv1alpha1.Source) (Result, error) {
 	var a *activities.Operations
 	if err := workflow.ExecuteLocalActivity(ctx, a.Finish, t, op, generation, o, refs).Get(ctx, nil); err != nil {
-		return fmt.Errorf("writing the %s outcome %q of %s %s/%s: %w", op, o.State, t.Kind, t.Namespace, t.Name, err)
+		return Result{}, fmt.Errorf("writing the %s outcome %q of %s %s/%s: %w", op, o.State, t.Kind, t.Namespace, t.Name, err)
 	}
-	return nil
+	// Runs begun before operatorView completed without a result, whatever
+	// the outcome.
+	if workflow.GetVersion(ctx, operatorView, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return Result{}, nil
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, runs.AttrState.ValueSet(string(o.State))); err != nil {
+		return Result{}, fmt.Errorf("setting %s: %w", runs.AttrState.GetName(), err)
+	}
+	workflow.SetCurrentDetails(ctx, "")
+	if o.State == osbv1alpha1.StateFailed {
+		return Result{}, temporal.NewNonRetryableApplicationError(o.Description, cmp.Or(o.Kind, KindStatusFailed), nil)
+	}
+	return Result{State: o.State, Description: o.Description, Resources: refs}, nil
 }
 
 // endEarly handles a failed first step: a target deleted meanwhile ends the
 // workflow quietly; anything else (an unknown plan) is written as failed.
-func endEarly(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, err error) error {
+func endEarly(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, err error) (Result, error) {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.Type() == activities.ErrGone {
 		workflow.GetLogger(ctx).Info("target deleted before the operation began", "operation", op)
-		return nil
+		return Result{}, nil
 	}
 	return finish(ctx, t, op, 0, failed(op, err), nil)
 }
@@ -216,14 +275,14 @@ func endEarly(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, 
 // leaves the instance usable (what ran before still runs); a failed update
 // may be repeated unless the error is one that repeating cannot fix.
 func failed(op lifecycle.Operation, err error) activities.Outcome {
-	msg := err.Error()
-	permanent := false
+	msg := message(err)
+	kind := KindRetriesExhausted
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		msg = appErr.Message()
-		permanent = slices.Contains([]string{activities.ErrTemplate, activities.ErrPlan, activities.ErrApply, activities.ErrParameters}, appErr.Type())
+	if errors.As(err, &appErr) && slices.Contains(permanentErrors, appErr.Type()) {
+		kind = appErr.Type()
 	}
-	o := activities.Outcome{State: osbv1alpha1.StateFailed, Description: fmt.Sprintf("%s failed: %s", op, msg), Error: msg}
+	permanent := kind != KindRetriesExhausted
+	o := activities.Outcome{State: osbv1alpha1.StateFailed, Description: fmt.Sprintf("%s failed: %s", op, msg), Error: msg, Kind: kind}
 	if op == lifecycle.OpUpdate || op == lifecycle.OpDeprovision {
 		o.InstanceUsable = ptr(true)
 	}
@@ -233,26 +292,10 @@ func failed(op lifecycle.Operation, err error) activities.Outcome {
 	return o
 }
 
-func ptr[T any](v T) *T { return &v }
+// permanentErrors are the activity errors that retrying cannot fix.
+var permanentErrors = []string{activities.ErrTemplate, activities.ErrPlan, activities.ErrApply, activities.ErrParameters}
 
-// withActivityOptions sets the options of the operation's local activities.
-// They are short API calls, so they run as local activities inside the
-// workflow task. Transient API errors are retried for up to ten minutes;
-// a template error or an object the API server refuses is not retried.
-func withActivityOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		ScheduleToCloseTimeout: 10 * time.Minute,
-		StartToCloseTimeout:    time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:    500 * time.Millisecond,
-			BackoffCoefficient: 2,
-			MaximumInterval:    30 * time.Second,
-			NonRetryableErrorTypes: []string{
-				activities.ErrTemplate, activities.ErrPlan, activities.ErrApply, activities.ErrParameters, activities.ErrGone,
-			},
-		},
-	})
-}
+func ptr[T any](v T) *T { return &v }
 
 // Register registers every Quartermaster workflow, so that the worker and
 // the replay test always know the same set. The lifecycle workflows are

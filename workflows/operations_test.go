@@ -72,6 +72,9 @@ func TestProvision(t *testing.T) {
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		require.True(t, env.IsWorkflowCompleted())
 		require.NoError(t, env.GetWorkflowError())
+		var res workflows.Result
+		require.NoError(t, env.GetWorkflowResult(&res))
+		assert.Equal(t, workflows.Result{State: osbv1alpha1.StateSucceeded, Description: "ready", Resources: applied}, res)
 		assert.Equal(t, 4, polls, "the first check runs right after apply")
 		assert.EqualValues(t, 3, gen, "the generation begun is the one recorded")
 		assert.Equal(t, 7*time.Second, env.Now().Sub(start), "waits of 1s, 2s and 4s between checks")
@@ -84,7 +87,7 @@ func TestProvision(t *testing.T) {
 			Return(nil, temporal.NewNonRetryableApplicationError(`provision template: template: provision:4: function "required" not defined`, activities.ErrTemplate, nil)).Once()
 		got := finished(env, lifecycle.OpProvision)
 		env.ExecuteWorkflow(workflows.Provision, instance)
-		require.NoError(t, env.GetWorkflowError())
+		requireFailed(t, env, activities.ErrTemplate, got)
 		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
 		assert.Equal(t, `provision failed: provision template: template: provision:4: function "required" not defined`, got.Description)
 		assert.Nil(t, got.InstanceUsable, "a failed provision says nothing of usability")
@@ -111,6 +114,30 @@ func TestProvision(t *testing.T) {
 		assert.Equal(t, osbv1alpha1.StateSucceeded, got.State)
 	})
 
+	t.Run("an error that lasts is retried visibly, then fails it at the deadline", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).
+			Return(activities.Begun{Generation: 1, MaxPolling: time.Minute}, nil).Once()
+		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpProvision).
+			Return(nil, errors.New(`namespaces "later" not found`))
+		var shown []string
+		env.OnActivity(ops.RecordRetry, mock.Anything, instance, lifecycle.OpProvision, mock.Anything).
+			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation, d string) error {
+				shown = append(shown, d)
+				return nil
+			})
+		got := finished(env, lifecycle.OpProvision)
+		start := env.Now()
+		env.ExecuteWorkflow(workflows.Provision, instance)
+		requireFailed(t, env, workflows.KindRetriesExhausted, got)
+		require.NotEmpty(t, shown)
+		assert.Equal(t, `retrying apply (attempt 1 failed): namespaces "later" not found`, shown[0], "the status says so while it lasts")
+		assert.Equal(t, `retrying apply (attempt 4 failed): namespaces "later" not found`, shown[3])
+		assert.Len(t, shown, 5, "waits of 2, 4, 8, 16 and 30 s until the minute is up")
+		assert.Equal(t, time.Minute+1500*time.Millisecond, env.Now().Sub(start), "the minute, and the last attempt's own two quick retries")
+		assert.Equal(t, `provision failed: apply kept failing until the plan's maximum_polling_duration ran out (6 attempts): namespaces "later" not found`, got.Description)
+	})
+
 	t.Run("times out after the plan's maximum polling duration", func(t *testing.T) {
 		env := opsEnv(t)
 		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).
@@ -121,7 +148,7 @@ func TestProvision(t *testing.T) {
 		got := finished(env, lifecycle.OpProvision)
 		start := env.Now()
 		env.ExecuteWorkflow(workflows.Provision, instance)
-		require.NoError(t, env.GetWorkflowError())
+		requireFailed(t, env, workflows.KindTimeout, got)
 		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
 		assert.Equal(t, `provision did not finish within the plan's maximum_polling_duration of 2m0s (last status: in progress, "waiting for the namespace")`, got.Description)
 		assert.Equal(t, 2*time.Minute, env.Now().Sub(start))
@@ -148,7 +175,7 @@ func TestProvision(t *testing.T) {
 			Return(activities.Begun{}, temporal.NewNonRetryableApplicationError(`unknown plan "p"`, activities.ErrPlan, nil)).Once()
 		got := finished(env, lifecycle.OpProvision)
 		env.ExecuteWorkflow(workflows.Provision, instance)
-		require.NoError(t, env.GetWorkflowError())
+		requireFailed(t, env, activities.ErrPlan, got)
 		assert.Equal(t, `provision failed: unknown plan "p"`, got.Description)
 	})
 
@@ -173,7 +200,7 @@ func TestUpdateFailureKeepsTheInstanceUsable(t *testing.T) {
 		Return(nil, temporal.NewNonRetryableApplicationError(`applying ResourceQuota t/q: quota is invalid`, activities.ErrApply, nil)).Once()
 	got := finished(env, lifecycle.OpUpdate)
 	env.ExecuteWorkflow(workflows.Update, instance)
-	require.NoError(t, env.GetWorkflowError())
+	requireFailed(t, env, activities.ErrApply, got)
 	assert.Equal(t, osbv1alpha1.StateFailed, got.State)
 	require.NotNil(t, got.InstanceUsable)
 	assert.True(t, *got.InstanceUsable, "the previous version still runs")
@@ -188,7 +215,7 @@ func TestUpdateTimeoutIsRepeatable(t *testing.T) {
 	env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpUpdate).Return(activities.Outcome{State: osbv1alpha1.StateInProgress}, nil)
 	got := finished(env, lifecycle.OpUpdate)
 	env.ExecuteWorkflow(workflows.Update, instance)
-	require.NoError(t, env.GetWorkflowError())
+	requireFailed(t, env, workflows.KindTimeout, got)
 	assert.Equal(t, osbv1alpha1.StateFailed, got.State)
 	require.NotNil(t, got.UpdateRepeatable)
 	assert.True(t, *got.UpdateRepeatable)
@@ -203,11 +230,6 @@ func TestDeprovision(t *testing.T) {
 			Return(func(context.Context, lifecycle.Target) (int, error) {
 				order = append(order, "bindings")
 				return 0, nil
-			}).Once()
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpDeprovision).
-			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation) ([]osbv1alpha1.Source, error) {
-				order = append(order, "apply")
-				return nil, nil
 			}).Once()
 		env.OnActivity(ops.RemoveResources, mock.Anything, instance, lifecycle.OpDeprovision).
 			Return(func(_ context.Context, _ lifecycle.Target, _ lifecycle.Operation) error {
@@ -227,7 +249,7 @@ func TestDeprovision(t *testing.T) {
 		got := finished(env, lifecycle.OpDeprovision)
 		env.ExecuteWorkflow(workflows.Deprovision, instance)
 		require.NoError(t, env.GetWorkflowError())
-		assert.Equal(t, []string{"bindings", "apply", "remove", "observe", "observe"}, order)
+		assert.Equal(t, []string{"bindings", "remove", "observe", "observe"}, order, "deprovision has no template to apply")
 		assert.Equal(t, osbv1alpha1.StateSucceeded, got.State)
 	})
 
@@ -235,12 +257,11 @@ func TestDeprovision(t *testing.T) {
 		env := opsEnv(t)
 		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
 		env.OnActivity(ops.RemoveBindings, mock.Anything, instance).Return(0, nil).Once()
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpDeprovision).Return(nil, nil).Once()
 		env.OnActivity(ops.RemoveResources, mock.Anything, instance, lifecycle.OpDeprovision).
 			Return(temporal.NewNonRetryableApplicationError("deleting Namespace t: forbidden", activities.ErrApply, nil)).Once()
 		got := finished(env, lifecycle.OpDeprovision)
 		env.ExecuteWorkflow(workflows.Deprovision, instance)
-		require.NoError(t, env.GetWorkflowError())
+		requireFailed(t, env, activities.ErrApply, got)
 		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
 		assert.Equal(t, "deprovision failed: deleting Namespace t: forbidden", got.Description)
 		require.NotNil(t, got.InstanceUsable)
@@ -256,7 +277,6 @@ func TestDeprovision(t *testing.T) {
 				left = left[1:]
 				return n, nil
 			}).Times(3)
-		env.OnActivity(ops.ApplyTemplates, mock.Anything, instance, lifecycle.OpDeprovision).Return(nil, nil).Once()
 		env.OnActivity(ops.RemoveResources, mock.Anything, instance, lifecycle.OpDeprovision).Return(nil).Once()
 		env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
 		got := finished(env, lifecycle.OpDeprovision)
@@ -273,7 +293,7 @@ func TestDeprovision(t *testing.T) {
 		env.OnActivity(ops.RemoveBindings, mock.Anything, instance).Return(2, nil)
 		got := finished(env, lifecycle.OpDeprovision)
 		env.ExecuteWorkflow(workflows.Deprovision, instance)
-		require.NoError(t, env.GetWorkflowError())
+		requireFailed(t, env, workflows.KindTimeout, got)
 		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
 		assert.Equal(t, "deprovision failed: 2 of the instance's bindings were not unbound within the plan's maximum_polling_duration of 1m0s", got.Description)
 		require.NotNil(t, got.InstanceUsable)
@@ -316,4 +336,19 @@ func TestRegisteredUnderTheirTypes(t *testing.T) {
 			require.NoError(t, env.GetWorkflowError())
 		})
 	}
+}
+
+// requireFailed checks that the run failed as the operation did: its
+// failure's message is the description written to the status and its type
+// the failure's kind (any, when kind is empty).
+func requireFailed(t *testing.T, env *testsuite.TestWorkflowEnvironment, kind string, got *activities.Outcome) {
+	t.Helper()
+	require.True(t, env.IsWorkflowCompleted())
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &appErr, "a failed operation fails the run")
+	if kind != "" {
+		assert.Equal(t, kind, appErr.Type())
+	}
+	assert.Equal(t, got.Description, appErr.Message())
+	assert.True(t, appErr.NonRetryable())
 }

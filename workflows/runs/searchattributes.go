@@ -5,7 +5,8 @@ import "go.temporal.io/sdk/temporal"
 // Search attributes that make Quartermaster's workflows findable in the
 // Temporal UI, e.g. `QmKind="SFServiceInstance" AND Operation="provision"`.
 // All are keywords: SQLite visibility has ten keyword slots, and these use
-// nine. They carry identities only, never credentials or parameters.
+// all ten. They carry identities and states only, never credentials or
+// parameters.
 var (
 	AttrKind      = temporal.NewSearchAttributeKeyKeyword("QmKind")
 	AttrNamespace = temporal.NewSearchAttributeKeyKeyword("QmNamespace")
@@ -16,6 +17,9 @@ var (
 	AttrPlan      = temporal.NewSearchAttributeKeyKeyword("PlanID")
 	AttrCluster   = temporal.NewSearchAttributeKeyKeyword("ClusterID")
 	AttrOperation = temporal.NewSearchAttributeKeyKeyword("Operation")
+	// AttrState is the state an operation ended in (succeeded or failed),
+	// set when its run ends: `QmState="failed"` lists the failures.
+	AttrState = temporal.NewSearchAttributeKeyKeyword("QmState")
 )
 
 // SearchAttributeKeys lists every search attribute the workflows set; a
@@ -23,6 +27,6 @@ var (
 func SearchAttributeKeys() []temporal.SearchAttributeKeyKeyword {
 	return []temporal.SearchAttributeKeyKeyword{
 		AttrKind, AttrNamespace, AttrName, AttrInstance, AttrBinding,
-		AttrService, AttrPlan, AttrCluster, AttrOperation,
+		AttrService, AttrPlan, AttrCluster, AttrOperation, AttrState,
 	}
 }

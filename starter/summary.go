@@ -1,0 +1,55 @@
+package starter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
+)
+
+// runText is what the Temporal UI shows of a run before anyone opens it:
+// a one-line summary with names, not IDs, and details that lead back to
+// the resource.
+type runText struct {
+	summary, details string
+}
+
+// describeRun writes the summary and details of op's run on t, e.g.
+// "provision default/team-a: plan small (tenant-namespace)". Plan and
+// service names come from the watcher's cache; one not registered is named
+// by its ID. ids are the OSB IDs worth searching for, in order.
+func (s *Starter) describeRun(ctx context.Context, t lifecycle.Target, op lifecycle.Operation, planID, serviceID string, ids [][2]string) runText {
+	planName, serviceName := s.offeringNames(ctx, planID, serviceID)
+	resource := strings.ToLower(string(t.Kind))
+	var d strings.Builder
+	fmt.Fprintf(&d, "%s %s/%s\n\n", t.Kind, t.Namespace, t.Name)
+	for _, id := range ids {
+		fmt.Fprintf(&d, "- %s: `%s`\n", id[0], id[1])
+	}
+	fmt.Fprintf(&d, "- service: %s (`%s`)\n", serviceName, serviceID)
+	fmt.Fprintf(&d, "- plan: %s (`%s`)\n\n", planName, planID)
+	fmt.Fprintf(&d, "`kubectl get %s %s -n %s`", resource, t.Name, t.Namespace)
+	return runText{
+		summary: fmt.Sprintf("%s %s/%s: plan %s (%s)", op, t.Namespace, t.Name, planName, serviceName),
+		details: d.String(),
+	}
+}
+
+// offeringNames returns the names of a plan and a service, or "unregistered
+// <id>" for one the cache does not hold.
+func (s *Starter) offeringNames(ctx context.Context, planID, serviceID string) (plan, service string) {
+	plan, service = "unregistered "+planID, "unregistered "+serviceID
+	var plans osbv1alpha1.SFPlanList
+	if err := s.Client.List(ctx, &plans, ctrlclient.MatchingFields{planIDField: planID}); err == nil && len(plans.Items) > 0 {
+		plan = plans.Items[0].Spec.Name
+	}
+	var services osbv1alpha1.SFServiceList
+	if err := s.Client.List(ctx, &services, ctrlclient.MatchingFields{serviceIDField: serviceID}); err == nil && len(services.Items) > 0 {
+		service = services.Items[0].Spec.Name
+	}
+	return plan, service
+}

@@ -1,0 +1,147 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/quartermaster/qm/activities"
+	"github.com/quartermaster/qm/internal/lifecycle"
+)
+
+// Retries that show. A step's local activity retries a transient error a
+// couple of times inside the workflow task, which covers a blip. When the
+// error lasts, the workflow retries the step itself: on durable timers
+// named for the retry (a poll's are named for the poll), with the attempt
+// and the error written to the resource's status and to the run's current
+// details, until the operation's deadline (the plan's
+// maximum_polling_duration). Then the operation fails with that error.
+const (
+	retryFirst = 2 * time.Second
+	retryMax   = 30 * time.Second
+)
+
+// operatorView is the change that made a run's retries visible and its
+// outcome its own: it fails with a failed operation and returns a Result
+// otherwise. Runs begun before it keep the old path: retries inside the
+// workflow task for up to ten minutes, and a run that completes whatever
+// the outcome.
+const operatorView = "operator-view"
+
+// steps runs the steps of one operation on a target.
+type steps struct {
+	t        lifecycle.Target
+	op       lifecycle.Operation
+	deadline time.Time
+	visible  bool // false for runs begun before operatorView
+}
+
+// newSteps decides, once per run, whether its retries are visible.
+func newSteps(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, maxPolling time.Duration) *steps {
+	return &steps{
+		t: t, op: op,
+		deadline: workflow.Now(ctx).Add(maxPolling),
+		visible:  workflow.GetVersion(ctx, operatorView, workflow.DefaultVersion, 1) >= 1,
+	}
+}
+
+// run runs one step, named what ("apply", "check the status"), whose local
+// activity start returns; its result goes to out.
+func (s *steps) run(ctx workflow.Context, what string, start func(workflow.Context) workflow.Future, out any) error {
+	if !s.visible {
+		return start(ctx).Get(ctx, out)
+	}
+	ctx = workflow.WithLocalActivityOptions(ctx, briefRetries)
+	var a *activities.Operations
+	wait := retryFirst
+	for attempt := 1; ; attempt++ {
+		err := start(ctx).Get(ctx, out)
+		if err == nil || !transient(err) {
+			if attempt > 1 {
+				workflow.SetCurrentDetails(ctx, "")
+			}
+			return err
+		}
+		remaining := s.deadline.Sub(workflow.Now(ctx))
+		if remaining <= 0 {
+			return temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("%s kept failing until the plan's maximum_polling_duration ran out (%d attempts): %s", what, attempt, message(err)),
+				KindRetriesExhausted, nil)
+		}
+		retrying := fmt.Sprintf("retrying %s (attempt %d failed): %s", what, attempt, message(err))
+		workflow.SetCurrentDetails(ctx, retrying)
+		// Best effort: the retry goes on even if the status cannot say so.
+		_ = workflow.ExecuteLocalActivity(withPatientRetries(ctx), a.RecordRetry, s.t, s.op, retrying).Get(ctx, nil)
+		timer := workflow.NewTimerWithOptions(ctx, min(wait, remaining), workflow.TimerOptions{Summary: "retry " + what})
+		if err := timer.Get(ctx, nil); err != nil {
+			return err
+		}
+		wait = min(2*wait, retryMax)
+	}
+}
+
+// transient tells an error that a later attempt may not meet again.
+func transient(err error) bool {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.NonRetryable() {
+		return false
+	}
+	var canceled *temporal.CanceledError
+	return !errors.As(err, &canceled)
+}
+
+// message is an activity error's own message, without Temporal's wrapping.
+func message(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Message()
+	}
+	var actErr *temporal.ActivityError
+	if errors.As(err, &actErr) && errors.Unwrap(actErr) != nil {
+		return errors.Unwrap(actErr).Error()
+	}
+	return err.Error()
+}
+
+// briefRetries retries a step's transient error twice inside the workflow
+// task; the workflow retries it visibly after that.
+var briefRetries = workflow.LocalActivityOptions{
+	ScheduleToCloseTimeout: 2 * time.Minute,
+	StartToCloseTimeout:    time.Minute,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:        500 * time.Millisecond,
+		BackoffCoefficient:     2,
+		MaximumAttempts:        3,
+		NonRetryableErrorTypes: append([]string{activities.ErrGone}, permanentErrors...),
+	},
+}
+
+// withPatientRetries sets the options of the steps that must get through
+// (begin, record, finish): transient API errors are retried inside the
+// workflow task for up to ten minutes; errors that retrying cannot fix are
+// not retried.
+func withPatientRetries(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: 10 * time.Minute,
+		StartToCloseTimeout:    time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        500 * time.Millisecond,
+			BackoffCoefficient:     2,
+			MaximumInterval:        30 * time.Second,
+			NonRetryableErrorTypes: append([]string{activities.ErrGone}, permanentErrors...),
+		},
+	})
+}
+
+// sleep waits on a durable timer; in runs begun after operatorView the
+// timer is named for what it waits for, so that the history tells polls,
+// waits and retries apart.
+func (s *steps) sleep(ctx workflow.Context, d time.Duration, what string) error {
+	if !s.visible {
+		return workflow.Sleep(ctx, d)
+	}
+	return workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: what}).Get(ctx, nil)
+}
