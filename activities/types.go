@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -32,3 +34,48 @@ type Outcome struct {
 
 // DefaultMaxPolling bounds an operation whose plan sets no maximum_polling_duration.
 const DefaultMaxPolling = time.Hour
+
+// MarshalJSON writes maxPolling as a duration ("10m0s"), which is how an
+// operator reads it in a run's history.
+func (b Begun) MarshalJSON() ([]byte, error) {
+	type plain Begun
+	return json.Marshal(struct {
+		plain
+		MaxPolling string `json:"maxPolling"`
+	}{plain(b), b.MaxPolling.String()})
+}
+
+// UnmarshalJSON reads maxPolling as a duration, or as the nanoseconds that
+// the histories of older runs hold.
+func (b *Begun) UnmarshalJSON(raw []byte) error {
+	type plain Begun
+	var v struct {
+		plain
+		MaxPolling json.RawMessage `json:"maxPolling"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err
+	}
+	*b = Begun(v.plain)
+	switch {
+	case len(v.MaxPolling) == 0 || string(v.MaxPolling) == "null":
+		return nil
+	case v.MaxPolling[0] == '"':
+		var s string
+		if err := json.Unmarshal(v.MaxPolling, &s); err != nil {
+			return err
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("maxPolling: %w", err)
+		}
+		b.MaxPolling = d
+	default:
+		var n int64
+		if err := json.Unmarshal(v.MaxPolling, &n); err != nil {
+			return fmt.Errorf("maxPolling: %w", err)
+		}
+		b.MaxPolling = time.Duration(n)
+	}
+	return nil
+}

@@ -43,12 +43,13 @@ func (s *Starter) describeRun(ctx context.Context, t lifecycle.Target, op lifecy
 // <id>" for one the cache does not hold.
 func (s *Starter) offeringNames(ctx context.Context, planID, serviceID string) (plan, service string) {
 	plan, service = "unregistered "+planID, "unregistered "+serviceID
+	// Names are all that is read: no copy of the plans' templates.
 	var plans osbv1alpha1.SFPlanList
-	if err := s.Client.List(ctx, &plans, ctrlclient.MatchingFields{planIDField: planID}); err == nil && len(plans.Items) > 0 {
+	if err := s.Client.List(ctx, &plans, ctrlclient.MatchingFields{planIDField: planID}, ctrlclient.UnsafeDisableDeepCopy); err == nil && len(plans.Items) > 0 {
 		plan = plans.Items[0].Spec.Name
 	}
 	var services osbv1alpha1.SFServiceList
-	if err := s.Client.List(ctx, &services, ctrlclient.MatchingFields{serviceIDField: serviceID}); err == nil && len(services.Items) > 0 {
+	if err := s.Client.List(ctx, &services, ctrlclient.MatchingFields{serviceIDField: serviceID}, ctrlclient.UnsafeDisableDeepCopy); err == nil && len(services.Items) > 0 {
 		service = services.Items[0].Spec.Name
 	}
 	return plan, service
