@@ -78,6 +78,9 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 		}
 	}
 	b := Begun{Generation: t.object().GetGeneration(), MaxPolling: DefaultMaxPolling}
+	if op == lifecycle.OpUnbind {
+		b.NoUnbindTemplate = (&plan.Subject{Plan: t.plan}).Template(osbv1alpha1.ActionUnbind) == nil
+	}
 	if p := t.plan.Spec.MaximumPollingDuration; p != nil {
 		b.MaxPolling = time.Duration(*p) * time.Second
 	}

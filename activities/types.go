@@ -17,6 +17,9 @@ type Begun struct {
 	Generation int64 `json:"generation"`
 	// MaxPolling is the plan's maximum_polling_duration.
 	MaxPolling time.Duration `json:"maxPolling"`
+	// NoUnbindTemplate is set for an unbind whose plan has no unbind
+	// template: the workflow has nothing to apply.
+	NoUnbindTemplate bool `json:"noUnbindTemplate,omitempty"`
 }
 
 // Outcome is the state an operation reached, as written to the status.

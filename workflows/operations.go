@@ -114,9 +114,9 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 			return finish(ctx, t, op, begun.Generation, o, nil)
 		}
 	}
-	// Deprovision has no template to apply; runs begun before operatorView
-	// called the step anyway.
-	if op == lifecycle.OpUnbind || !s.visible {
+	// Deprovision has no template to apply, nor an unbind whose plan has
+	// none; runs begun before operatorView called the step anyway.
+	if (op == lifecycle.OpUnbind && !begun.NoUnbindTemplate) || !s.visible {
 		if err := s.run(ctx, "apply", func(ctx workflow.Context) workflow.Future {
 			return workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op)
 		}, nil); err != nil {

@@ -320,6 +320,17 @@ func TestBindAndUnbind(t *testing.T) {
 			require.NoError(t, env.GetWorkflowError())
 		})
 	}
+
+	t.Run("an unbind with no template applies nothing", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, binding, lifecycle.OpUnbind).
+			Return(activities.Begun{Generation: 1, MaxPolling: time.Minute, NoUnbindTemplate: true}, nil).Once()
+		env.OnActivity(ops.RemoveResources, mock.Anything, binding, lifecycle.OpUnbind).Return(nil).Once()
+		env.OnActivity(ops.Observe, mock.Anything, binding, lifecycle.OpUnbind).Return(activities.Outcome{State: osbv1alpha1.StateSucceeded}, nil).Once()
+		env.OnActivity(ops.Finish, mock.Anything, binding, lifecycle.OpUnbind, int64(1), mock.Anything, mock.Anything).Return(nil).Once()
+		env.ExecuteWorkflow(workflows.Unbind, binding)
+		require.NoError(t, env.GetWorkflowError())
+	})
 }
 
 // TestRegisteredUnderTheirTypes: the watcher starts the lifecycle
