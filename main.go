@@ -157,6 +157,7 @@ func newWatcherCommand(g *globals) *cobra.Command {
 
 func newAPICommand(g *globals) *cobra.Command {
 	var listen string
+	var tlsFiles api.TLS
 	srv := &api.Server{
 		OSB:   api.Credentials{Username: os.Getenv("QM_OSB_USERNAME"), Password: os.Getenv("QM_OSB_PASSWORD")},
 		Admin: api.Credentials{Username: os.Getenv("QM_ADMIN_USERNAME"), Password: os.Getenv("QM_ADMIN_PASSWORD")},
@@ -166,12 +167,18 @@ func newAPICommand(g *globals) *cobra.Command {
 		Short: "Serve the OSB v2 and admin HTTP API (stateless, active-active)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case tlsFiles.CertFile != "" || tlsFiles.KeyFile != "":
+				srv.TLS = &tlsFiles
+			case tlsFiles.ClientCAFile != "":
+				return errors.New("--tls-client-ca-file needs HTTPS: set --tls-cert-file and --tls-key-file too")
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listening on %s: %w", listen, err)
 			}
 			g.logger.Info("serving the API", "address", ln.Addr().String(), "namespace", srv.Namespace,
-				"admin", srv.Admin.Username != "")
+				"admin", srv.Admin.Username != "", "https", srv.TLS != nil, "clientCertificates", tlsFiles.ClientCAFile != "")
 			srv.Logger = g.logger
 			return g.run(cmd.Context(), false, system.Options{API: srv, APIListener: ln})
 		},
@@ -186,6 +193,9 @@ func newAPICommand(g *globals) *cobra.Command {
 	f.DurationVar(&srv.SyncTimeout, "sync-timeout", api.DefaultSyncTimeout, "how long a synchronous provision, update or deprovision may take before the reply")
 	f.DurationVar(&srv.BindTimeout, "bind-timeout", api.DefaultBindTimeout, "how long a synchronous bind or unbind may take before the reply")
 	f.Int64Var(&srv.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted (413 beyond)")
+	f.StringVar(&tlsFiles.CertFile, "tls-cert-file", os.Getenv("QM_TLS_CERT_FILE"), "serve HTTPS with this PEM certificate (read again when it changes; env QM_TLS_CERT_FILE)")
+	f.StringVar(&tlsFiles.KeyFile, "tls-key-file", os.Getenv("QM_TLS_KEY_FILE"), "the certificate's PEM key (env QM_TLS_KEY_FILE)")
+	f.StringVar(&tlsFiles.ClientCAFile, "tls-client-ca-file", os.Getenv("QM_TLS_CLIENT_CA_FILE"), "accept OSB clients with a certificate from these PEM CAs instead of basic auth (env QM_TLS_CLIENT_CA_FILE)")
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -91,4 +92,16 @@ func TestAPICommand(t *testing.T) {
 	assert.Contains(t, body, `"state":"in_queue"`, "no worker runs here: the request waits in the queue")
 	status, _ = call(http.MethodGet, "/admin/instances", "platform", "osb-secret", "")
 	assert.Equal(t, http.StatusUnauthorized, status, "the admin API has its own credentials")
+}
+
+// TestAPICommandTLSNeedsACertificate: client CAs without a serving
+// certificate stop `qm api` at once, saying what is missing.
+func TestAPICommandTLSNeedsACertificate(t *testing.T) {
+	cmd := newRootCommand()
+	cmd.SetArgs([]string{"api", "--listen", "127.0.0.1:0", "--tls-client-ca-file", "ca.crt"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	err := cmd.ExecuteContext(context.Background())
+	require.Error(t, err)
+	assert.Equal(t, "--tls-client-ca-file needs HTTPS: set --tls-cert-file and --tls-key-file too", err.Error())
 }

@@ -39,6 +39,23 @@ func basicAuth(realm string, creds Credentials) func(http.Handler) http.Handler 
 	}
 }
 
+// certOrBasicAuth lets a request through that came with a verified client
+// certificate (only when the API has client CAs, see TLS.ClientCAFile), and
+// otherwise asks for basic auth.
+func certOrBasicAuth(realm string, creds Credentials) func(http.Handler) http.Handler {
+	basic := basicAuth(realm, creds)
+	return func(next http.Handler) http.Handler {
+		withBasic := basic(next)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if clientCertified(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			withBasic.ServeHTTP(w, r)
+		})
+	}
+}
+
 // brokerAPIVersion checks X-Broker-API-Version: missing is 400, another
 // major version is 412 Precondition Failed, as the OSB spec says.
 func brokerAPIVersion(next http.Handler) http.Handler {

@@ -47,6 +47,8 @@ type Server struct {
 	MaxBodyBytes int64
 	// Logger logs one line per request; nil logs to slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, serves HTTPS; otherwise the API serves plain HTTP.
+	TLS *TLS
 
 	params  parameters.Checker
 	metrics *metrics
@@ -76,7 +78,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	r.Handle("/metrics", s.metrics.handler())
 	r.Route("/v2", func(r chi.Router) {
-		r.Use(requestIdentity, basicAuth("Quartermaster OSB", s.OSB), brokerAPIVersion)
+		r.Use(requestIdentity, certOrBasicAuth("Quartermaster OSB", s.OSB), brokerAPIVersion)
 		r.Get("/catalog", s.getCatalog)
 		r.Route("/service_instances/{instance_id}", func(r chi.Router) {
 			r.Put("/", s.putInstance)
@@ -124,8 +126,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.OSB.Username == "" || s.OSB.Password == "" {
 		return errors.New("the OSB API needs a username and a password (--osb-username/--osb-password or QM_OSB_USERNAME/QM_OSB_PASSWORD)")
 	}
+	handler := s.Handler()
 	srv := &http.Server{
-		Handler:           s.Handler(),
+		Handler: handler,
+		// Failed handshakes and the like go to the API's log, not stderr.
+		ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bodies are at most MaxBodyBytes: a client that trickles one is
 		// cut off rather than holding a connection. Replies may wait up to
@@ -133,8 +138,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute,
 	}
+	serve := func() error { return srv.Serve(ln) }
+	if s.TLS != nil {
+		cfg, err := s.TLS.config()
+		if err != nil {
+			return err
+		}
+		srv.TLSConfig = cfg
+		serve = func() error { return srv.ServeTLS(ln, "", "") }
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- serve() }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving the API on %s: %w", ln.Addr(), err)

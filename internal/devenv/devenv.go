@@ -146,7 +146,7 @@ func Run(ctx context.Context, o Options) error {
 		kubectl := filepath.Join(o.BinDir, "kubectl")
 		fmt.Fprintf(o.Out, "\nQuartermaster is running.\n\n")
 		for _, line := range [][2]string{
-			{"OSB API", "http://" + apiLn.Addr().String() + fmt.Sprintf(" (user %s, password %s)", osb.Username, osb.Password)},
+			{"OSB API", "http://" + apiLn.Addr().String() + fmt.Sprintf(" (plain HTTP on loopback; user %s, password %s)", osb.Username, osb.Password)},
 			{"", fmt.Sprintf("curl -u %s:%s -H 'X-Broker-API-Version: 2.17' http://%s/v2/catalog", osb.Username, osb.Password, apiLn.Addr())},
 			{"admin API", fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, apiLn.Addr())},
 			{"Temporal UI", uiURL},
