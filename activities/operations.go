@@ -221,6 +221,9 @@ func (a *Operations) Observe(ctx context.Context, tg lifecycle.Target, op lifecy
 			return Outcome{}, err
 		}
 	}
+	if err := a.recordMetadata(ctx, t, op, st.Metadata); err != nil {
+		return Outcome{}, err
+	}
 	if o.State == osbv1alpha1.StateInProgress && o.Description != "" {
 		if err := a.showProgress(ctx, t, o.Description); err != nil {
 			return Outcome{}, err

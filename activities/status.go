@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -17,10 +18,11 @@ type status struct {
 	State              osbv1alpha1.OperationState
 	Description        string
 	Error              string
-	DashboardURL       string                      // instances only
-	InstanceUsable     *bool                       // instances only
-	UpdateRepeatable   *bool                       // instances only
-	BindingResponse    osbv1alpha1.BindingResponse // bindings only
+	DashboardURL       string                        // instances only
+	Metadata           *osbv1alpha1.InstanceMetadata // instances only
+	InstanceUsable     *bool                         // instances only
+	UpdateRepeatable   *bool                         // instances only
+	BindingResponse    osbv1alpha1.BindingResponse   // bindings only
 	Resources          []osbv1alpha1.Source
 	ObservedGeneration int64
 	Conditions         []metav1.Condition
@@ -50,10 +52,10 @@ func (a *Operations) patchStatus(ctx context.Context, t *target, mutate func(*st
 		i := t.instance
 		st := &i.Status
 		s = status{State: st.State, Description: st.Description, Error: st.Error, DashboardURL: st.DashboardURL,
-			InstanceUsable: st.InstanceUsable, UpdateRepeatable: st.UpdateRepeatable,
+			Metadata: st.Metadata, InstanceUsable: st.InstanceUsable, UpdateRepeatable: st.UpdateRepeatable,
 			Resources: st.Resources, ObservedGeneration: st.ObservedGeneration, Conditions: st.Conditions}
 		mutate(&s)
-		st.State, st.Description, st.Error, st.DashboardURL = s.State, s.Description, s.Error, s.DashboardURL
+		st.State, st.Description, st.Error, st.DashboardURL, st.Metadata = s.State, s.Description, s.Error, s.DashboardURL, s.Metadata
 		st.InstanceUsable, st.UpdateRepeatable = s.InstanceUsable, s.UpdateRepeatable
 		st.Resources, st.ObservedGeneration, st.Conditions = s.Resources, s.ObservedGeneration, s.Conditions
 		if s.applied {
@@ -95,4 +97,18 @@ func (a *Operations) RecordRetry(ctx context.Context, tg lifecycle.Target, op li
 		s.Description = description
 		s.Error = ""
 	})
+}
+
+// recordMetadata keeps the OSB metadata a provision's or an update's status
+// reports in the instance's status, where the OSB API reads it; it writes
+// only when the metadata changed. Metadata is written here rather than by
+// Finish so that it never travels through a workflow's history.
+func (a *Operations) recordMetadata(ctx context.Context, t *target, op lifecycle.Operation, md *osbv1alpha1.InstanceMetadata) error {
+	if md == nil || t.binding != nil || (op != lifecycle.OpProvision && op != lifecycle.OpUpdate) {
+		return nil
+	}
+	if equality.Semantic.DeepEqual(t.instance.Status.Metadata, md) {
+		return nil
+	}
+	return a.patchStatus(ctx, t, func(s *status) { s.Metadata = md })
 }

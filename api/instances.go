@@ -33,11 +33,12 @@ const (
 
 // instanceResponse is the body of GET /v2/service_instances/:id.
 type instanceResponse struct {
-	ServiceID       string                       `json:"service_id"`
-	PlanID          string                       `json:"plan_id"`
-	DashboardURL    string                       `json:"dashboard_url,omitempty"`
-	Parameters      json.RawMessage              `json:"parameters,omitempty"`
-	MaintenanceInfo *osbv1alpha1.MaintenanceInfo `json:"maintenance_info,omitempty"`
+	ServiceID       string                        `json:"service_id"`
+	PlanID          string                        `json:"plan_id"`
+	DashboardURL    string                        `json:"dashboard_url,omitempty"`
+	Metadata        *osbv1alpha1.InstanceMetadata `json:"metadata,omitempty"`
+	Parameters      json.RawMessage               `json:"parameters,omitempty"`
+	MaintenanceInfo *osbv1alpha1.MaintenanceInfo  `json:"maintenance_info,omitempty"`
 }
 
 // putInstance provisions: it records the request as an SFServiceInstance,
@@ -124,11 +125,11 @@ func (s *Server) answerInstance(w http.ResponseWriter, r *http.Request, inst *os
 	}
 	switch {
 	case lo.State == osbSucceeded && (created || waited) && op == string(lifecycle.OpProvision):
-		writeJSON(w, http.StatusCreated, operationResponse{DashboardURL: inst.Status.DashboardURL})
+		writeJSON(w, http.StatusCreated, operationResponse{DashboardURL: inst.Status.DashboardURL, Metadata: inst.Status.Metadata})
 	case lo.State == osbSucceeded:
-		writeJSON(w, http.StatusOK, operationResponse{DashboardURL: inst.Status.DashboardURL})
+		writeJSON(w, http.StatusOK, operationResponse{DashboardURL: inst.Status.DashboardURL, Metadata: inst.Status.Metadata})
 	case acceptsIncomplete(r):
-		writeJSON(w, http.StatusAccepted, operationResponse{DashboardURL: inst.Status.DashboardURL, Operation: op})
+		writeJSON(w, http.StatusAccepted, operationResponse{DashboardURL: inst.Status.DashboardURL, Metadata: inst.Status.Metadata, Operation: op})
 	case lo.State == osbFailed:
 		writeError(w, http.StatusInternalServerError, "", lo.Description)
 	default:
@@ -340,7 +341,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, instanceResponse{
 		ServiceID: applied.ServiceID, PlanID: applied.PlanID, DashboardURL: inst.Status.DashboardURL,
-		Parameters: rawOf(applied.Parameters), MaintenanceInfo: applied.MaintenanceInfo,
+		Metadata: inst.Status.Metadata, Parameters: rawOf(applied.Parameters), MaintenanceInfo: applied.MaintenanceInfo,
 	})
 }
 

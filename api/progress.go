@@ -38,8 +38,9 @@ type lastOperation struct {
 
 // operationResponse is the body of a 202 Accepted.
 type operationResponse struct {
-	DashboardURL string `json:"dashboard_url,omitempty"`
-	Operation    string `json:"operation,omitempty"`
+	DashboardURL string                        `json:"dashboard_url,omitempty"`
+	Metadata     *osbv1alpha1.InstanceMetadata `json:"metadata,omitempty"`
+	Operation    string                        `json:"operation,omitempty"`
 }
 
 // instanceOperation names the OSB operation an instance's state is about:

@@ -20,7 +20,10 @@
 // document; sources renders a map from a key to {apiVersion, kind, name,
 // namespace}; status renders a map from an operation to
 // {state, description, error, dashboardUrl, instanceUsable,
-// updateRepeatable, response}. A bind's response, an object or a JSON
+// updateRepeatable, metadata, response}. A provision's or an update's
+// metadata, {labels, attributes} with string values, is the instance's OSB
+// metadata: the OSB API returns it with the operation and in GET of the
+// instance. A bind's response, an object or a JSON
 // string, is OSB's: credentials, endpoints ({host, ports, protocol}),
 // volume_mounts, syslog_drain_url, route_service_url and metadata
 // ({expires_at, renew_before}); a field of the wrong shape is a template

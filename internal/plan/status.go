@@ -44,6 +44,9 @@ type Status struct {
 	DashboardURL     string `json:"dashboardUrl,omitempty"`
 	InstanceUsable   *bool  `json:"instanceUsable,omitempty"`
 	UpdateRepeatable *bool  `json:"updateRepeatable,omitempty"`
+	// Metadata is the instance's OSB metadata (labels and attributes,
+	// string values), for a provision or an update.
+	Metadata *osbv1alpha1.InstanceMetadata `json:"metadata,omitempty"`
 	// Response is the bind response, e.g. {"credentials": {...}}. A template
 	// may write it as an object or, as the inter-operator's do, as a JSON
 	// string.

@@ -48,6 +48,11 @@ type SFServiceInstanceStatus struct {
 	Error string `json:"error,omitempty"`
 	// +optional
 	DashboardURL string `json:"dashboardUrl,omitempty"`
+	// Metadata is the OSB metadata of the instance (labels and
+	// attributes), as the plan's status template last reported it for a
+	// provision or an update.
+	// +optional
+	Metadata *InstanceMetadata `json:"metadata,omitempty"`
 	// InstanceUsable is the OSB instance_usable of a failed update or deprovision.
 	// +optional
 	InstanceUsable *bool `json:"instanceUsable,omitempty"`
@@ -67,6 +72,15 @@ type SFServiceInstanceStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// InstanceMetadata is OSB's metadata of a service instance: what a
+// platform shows of it.
+type InstanceMetadata struct {
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// +optional
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // SFServiceInstance is one service instance, created by the OSB API or by kubectl.
