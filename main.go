@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -128,14 +129,29 @@ TEMPORAL_ADDRESS set, that Temporal is used instead of the dev server.`,
 }
 
 func newWorkerCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var hosts []string
+	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run the Temporal worker that hosts the workflows and activities (scales horizontally)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.run(cmd.Context(), true, system.Options{Worker: true, TemporalNamespace: g.temporalNamespace})
+			return g.run(cmd.Context(), true, system.Options{Worker: true, TemporalNamespace: g.temporalNamespace, TemplateHosts: hosts})
 		},
 	}
+	cmd.Flags().StringSliceVar(&hosts, "template-hosts", splitList(os.Getenv("QM_TEMPLATE_HOSTS")),
+		"the only hosts a template url may name (env QM_TEMPLATE_HOSTS, comma-separated; empty allows any)")
+	return cmd
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func newWatcherCommand(g *globals) *cobra.Command {

@@ -39,6 +39,9 @@ type Operations struct {
 	// an operation never acts on a stale instance.
 	Client    client.Client
 	Offerings Offerings
+	// Templates fetches the templates that name a url (nil: any host, the
+	// default bounds).
+	Templates *plan.Fetcher
 
 	runs   runCache
 	params parameters.Checker
@@ -359,7 +362,7 @@ func (a *Operations) subject(ctx context.Context, t *target) (*plan.Subject, *co
 	if err != nil {
 		return nil, nil, err
 	}
-	return &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg}, secret, nil
+	return &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates}, secret, nil
 }
 
 // values builds the template variables. withSources adds every object the

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -51,4 +54,43 @@ func TestRefusedObjectFailsTheInstance(t *testing.T) {
 	})
 	assert.Contains(t, inst.Status.Description, "provision failed: applying ConfigMap "+s.Namespace+`/Not_A_Valid_Name: ConfigMap "Not_A_Valid_Name" is invalid: metadata.name: Invalid value: "Not_A_Valid_Name"`)
 	assert.Empty(t, inst.Status.Resources)
+}
+
+// TestTemplateFromURLPlan: a gotemplate behind a url provisions through the
+// worker; a plan version keeps the body it fetched, and a change to the
+// plan fetches again.
+func TestTemplateFromURLPlan(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	ctx := context.Background()
+	var suffix atomic.Value
+	suffix.Store("first")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ .instance.metadata.name }}-%s}\n", suffix.Load())
+	}))
+	defer srv.Close()
+	planID := s.Plan("from-url", "", `
+  - action: provision
+    type: gotemplate
+    url: `+srv.URL+`/provision.yaml`)
+
+	s.Instance("u-1", planID, "")
+	s.WaitInstance("u-1", "provisioned", testenv.Succeeded(1))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "u-1-first"}, &corev1.ConfigMap{}))
+
+	suffix.Store("second")
+	s.Instance("u-2", planID, "")
+	s.WaitInstance("u-2", "provisioned", testenv.Succeeded(1))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "u-2-first"}, &corev1.ConfigMap{}),
+		"the plan did not change: the body fetched for it stays")
+
+	var p osbv1alpha1.SFPlan
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "from-url"}, &p))
+	base := p.DeepCopy()
+	p.Spec.Description = "a new version"
+	require.NoError(t, s.Kube.Client.Patch(ctx, &p, ctrlclient.MergeFrom(base)))
+	s.WaitPlanGeneration(planID, p.Generation)
+	s.Instance("u-3", planID, "")
+	s.WaitInstance("u-3", "provisioned", testenv.Succeeded(1))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "u-3-second"}, &corev1.ConfigMap{}),
+		"a new plan version fetches again")
 }

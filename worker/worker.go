@@ -14,6 +14,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/activities"
+	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/workflows"
 	"github.com/quartermaster/qm/workflows/runs"
 )
@@ -21,11 +22,11 @@ import (
 // New returns a worker for the Quartermaster task queue with every workflow
 // and activity registered. kube is the (uncached) client the activities use;
 // offerings finds plans and services.
-func New(c client.Client, kube ctrlclient.Client, offerings activities.Offerings) sdkworker.Worker {
+func New(c client.Client, kube ctrlclient.Client, offerings activities.Offerings, templates *plan.Fetcher) sdkworker.Worker {
 	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: kube})
-	w.RegisterActivity(&activities.Operations{Client: kube, Offerings: offerings})
+	w.RegisterActivity(&activities.Operations{Client: kube, Offerings: offerings, Templates: templates})
 	return w
 }
 

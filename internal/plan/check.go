@@ -11,7 +11,7 @@ import (
 // Check reports the first problem of a plan's templates that can be found
 // without rendering them: a template that does not parse (with its line), a
 // helm chart archive that does not load, or two templates for one action.
-// A chart behind a url is not fetched.
+// A template behind a url is not fetched.
 func Check(plan *osbv1alpha1.SFPlan) error {
 	funcs := Funcs(registry.New(registry.Instance, nil))
 	seen := map[osbv1alpha1.TemplateAction]bool{}
@@ -23,15 +23,15 @@ func Check(plan *osbv1alpha1.SFPlan) error {
 		seen[t.Action] = true
 		switch {
 		case t.Type == osbv1alpha1.TemplateHelm && t.ContentEncoded != "":
-			archive, err := chartArchive(t)
+			archive, err := inlineArchive(t)
 			if err != nil {
 				return err
 			}
 			if _, err := LoadChart(archive); err != nil {
 				return templateError(t.Action, err)
 			}
-		case t.Type == osbv1alpha1.TemplateGo:
-			content, err := gotemplateBody(t)
+		case t.Type == osbv1alpha1.TemplateGo && (t.Content != "" || t.ContentEncoded != ""):
+			content, err := inlineBody(t)
 			if err != nil {
 				return err
 			}

@@ -10,11 +10,16 @@
 // for an update), bind, unbind, sources and status. A template's body is
 // spec.templates[].content, or contentEncoded (base64), or for helm a url:
 //
-//   - gotemplate: Go text/template, from content or contentEncoded. A url is
-//     refused: a template fetched at render time could change under a
-//     running instance.
-//   - helm: a chart archive (.tgz) from contentEncoded, or fetched from url
-//     through Helm's getters (retried while the fetch fails).
+//   - gotemplate: Go text/template, from content, contentEncoded or url.
+//   - helm: a chart archive (.tgz) from contentEncoded or url.
+//
+// A url is fetched by the worker's Fetcher: http and https directly, other
+// schemes (oci) through Helm's getters; within its bounds (the worker's
+// --template-hosts, 10 MiB, 30 s: a host not allowed or a body too large
+// fails the operation, other fetch errors are retried). The body is kept per
+// plan generation, so every render of one plan version sees the same body
+// and a change to the plan fetches again; the cache lives in the worker's
+// memory, so a restarted worker fetches again too.
 //
 // provision, bind and unbind render Kubernetes objects, one per YAML
 // document; sources renders a map from a key to {apiVersion, kind, name,

@@ -10,9 +10,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/cli"
 	"helm.sh/helm/v3/pkg/engine"
-	"helm.sh/helm/v3/pkg/getter"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -33,25 +31,6 @@ func LoadChart(archive []byte) (*chart.Chart, error) {
 		return nil, fmt.Errorf("loading the helm chart: %w", err)
 	}
 	return ch, nil
-}
-
-// FetchChart downloads a chart archive from an http or https URL through
-// Helm's getters, so that Helm's TLS and proxy settings apply.
-func FetchChart(url string) ([]byte, error) {
-	g, err := getter.All(cli.New()).ByScheme(schemeOf(url))
-	if err != nil {
-		return nil, fmt.Errorf("fetching the helm chart %s: %w", url, err)
-	}
-	buf, err := g.Get(url)
-	if err != nil {
-		return nil, fmt.Errorf("fetching the helm chart %s: %w", url, err)
-	}
-	return buf.Bytes(), nil
-}
-
-func schemeOf(url string) string {
-	scheme, _, _ := strings.Cut(url, "://")
-	return scheme
 }
 
 // Helm renders a chart. Its values are the chart's defaults, overridden by

@@ -1,8 +1,6 @@
 package plan_test
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,31 +33,4 @@ func TestHelm(t *testing.T) {
 	objs, err = plan.Helm(ch, plan.Release{Name: "i-1", Namespace: "tenant-a", Upgrade: true}, nil, vars)
 	require.NoError(t, err)
 	assert.Len(t, objs, 3)
-}
-
-func TestFetchChart(t *testing.T) {
-	archive := testenv.ChartArchive(t)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/charts/tenant-0.1.0.tgz" {
-			http.NotFound(w, r)
-			return
-		}
-		_, _ = w.Write(archive)
-	}))
-	defer srv.Close()
-
-	raw, err := plan.FetchChart(srv.URL + "/charts/tenant-0.1.0.tgz")
-	require.NoError(t, err)
-	ch, err := plan.LoadChart(raw)
-	require.NoError(t, err)
-	assert.Equal(t, "tenant", ch.Name())
-
-	_, err = plan.FetchChart(srv.URL + "/charts/missing.tgz")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "fetching the helm chart")
-	assert.Contains(t, err.Error(), "404")
-
-	_, err = plan.LoadChart([]byte("not a tarball"))
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "loading the helm chart")
 }

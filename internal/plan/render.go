@@ -52,7 +52,7 @@ func (s *Subject) Text(action osbv1alpha1.TemplateAction, values Values) (string
 	if tmpl == nil {
 		return "", templateError(action, errors.New("the plan has none"))
 	}
-	content, err := gotemplateBody(tmpl)
+	content, err := s.gotemplateBody(tmpl)
 	if err != nil {
 		return "", err
 	}
@@ -112,7 +112,7 @@ func (s *Subject) Status(op string, values Values) (*Status, error) {
 
 // helmObjects renders a chart template.
 func (s *Subject) helmObjects(tmpl *osbv1alpha1.TemplateSpec, values Values) ([]*unstructured.Unstructured, error) {
-	archive, err := chartArchive(tmpl)
+	archive, err := s.chartArchive(tmpl)
 	if err != nil {
 		return nil, err
 	}
@@ -127,9 +127,19 @@ func (s *Subject) helmObjects(tmpl *osbv1alpha1.TemplateSpec, values Values) ([]
 	return objs, nil
 }
 
-// gotemplateBody is the text of a gotemplate: content, or contentEncoded
-// decoded.
-func gotemplateBody(tmpl *osbv1alpha1.TemplateSpec) (string, error) {
+// gotemplateBody is the text of a gotemplate: content, contentEncoded
+// decoded, or fetched from url.
+func (s *Subject) gotemplateBody(tmpl *osbv1alpha1.TemplateSpec) (string, error) {
+	if tmpl.URL != "" && tmpl.Content == "" && tmpl.ContentEncoded == "" {
+		raw, err := s.fetcher().Fetch(s.Plan, tmpl)
+		return string(raw), err
+	}
+	return inlineBody(tmpl)
+}
+
+// inlineBody is the text of a gotemplate given in the plan: content, or
+// contentEncoded decoded.
+func inlineBody(tmpl *osbv1alpha1.TemplateSpec) (string, error) {
 	switch {
 	case tmpl.Content != "":
 		return tmpl.Content, nil
@@ -139,8 +149,6 @@ func gotemplateBody(tmpl *osbv1alpha1.TemplateSpec) (string, error) {
 			return "", templateError(tmpl.Action, fmt.Errorf("contentEncoded is not base64: %w", err))
 		}
 		return string(raw), nil
-	case tmpl.URL != "":
-		return "", templateError(tmpl.Action, errors.New("gotemplate templates fetched from a url are not supported; give content"))
 	default:
 		return "", nil
 	}
@@ -148,17 +156,29 @@ func gotemplateBody(tmpl *osbv1alpha1.TemplateSpec) (string, error) {
 
 // chartArchive is a helm template's chart archive: contentEncoded decoded,
 // or fetched from url.
-func chartArchive(tmpl *osbv1alpha1.TemplateSpec) ([]byte, error) {
+func (s *Subject) chartArchive(tmpl *osbv1alpha1.TemplateSpec) ([]byte, error) {
 	switch {
 	case tmpl.ContentEncoded != "":
-		raw, err := base64.StdEncoding.DecodeString(tmpl.ContentEncoded)
-		if err != nil {
-			return nil, templateError(tmpl.Action, fmt.Errorf("contentEncoded is not base64: %w", err))
-		}
-		return raw, nil
+		return inlineArchive(tmpl)
 	case tmpl.URL != "":
-		return FetchChart(tmpl.URL)
+		return s.fetcher().Fetch(s.Plan, tmpl)
 	default:
 		return nil, templateError(tmpl.Action, errors.New("a helm template needs url or contentEncoded"))
 	}
+}
+
+// inlineArchive is a chart archive given in the plan, base64-encoded.
+func inlineArchive(tmpl *osbv1alpha1.TemplateSpec) ([]byte, error) {
+	raw, err := base64.StdEncoding.DecodeString(tmpl.ContentEncoded)
+	if err != nil {
+		return nil, templateError(tmpl.Action, fmt.Errorf("contentEncoded is not base64: %w", err))
+	}
+	return raw, nil
+}
+
+func (s *Subject) fetcher() *Fetcher {
+	if s.Fetcher != nil {
+		return s.Fetcher
+	}
+	return defaultFetcher
 }

@@ -25,6 +25,9 @@ type Subject struct {
 	Instance *osbv1alpha1.SFServiceInstance // nil when unbinding from an instance already gone
 	Binding  *osbv1alpha1.SFServiceBinding  // nil for instance operations
 	Registry *registry.Registry
+	// Fetcher downloads the templates that name a url; nil uses one with
+	// the default bounds and any host.
+	Fetcher *Fetcher
 }
 
 // Values are the variables of a template (see the package doc). Every value

@@ -20,6 +20,7 @@ import (
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/internal/offerings"
+	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/worker"
 )
@@ -28,6 +29,9 @@ import (
 type Options struct {
 	// Kube reaches the cluster the components work on.
 	Kube *rest.Config
+	// TemplateHosts, when set, are the only hosts the worker fetches
+	// templates from (plan.Fetcher.AllowedHosts).
+	TemplateHosts []string
 	// Temporal is a client of the Temporal frontend, for the worker and the
 	// watcher.
 	Temporal client.Client
@@ -106,7 +110,7 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 				return err
 			}
 		}
-		w := worker.New(o.Temporal, s.Kube, s.Offerings)
+		w := worker.New(o.Temporal, s.Kube, s.Offerings, &plan.Fetcher{AllowedHosts: o.TemplateHosts})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
 		}

@@ -230,6 +230,21 @@ spec:
 	return id
 }
 
+// WaitPlanGeneration waits until every running component sees generation
+// gen (or a later one) of the plan planID.
+func (s *System) WaitPlanGeneration(planID string, gen int64) {
+	s.t.Helper()
+	for _, sys := range []*system.System{s.worker, s.rest} {
+		if sys == nil || sys.Offerings == nil {
+			continue
+		}
+		require.Eventually(s.t, func() bool {
+			p, err := sys.Offerings.Plan(context.Background(), planID)
+			return err == nil && p.Generation >= gen
+		}, 10*time.Second, 20*time.Millisecond, "Quartermaster sees generation %d of plan %s", gen, planID)
+	}
+}
+
 // Create creates the object a YAML or JSON manifest describes.
 func (s *System) Create(manifest string) *unstructured.Unstructured {
 	s.t.Helper()
