@@ -233,11 +233,7 @@ func (s *Server) getBinding(w http.ResponseWriter, r *http.Request) {
 func (s *Server) bindingLastOperation(w http.ResponseWriter, r *http.Request) {
 	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
 	asked := r.URL.Query().Get("operation")
-	missing := http.StatusNotFound
-	if asked == string(lifecycle.OpUnbind) {
-		missing = http.StatusGone
-	}
-	b, e := s.binding(r.Context(), iid, bid, missing)
+	b, e := s.polledBinding(r.Context(), iid, bid, asked, pollMissing(asked, string(lifecycle.OpUnbind)))
 	if e != nil {
 		s.refuse(w, e)
 		return

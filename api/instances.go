@@ -350,11 +350,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 func (s *Server) instanceLastOperation(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "instance_id")
 	asked := r.URL.Query().Get("operation")
-	missing := http.StatusNotFound
-	if asked == string(lifecycle.OpDeprovision) {
-		missing = http.StatusGone
-	}
-	inst, e := s.instance(r.Context(), id, missing)
+	inst, e := s.polledInstance(r.Context(), id, asked, pollMissing(asked, string(lifecycle.OpDeprovision)))
 	if e != nil {
 		s.refuse(w, e)
 		return

@@ -49,6 +49,10 @@ type Server struct {
 	Logger *slog.Logger
 	// TLS, when set, serves HTTPS; otherwise the API serves plain HTTP.
 	TLS *TLS
+	// Cache, when set, is an informer cache of the namespace's
+	// SFServiceInstances and SFServiceBindings, from which last_operation
+	// polls are answered when that is safe (see polls.go).
+	Cache client.Reader
 
 	params  parameters.Checker
 	metrics *metrics

@@ -15,10 +15,12 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/offerings"
 	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/starter"
@@ -127,10 +129,38 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 		if o.APIListener == nil {
 			return errors.New("the API needs a listener")
 		}
-		o.API.Kube, o.API.Offerings = s.Kube, s.Offerings
+		polls, err := pollCache(ctx, g, o.Kube, o.API.Namespace)
+		if err != nil {
+			return err
+		}
+		o.API.Kube, o.API.Offerings, o.API.Cache = s.Kube, s.Offerings, polls
 		g.Go(func() error { return o.API.Serve(ctx, o.APIListener) })
 	}
 	return nil
+}
+
+// pollCache starts an informer cache of the SFServiceInstances and
+// SFServiceBindings of the API's namespace (all, when it is empty), for the
+// API's last_operation polls, and returns once it has synced.
+func pollCache(ctx context.Context, g *errgroup.Group, cfg *rest.Config, namespace string) (cache.Cache, error) {
+	opts := cache.Options{Scheme: crds.NewScheme()}
+	if namespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	}
+	c, err := cache.New(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the API's cache: %w", err)
+	}
+	for _, obj := range []ctrlclient.Object{&osbv1alpha1.SFServiceInstance{}, &osbv1alpha1.SFServiceBinding{}} {
+		if _, err := c.GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("watching %T for the API: %w", obj, err)
+		}
+	}
+	g.Go(func() error { return c.Start(ctx) })
+	if !c.WaitForCacheSync(ctx) {
+		return nil, errors.New("the API's cache of instances and bindings did not sync")
+	}
+	return c, nil
 }
 
 // runWorker stops the worker when ctx is done.
