@@ -82,7 +82,7 @@ func (f *Fetcher) Fetch(plan *osbv1alpha1.SFPlan, tmpl *osbv1alpha1.TemplateSpec
 	}
 	u, err := url.Parse(tmpl.URL)
 	if err != nil {
-		return nil, templateError(tmpl.Action, fmt.Errorf("url %q: %w", tmpl.URL, err))
+		return nil, templateError(tmpl.Action, fmt.Errorf("the url does not parse: %w", err))
 	}
 	if err := f.allowed(u); err != nil {
 		return nil, templateError(tmpl.Action, err)
@@ -100,7 +100,7 @@ func (f *Fetcher) Fetch(plan *osbv1alpha1.SFPlan, tmpl *osbv1alpha1.TemplateSpec
 		return nil, templateError(tmpl.Action, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s template: fetching %s: %w", tmpl.Action, tmpl.URL, err)
+		return nil, fmt.Errorf("%s template: fetching %s: %w", tmpl.Action, u.Redacted(), err)
 	}
 	f.cache.Add(key, body, fetchedTTL)
 	return body, nil
