@@ -76,7 +76,7 @@ type component struct {
 	done chan struct{}
 }
 
-// clusterParts starts kube-controller-manager, kube-scheduler and kwok
+// startClusterParts starts kube-controller-manager, kube-scheduler and kwok
 // against a running API server, registers the simulated nodes, and waits
 // until the controllers and the nodes are at work.
 func (c *ControlPlane) startClusterParts(opts Options, dir string) error {
