@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
@@ -245,10 +246,16 @@ func (s *Server) bindingLastOperation(w http.ResponseWriter, r *http.Request) {
 	writeLastOperation(w, bindingProgress(b))
 }
 
-// binding reads the SFServiceBinding of an OSB binding_id of instance iid.
+// binding reads the SFServiceBinding of an OSB binding_id of instance iid
+// from the API server.
 func (s *Server) binding(ctx context.Context, iid, bid string, missing int) (*osbv1alpha1.SFServiceBinding, *requestError) {
+	return s.bindingFrom(ctx, s.Kube, iid, bid, missing)
+}
+
+// bindingFrom reads it through r: the API server, or the poll cache.
+func (s *Server) bindingFrom(ctx context.Context, r client.Reader, iid, bid string, missing int) (*osbv1alpha1.SFServiceBinding, *requestError) {
 	var b osbv1alpha1.SFServiceBinding
-	err := s.Kube.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(bid)}, &b)
+	err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(bid)}, &b)
 	if apierrors.IsNotFound(err) || (err == nil && (b.Spec.ID != bid || b.Spec.InstanceID != ResourceName(iid))) {
 		if missing == http.StatusGone {
 			return nil, &requestError{status: missing}

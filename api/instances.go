@@ -362,11 +362,16 @@ func (s *Server) instanceLastOperation(w http.ResponseWriter, r *http.Request) {
 	writeLastOperation(w, instanceProgress(inst))
 }
 
-// instance reads the SFServiceInstance of an OSB instance_id; a missing one
-// is refused with the status the endpoint gives for it.
+// instance reads the SFServiceInstance of an OSB instance_id from the API
+// server; a missing one is refused with the status the endpoint gives for it.
 func (s *Server) instance(ctx context.Context, id string, missing int) (*osbv1alpha1.SFServiceInstance, *requestError) {
+	return s.instanceFrom(ctx, s.Kube, id, missing)
+}
+
+// instanceFrom reads it through r: the API server, or the poll cache.
+func (s *Server) instanceFrom(ctx context.Context, r client.Reader, id string, missing int) (*osbv1alpha1.SFServiceInstance, *requestError) {
 	var inst osbv1alpha1.SFServiceInstance
-	err := s.Kube.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(id)}, &inst)
+	err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(id)}, &inst)
 	if apierrors.IsNotFound(err) || (err == nil && inst.Spec.InstanceID != "" && inst.Spec.InstanceID != id) {
 		if missing == http.StatusGone {
 			return nil, &requestError{status: missing} // the spec's empty body

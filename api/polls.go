@@ -4,8 +4,6 @@ import (
 	"context"
 	"net/http"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
 
@@ -23,10 +21,8 @@ import (
 // concerns.
 func (s *Server) polledInstance(ctx context.Context, id, asked string, missing int) (*osbv1alpha1.SFServiceInstance, *requestError) {
 	if s.Cache != nil && asked != "" {
-		var inst osbv1alpha1.SFServiceInstance
-		err := s.Cache.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(id)}, &inst)
-		if err == nil && (inst.Spec.InstanceID == "" || inst.Spec.InstanceID == id) && instanceOperation(&inst) == asked {
-			return &inst, nil
+		if inst, e := s.instanceFrom(ctx, s.Cache, id, missing); e == nil && instanceOperation(inst) == asked {
+			return inst, nil
 		}
 	}
 	return s.instance(ctx, id, missing)
@@ -36,10 +32,8 @@ func (s *Server) polledInstance(ctx context.Context, id, asked string, missing i
 // concerns.
 func (s *Server) polledBinding(ctx context.Context, iid, bid, asked string, missing int) (*osbv1alpha1.SFServiceBinding, *requestError) {
 	if s.Cache != nil && asked != "" {
-		var b osbv1alpha1.SFServiceBinding
-		err := s.Cache.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(bid)}, &b)
-		if err == nil && b.Spec.ID == bid && b.Spec.InstanceID == ResourceName(iid) && bindingOperation(&b) == asked {
-			return &b, nil
+		if b, e := s.bindingFrom(ctx, s.Cache, iid, bid, missing); e == nil && bindingOperation(b) == asked {
+			return b, nil
 		}
 	}
 	return s.binding(ctx, iid, bid, missing)
