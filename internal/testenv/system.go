@@ -218,15 +218,7 @@ spec:
 %s
   templates:
 %s`, name, s.Namespace, name, id, s.ServiceID, extra, templates))
-	for _, sys := range []*system.System{s.worker, s.rest} {
-		if sys == nil || sys.Offerings == nil {
-			continue
-		}
-		require.Eventually(s.t, func() bool {
-			_, err := sys.Offerings.Plan(context.Background(), id)
-			return err == nil
-		}, 10*time.Second, 20*time.Millisecond, "Quartermaster sees plan %s", name)
-	}
+	s.WaitPlanGeneration(id, 1)
 	return id
 }
 
