@@ -1,15 +1,18 @@
 // Package samples holds sample catalogs. `qm dev` installs those that
-// Installed names: tenant-namespace, which needs no more than an API
-// server, and key-value-store, which needs controllers and nodes (the
-// embedded cluster has them). postgresql.yaml is the seed's plan for
-// clusters that run the Zalando postgres operator.
+// Installed names: tenant-namespace and key-value-store, which need a
+// cluster's controllers (the namespace controller; the workload
+// controllers, a scheduler and nodes), as the embedded cluster has them.
+// postgresql.yaml is the seed's plan for clusters that run the Zalando
+// postgres operator.
 package samples
 
 import (
+	"context"
 	"embed"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/internal/plan"
 )
@@ -31,4 +34,22 @@ func Load(name string) ([]*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("the %s sample: %w", name, err)
 	}
 	return objs, nil
+}
+
+// Install applies the samples that Installed names in namespace, with
+// server-side apply under fieldOwner, so that a repeated install is a no-op.
+func Install(ctx context.Context, c client.Client, namespace, fieldOwner string) error {
+	for _, name := range Installed {
+		objs, err := Load(name)
+		if err != nil {
+			return err
+		}
+		for _, obj := range objs {
+			obj.SetNamespace(namespace)
+			if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+				return fmt.Errorf("installing the sample %s %s: %w", obj.GetKind(), obj.GetName(), err)
+			}
+		}
+	}
+	return nil
 }

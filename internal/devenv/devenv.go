@@ -25,7 +25,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
@@ -131,7 +130,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := installSamples(ctx, sys.Kube); err != nil {
+	// The sample services and plans, so that a new user can provision,
+	// bind, unbind and deprovision at once.
+	if err := samples.Install(ctx, sys.Kube, SampleNamespace, "qm-dev"); err != nil {
 		_ = sys.Stop()
 		return err
 	}
@@ -307,24 +308,6 @@ func credentials(dataDir, file, userEnv, passEnv, user string) (api.Credentials,
 
 // SampleNamespace is where `qm dev` installs the sample service and plan.
 const SampleNamespace = "default"
-
-// installSamples applies the sample services and plans, so that a new user
-// can provision, bind, unbind and deprovision at once.
-func installSamples(ctx context.Context, kube ctrlclient.Client) error {
-	for _, name := range samples.Installed {
-		objs, err := samples.Load(name)
-		if err != nil {
-			return err
-		}
-		for _, obj := range objs {
-			obj.SetNamespace(SampleNamespace)
-			if err := kube.Patch(ctx, obj, ctrlclient.Apply, ctrlclient.FieldOwner("qm-dev"), ctrlclient.ForceOwnership); err != nil {
-				return fmt.Errorf("installing the sample %s %s: %w", obj.GetKind(), obj.GetName(), err)
-			}
-		}
-	}
-	return nil
-}
 
 // selfCheckID is the workflow ID of the start-up self-check; every start of
 // qm dev runs it again under this ID, so the UI lists the runs together.

@@ -260,15 +260,7 @@ var installSample sync.Once
 func (s *System) installSample() {
 	s.t.Helper()
 	installSample.Do(func() {
-		for _, name := range samples.Installed {
-			objs, err := samples.Load(name)
-			require.NoError(s.t, err)
-			for _, obj := range objs {
-				obj.SetNamespace("default")
-				require.NoError(s.t, s.Kube.Client.Patch(context.Background(), obj, ctrlclient.Apply,
-					ctrlclient.FieldOwner("test"), ctrlclient.ForceOwnership))
-			}
-		}
+		require.NoError(s.t, samples.Install(context.Background(), s.Kube.Client, "default", "test"))
 	})
 }
 
