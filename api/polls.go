@@ -15,7 +15,10 @@ import (
 // before it ("provision" for a poll of "update-2", an instance without a
 // deletion for "deprovision"), or is missing; both fall back to a direct
 // read, so a platform never sees its own operation missing or stale. A poll
-// that names no operation reads directly.
+// that names no operation reads directly. The other way round, an
+// operation that has just ended may still be "in progress" in the cache for
+// as long as the watch lags (milliseconds); the platform's next poll sees
+// the end.
 
 // polledInstance reads the instance that a last_operation for asked
 // concerns.

@@ -42,6 +42,22 @@ func (s *System) Expect(method, path, body string, wantStatus int, wantBody stri
 	return got
 }
 
+// ExpectSoon repeats a GET until it answers wantStatus and wantBody (JSON),
+// and fails if it has not within 30 s. last_operation is answered from the
+// API's informer cache, which may speak of an operation's last state for as
+// long as its watch lags behind the API server; ExpectSoon is for the
+// checks that follow an operation's end.
+func (s *System) ExpectSoon(path string, wantStatus int, wantBody string) {
+	s.t.Helper()
+	require.EventuallyWithT(s.t, func(c *assert.CollectT) {
+		status, got, _ := HTTP(s.t, http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
+		assert.Equal(c, wantStatus, status, "GET %s: %s", path, got)
+		if assert.True(c, json.Valid([]byte(got)), "GET %s: the body is not JSON: %q", path, got) {
+			assert.JSONEq(c, wantBody, got, "GET %s", path)
+		}
+	}, 30*time.Second, 20*time.Millisecond, "GET %s answers %d", path, wantStatus)
+}
+
 // PollLastOperation polls path until the state is no longer in progress
 // and returns the final body.
 func (s *System) PollLastOperation(path string) map[string]any {
