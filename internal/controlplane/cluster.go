@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	_ "embed"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -65,9 +66,22 @@ const (
 	// KwokStages is the stage configuration `make tools` writes next to
 	// kwok: kwok's own default stages, as kwokctl configures them.
 	KwokStages = "kwok-stages.yaml"
+	// kwokImagesFile holds kwokImages in the cluster's directory.
+	kwokImagesFile = "kwok-images.yaml"
+	// UnpullableImage is never pulled on the simulated nodes: its pods
+	// stay Pending with ErrImagePull.
+	UnpullableImage = "quartermaster.invalid/unpullable"
+	// FailingImage runs and exits 1 on the simulated nodes; every other
+	// image of a Job's pod exits 0.
+	FailingImage = "quartermaster.invalid/fail"
 	// saKeyFile signs service-account tokens; the API server verifies with it.
 	saKeyFile = "sa-signer.key"
 )
+
+// kwokImages are the stages of UnpullableImage and FailingImage.
+//
+//go:embed kwok-images.yaml
+var kwokImages []byte
 
 // component is one child process of the cluster.
 type component struct {
@@ -83,6 +97,9 @@ func (c *ControlPlane) startClusterParts(opts Options, dir string) error {
 	kubeconfig, err := c.componentKubeconfig(dir)
 	if err != nil {
 		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, kwokImagesFile), kwokImages, 0o600); err != nil {
+		return fmt.Errorf("writing kwok's stages of simulated images: %w", err)
 	}
 	caFile := filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(caFile, c.Config.CAData, 0o600); err != nil {
@@ -116,6 +133,7 @@ func (c *ControlPlane) startClusterParts(opts Options, dir string) error {
 		{"kwok", []string{
 			"--kubeconfig=" + kubeconfig,
 			"--config=" + filepath.Join(opts.BinDir, KwokStages),
+			"--config=" + filepath.Join(dir, kwokImagesFile),
 			"--manage-all-nodes=false",
 			"--manage-nodes-with-annotation-selector=" + kwokNodeAnnotation + "=fake",
 			"--node-lease-duration-seconds=40",

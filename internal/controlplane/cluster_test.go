@@ -120,6 +120,39 @@ func TestJobAndCronJobComplete(t *testing.T) {
 	}, 2*time.Minute, 250*time.Millisecond, "the CronJob runs a Job to completion within its first minute")
 }
 
+// TestSimulatedImages: a Job's pod with FailingImage fails, and so does its
+// Job; a pod with UnpullableImage stays Pending with ErrImagePull.
+func TestSimulatedImages(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	ctx := context.Background()
+	failing := podSpec("100m", corev1.RestartPolicyNever)
+	failing.Spec.Containers[0].Image = controlplane.FailingImage
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "fails", Namespace: ns},
+		Spec:       batchv1.JobSpec{Template: failing, BackoffLimit: ptr.To[int32](0)},
+	}
+	require.NoError(t, kube.Client.Create(ctx, job))
+	require.Eventually(t, func() bool {
+		return kube.Client.Get(ctx, client.ObjectKeyFromObject(job), job) == nil && job.Status.Failed == 1
+	}, time.Minute, 100*time.Millisecond, "the Job's pod fails")
+
+	unpullable := podSpec("100m", corev1.RestartPolicyNever)
+	unpullable.Spec.Containers[0].Image = controlplane.UnpullableImage
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "unpullable", Namespace: ns}, Spec: unpullable.Spec}
+	require.NoError(t, kube.Client.Create(ctx, pod))
+	require.Eventually(t, func() bool {
+		if kube.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod) != nil || len(pod.Status.ContainerStatuses) == 0 {
+			return false
+		}
+		w := pod.Status.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "ErrImagePull"
+	}, time.Minute, 100*time.Millisecond, "the pod waits on its image")
+	time.Sleep(2 * time.Second)
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod))
+	assert.Equal(t, corev1.PodPending, pod.Status.Phase, "the pod never runs")
+}
+
 func TestNamespaceFinishesDeleting(t *testing.T) {
 	kube := testenv.Kubernetes(t)
 	ns := kube.Namespace(t)
