@@ -93,6 +93,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupOfferingStatus(mgr); err != nil {
 		return nil, err
 	}
+	if err := setupHealthChecks(mgr, tc, copts); err != nil {
+		return nil, err
+	}
 	return mgr, nil
 }
 

@@ -21,12 +21,17 @@ import (
 
 // New returns a worker for the Quartermaster task queue with every workflow
 // and activity registered. kube is the (uncached) client the activities use;
-// offerings finds plans and services.
-func New(c client.Client, kube ctrlclient.Client, offerings activities.Offerings, templates *plan.Fetcher) sdkworker.Worker {
+// offerings finds plans and services; checks runs the registered services'
+// health checks (nil: through kube, without a cache or Events).
+func New(c client.Client, kube ctrlclient.Client, offerings activities.Offerings, templates *plan.Fetcher, checks *activities.HealthChecks) sdkworker.Worker {
 	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: kube})
 	w.RegisterActivity(&activities.Operations{Client: kube, Offerings: offerings, Templates: templates})
+	if checks == nil {
+		checks = &activities.HealthChecks{Client: kube}
+	}
+	w.RegisterActivity(checks)
 	return w
 }
 

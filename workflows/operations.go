@@ -302,6 +302,7 @@ func ptr[T any](v T) *T { return &v }
 // registered under runs.WorkflowType, the names the watcher starts them by.
 func Register(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(SelfCheck)
+	r.RegisterWorkflowWithOptions(HealthChecks, workflow.RegisterOptions{Name: runs.HealthChecksType})
 	for op, wf := range map[lifecycle.Operation]any{
 		lifecycle.OpProvision:   Provision,
 		lifecycle.OpUpdate:      Update,

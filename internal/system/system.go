@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -40,6 +41,10 @@ type Options struct {
 	// TemporalNamespace, when set, has the worker register the search
 	// attributes the workflows set, where they are missing.
 	TemporalNamespace string
+	// HealthCheckMinute is how long a minute of the registered services'
+	// health checks lasts: time.Minute unless set, shorter in tests and
+	// demos.
+	HealthCheckMinute time.Duration
 
 	// Worker runs the Temporal worker.
 	Worker bool
@@ -112,7 +117,11 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 				return err
 			}
 		}
-		w := worker.New(o.Temporal, s.Kube, s.Offerings, &plan.Fetcher{AllowedHosts: o.TemplateHosts})
+		checks, err := healthChecks(ctx, g, o.Kube, s.Kube, o.HealthCheckMinute)
+		if err != nil {
+			return err
+		}
+		w := worker.New(o.Temporal, s.Kube, s.Offerings, &plan.Fetcher{AllowedHosts: o.TemplateHosts}, checks)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
 		}

@@ -85,6 +85,9 @@ type Parts struct {
 	// Bare runs the System on BareKubernetes, the API server alone,
 	// instead of the full cluster.
 	Bare bool
+	// HealthCheckMinute is the length of a health check's minute for the
+	// worker (default: a minute).
+	HealthCheckMinute time.Duration
 	// Sample installs the samples of `qm dev` first (TenantService,
 	// TenantPlan, KeyValueService, KeyValuePlan).
 	Sample bool
@@ -107,12 +110,13 @@ type System struct {
 	URL string
 
 	worker, rest *system.System
+	minute       time.Duration
 }
 
 // Start runs the parts of Quartermaster that parts names until the test ends.
 func Start(t testing.TB, parts Parts) *System {
 	t.Helper()
-	s := &System{t: t, Namespace: parts.Namespace, ServiceID: parts.ServiceID}
+	s := &System{t: t, Namespace: parts.Namespace, ServiceID: parts.ServiceID, minute: parts.HealthCheckMinute}
 	if parts.Bare {
 		s.Kube = BareKubernetes(t)
 	} else {
@@ -186,7 +190,7 @@ func (s *System) run(o system.Options) *system.System {
 // `qm worker` has.
 func (s *System) StartWorker() {
 	s.t.Helper()
-	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true})
+	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute})
 }
 
 // StopWorker stops the worker: nothing moves until StartWorker.

@@ -5,6 +5,7 @@
 package runs
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/quartermaster/qm/internal/lifecycle"
@@ -29,4 +30,19 @@ func WorkflowType(op lifecycle.Operation) string {
 		return ""
 	}
 	return strings.ToUpper(name[:1]) + name[1:]
+}
+
+// HealthChecksType is the registered name of the health-check loop of one
+// shard of the registered services.
+const HealthChecksType = "HealthChecks"
+
+// SignalServiceChanged tells a health-check loop that a service
+// ("namespace/name") was created, changed or deleted: its loop checks it
+// at once.
+const SignalServiceChanged = "service-changed"
+
+// HealthChecksID is the ID of the health-check loop of shard, e.g.
+// "registeredservices/shard-07". One ID per shard keeps one loop.
+func HealthChecksID(shard int) string {
+	return fmt.Sprintf("registeredservices/shard-%02d", shard)
 }

@@ -1,0 +1,66 @@
+package system
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/activities"
+	"github.com/quartermaster/qm/crds"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/healthcheck"
+)
+
+// healthChecks builds the worker's health-check activities: a cache of the
+// registered services and of their checks' Jobs and pods (those alone, by
+// label), so that a pass over thousands of services reads nothing from the
+// API server, and a recorder for the Events of their changes of state.
+func healthChecks(ctx context.Context, g *errgroup.Group, cfg *rest.Config, kube ctrlclient.Client, minute time.Duration) (*activities.HealthChecks, error) {
+	checks, err := labels.NewRequirement(healthcheck.LabelService, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	onlyChecks := cache.ByObject{Label: labels.NewSelector().Add(*checks)}
+	c, err := cache.New(cfg, cache.Options{
+		Scheme:   crds.NewScheme(),
+		ByObject: map[ctrlclient.Object]cache.ByObject{&batchv1.Job{}: onlyChecks, &corev1.Pod{}: onlyChecks},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the health checks' cache: %w", err)
+	}
+	for _, obj := range []ctrlclient.Object{&primazav1alpha1.RegisteredService{}, &batchv1.Job{}, &corev1.Pod{}} {
+		if _, err := c.GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("watching %T for the health checks: %w", obj, err)
+		}
+	}
+	g.Go(func() error { return c.Start(ctx) })
+	if !c.WaitForCacheSync(ctx) {
+		return nil, errors.New("the health checks' cache did not sync")
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Events client: %w", err)
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: clientset.CoreV1().Events("")})
+	g.Go(func() error { <-ctx.Done(); broadcaster.Shutdown(); return nil })
+	return &activities.HealthChecks{
+		Client: kube,
+		Cache:  c,
+		Events: broadcaster.NewRecorder(crds.NewScheme(), corev1.EventSource{Component: "qm-worker"}),
+		Minute: minute,
+	}, nil
+}

@@ -1,0 +1,86 @@
+package starter
+
+import (
+	"context"
+	"fmt"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/healthcheck"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// healthChecksInput is the input of a shard's loop
+// (workflows.HealthChecksInput), by its JSON name.
+type healthChecksInput struct {
+	Shard int `json:"shard"`
+}
+
+// HealthChecks keeps the health-check loops of the registered services:
+// every shard's loop runs (ensured once the watcher leads), and a service
+// that is new, changed or deleted is signalled to its loop, which checks
+// it at once instead of at its next instant. A service the loop has seen
+// as it is (status.observedGeneration) is not signalled again, so a
+// restarted watcher signals only what changed while it was away.
+type HealthChecks struct {
+	Client   ctrlclient.Client
+	Temporal client.Client
+}
+
+// setupHealthChecks registers the reconciler and the runnable that starts
+// the loops.
+func setupHealthChecks(mgr ctrl.Manager, tc client.Client, copts controller.Options) error {
+	h := &HealthChecks{Client: mgr.GetClient(), Temporal: tc}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.RegisteredService{}).Named("registeredservice").
+		WithOptions(copts).Complete(ReconcilerFunc(h.Reconcile)); err != nil {
+		return fmt.Errorf("registering the RegisteredService reconciler: %w", err)
+	}
+	return mgr.Add(manager.RunnableFunc(h.ensureLoops))
+}
+
+// Reconcile signals the loop of a service that its loop has not seen.
+func (h *HealthChecks) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var svc primazav1alpha1.RegisteredService
+	if err := h.Client.Get(ctx, req.NamespacedName, &svc); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	if svc.DeletionTimestamp.IsZero() && svc.Status.ObservedGeneration == svc.Generation {
+		return ctrl.Result{}, nil
+	}
+	shard := healthcheck.Shard(svc.Namespace, svc.Name)
+	_, err := h.Temporal.SignalWithStartWorkflow(ctx, runs.HealthChecksID(shard), runs.SignalServiceChanged,
+		svc.Namespace+"/"+svc.Name, loopOptions(shard), runs.HealthChecksType, healthChecksInput{Shard: shard})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("signalling the health-check loop of %s: %w", req, err)
+	}
+	log.FromContext(ctx).V(1).Info("health-check loop signalled", "workflowID", runs.HealthChecksID(shard))
+	return ctrl.Result{}, nil
+}
+
+// ensureLoops starts every shard's loop that is not running; a running
+// one is left as it is.
+func (h *HealthChecks) ensureLoops(ctx context.Context) error {
+	for shard := range healthcheck.Shards {
+		if _, err := h.Temporal.ExecuteWorkflow(ctx, loopOptions(shard), runs.HealthChecksType, healthChecksInput{Shard: shard}); err != nil {
+			return fmt.Errorf("starting the health-check loop %s: %w", runs.HealthChecksID(shard), err)
+		}
+	}
+	return nil
+}
+
+func loopOptions(shard int) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                       runs.HealthChecksID(shard),
+		TaskQueue:                runs.TaskQueue,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		StaticSummary:            fmt.Sprintf("health checks of the registered services of shard %d of %d", shard, healthcheck.Shards),
+	}
+}

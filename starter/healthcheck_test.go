@@ -1,0 +1,298 @@
+package starter_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/controlplane"
+	"github.com/quartermaster/qm/internal/healthcheck"
+	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// checkMinute is a health check's minute in these tests: "minutes: 1"
+// checks every two seconds.
+const checkMinute = 2 * time.Second
+
+// flipWithin is how soon a flip must show: one interval plus 10 s.
+const flipWithin = checkMinute + 10*time.Second
+
+// registered creates a RegisteredService in the System's namespace with
+// the given healthcheck (YAML under spec.healthcheck, "" for none).
+func registered(t *testing.T, s *testenv.System, name, healthcheck string) {
+	t.Helper()
+	check := ""
+	if healthcheck != "" {
+		check = "  healthcheck:\n" + healthcheck
+	}
+	s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {name: %s, namespace: %s}
+spec:
+  serviceClassIdentity:
+  - {name: type, value: test}
+  serviceEndpointDefinition:
+  - {name: host, value: 127.0.0.1}
+%s`, name, s.Namespace, check))
+}
+
+// waitService waits until the service is in state, and returns it.
+func waitService(t *testing.T, s *testenv.System, name string, state primazav1alpha1.ServiceState, within time.Duration) *primazav1alpha1.RegisteredService {
+	t.Helper()
+	var svc primazav1alpha1.RegisteredService
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &svc))
+		assert.Equal(c, state, svc.Status.State)
+	}, within, 50*time.Millisecond, "RegisteredService %s becomes %s", name, state)
+	return &svc
+}
+
+// switchable is a TCP listener on a fixed port that can be closed and
+// opened again.
+type switchable struct {
+	t    *testing.T
+	addr string
+	ln   net.Listener
+	srv  *http.Server
+	up   atomic.Bool
+}
+
+func listen(t *testing.T) *switchable {
+	l := &switchable{t: t, addr: "127.0.0.1:0"}
+	l.open()
+	l.addr = l.ln.Addr().String()
+	t.Cleanup(l.close)
+	return l
+}
+
+func (l *switchable) port() string { _, p, _ := net.SplitHostPort(l.addr); return p }
+
+func (l *switchable) open() {
+	ln, err := net.Listen("tcp", l.addr)
+	require.NoError(l.t, err)
+	l.ln, l.srv = ln, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}), ReadHeaderTimeout: time.Second}
+	go func() { _ = l.srv.Serve(ln) }()
+	l.up.Store(true)
+}
+
+func (l *switchable) close() {
+	if l.up.Swap(false) {
+		_ = l.srv.Close()
+	}
+}
+
+// TestHealthChecksTCPAndHTTP: tcp and http checks against a listener that
+// the test stops and starts flip their services Available → Unreachable →
+// Available, each within an interval plus 10 s; checks that agree write
+// nothing; each flip is an Event.
+func TestHealthChecksTCPAndHTTP(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	l := listen(t)
+	registered(t, s, "tcp", fmt.Sprintf(`    tcp: {host: 127.0.0.1, port: %s, minutes: 1, timeoutSeconds: 1}`, l.port()))
+	registered(t, s, "http", fmt.Sprintf(`    http: {url: "http://%s/healthz", expectedStatus: 204, minutes: 1, timeoutSeconds: 1}`, l.addr))
+	registered(t, s, "tcp-from-endpoint", fmt.Sprintf(`    tcp: {fromEndpoint: {host: host}, port: %s, minutes: 1}`, l.port()))
+
+	for _, name := range []string{"tcp", "http", "tcp-from-endpoint"} {
+		svc := waitService(t, s, name, primazav1alpha1.ServiceAvailable, flipWithin)
+		assert.Equal(t, primazav1alpha1.CheckSucceeded, svc.Status.HealthCheck.LastResult)
+		assert.Equal(t, svc.Generation, svc.Status.ObservedGeneration)
+		assert.Contains(t, svc.Finalizers, "healthcheck.quartermaster.io/jobs")
+		c := meta.FindStatusCondition(svc.Status.Conditions, healthcheck.ConditionHealthy)
+		require.NotNil(t, c)
+		assert.Equal(t, "CheckSucceeded", c.Reason)
+	}
+	http := waitService(t, s, "http", primazav1alpha1.ServiceAvailable, flipWithin)
+	assert.Equal(t, "GET http://"+l.addr+"/healthz answered 204", http.Status.HealthCheck.Message)
+
+	// Three intervals of agreeing checks write nothing.
+	before := http.ResourceVersion
+	time.Sleep(3 * checkMinute)
+	http = waitService(t, s, "http", primazav1alpha1.ServiceAvailable, time.Second)
+	assert.Equal(t, before, http.ResourceVersion, "checks that agree leave the service untouched")
+
+	l.close()
+	for _, name := range []string{"tcp", "http"} {
+		svc := waitService(t, s, name, primazav1alpha1.ServiceUnreachable, flipWithin)
+		assert.Contains(t, svc.Status.HealthCheck.Message, "connection refused")
+		assert.Equal(t, int32(1), svc.Status.HealthCheck.ConsecutiveFailures)
+	}
+	l.open()
+	for _, name := range []string{"tcp", "http"} {
+		waitService(t, s, name, primazav1alpha1.ServiceAvailable, flipWithin)
+	}
+
+	var events corev1.EventList
+	require.NoError(t, s.Kube.Client.List(context.Background(), &events, ctrlclient.InNamespace(s.Namespace)))
+	var transitions []string
+	for _, e := range events.Items {
+		if e.InvolvedObject.Name == "tcp" && e.InvolvedObject.Kind == "RegisteredService" {
+			transitions = append(transitions, e.Type+" "+e.Reason+": "+e.Message[:strings.Index(e.Message, ":")])
+		}
+	}
+	assert.ElementsMatch(t, []string{"Normal Available: (new) → Available", "Warning Unreachable: Available → Unreachable",
+		"Normal Available: Unreachable → Available"}, transitions, "every transition is an Event")
+}
+
+// TestHealthCheckThresholdsAndSpecChange: with failureThreshold 2 one
+// failed check leaves the service Available; a change of the interval
+// from 5 minutes to 1 holds at once, without waiting out the old one.
+func TestHealthCheckThresholdsAndSpecChange(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	l := listen(t)
+	registered(t, s, "slow", fmt.Sprintf("    tcp: {host: 127.0.0.1, port: %s, minutes: 5, timeoutSeconds: 1}\n    failureThreshold: 2", l.port()))
+	svc := waitService(t, s, "slow", primazav1alpha1.ServiceAvailable, flipWithin)
+
+	l.close()
+	// Every 10 s now; one interval later one failure has been counted and
+	// the service is still Available.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKeyFromObject(svc), svc))
+		require.NotNil(c, svc.Status.HealthCheck)
+		assert.Equal(c, int32(1), svc.Status.HealthCheck.ConsecutiveFailures)
+	}, 5*checkMinute+10*time.Second, 50*time.Millisecond, "one failure is counted")
+	assert.Equal(t, primazav1alpha1.ServiceAvailable, svc.Status.State, "one failure is under the threshold")
+
+	// Down to one minute: the changed spec is checked at once, and from
+	// then on every two seconds: the second failure comes well before the
+	// old interval would have run out.
+	base := svc.DeepCopy()
+	svc.Spec.HealthCheck.TCP.Minutes = 1
+	require.NoError(t, s.Kube.Client.Patch(context.Background(), svc, ctrlclient.MergeFrom(base)))
+	changed := time.Now()
+	waitService(t, s, "slow", primazav1alpha1.ServiceUnreachable, flipWithin)
+	assert.Less(t, time.Since(changed), 5*checkMinute, "the new interval holds before the old one ran out")
+}
+
+// TestHealthChecksInContainers: a check whose Job completes makes its
+// service Available, one whose pod fails Unreachable, one whose image
+// cannot be pulled Unknown, saying why; no Job is left behind.
+func TestHealthChecksInContainers(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	registered(t, s, "passes", `    container: {image: "alpine:3.20", command: [/bin/sh, -c, exit 0], minutes: 1}`)
+	registered(t, s, "fails", `    container: {image: "`+controlplane.FailingImage+`", minutes: 1}`)
+	registered(t, s, "unpullable", `    container: {image: "`+controlplane.UnpullableImage+`", minutes: 1}`)
+
+	passes := waitService(t, s, "passes", primazav1alpha1.ServiceAvailable, time.Minute)
+	assert.Equal(t, "the check's container exited 0", passes.Status.HealthCheck.Message)
+	fails := waitService(t, s, "fails", primazav1alpha1.ServiceUnreachable, time.Minute)
+	assert.Equal(t, "the check's container exited 1: the simulated check failed", fails.Status.HealthCheck.Message)
+	unpullable := waitService(t, s, "unpullable", primazav1alpha1.ServiceUnknown, time.Minute)
+	require.NotNil(t, unpullable.Status.HealthCheck, "Unknown after a check, not before the first")
+	assert.Contains(t, unpullable.Status.HealthCheck.Message, "the check could not start: ErrImagePull")
+
+	// Deleting the services ends their checks: their Jobs go, then the
+	// finalizer.
+	for _, svc := range []*primazav1alpha1.RegisteredService{passes, fails, unpullable} {
+		require.NoError(t, s.Kube.Client.Delete(context.Background(), svc))
+	}
+	for _, svc := range []*primazav1alpha1.RegisteredService{passes, fails, unpullable} {
+		s.WaitGone(svc)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var jobs batchv1.JobList
+		require.NoError(c, s.Kube.Client.List(context.Background(), &jobs, ctrlclient.InNamespace(s.Namespace)))
+		assert.Empty(c, jobs.Items, "no check's Job is left behind")
+	}, 30*time.Second, 100*time.Millisecond)
+}
+
+// TestHealthCheckWorkerRestart: the worker stops while a container check
+// runs; the restarted one reads that check, leaves no Job behind, runs the
+// next check on time, and no loop runs twice.
+func TestHealthCheckWorkerRestart(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	registered(t, s, "restart", `    container: {image: "alpine:3.20", minutes: 3}`)
+	svc := waitService(t, s, "restart", primazav1alpha1.ServiceUnknown, 30*time.Second)
+	uid := string(svc.UID)
+	jobs := func() []batchv1.Job {
+		var list batchv1.JobList
+		require.NoError(t, s.Kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.Namespace),
+			ctrlclient.MatchingLabels{healthcheck.LabelService: uid}))
+		return list.Items
+	}
+	require.Eventually(t, func() bool { return len(jobs()) == 1 }, 30*time.Second, 20*time.Millisecond, "the first check runs")
+	first := jobs()[0].Name
+	s.StopWorker()
+	require.Eventually(t, func() bool {
+		j := jobs()
+		return len(j) == 1 && j[0].Status.Succeeded == 1
+	}, 30*time.Second, 50*time.Millisecond, "the check ends while no worker runs")
+
+	s.StartWorker()
+	restarted := time.Now()
+	waitService(t, s, "restart", primazav1alpha1.ServiceAvailable, flipWithin)
+	next := ""
+	require.Eventually(t, func() bool {
+		for _, j := range jobs() {
+			if j.Name != first && j.DeletionTimestamp.IsZero() {
+				next = j.Name
+			}
+		}
+		return next != ""
+	}, 3*checkMinute+10*time.Second, 20*time.Millisecond, "the next check runs on time")
+	assert.Less(t, time.Since(restarted), 3*checkMinute+10*time.Second)
+	for _, j := range jobs() {
+		assert.NotEqual(t, first, j.Name, "the check read after the restart is deleted")
+	}
+
+	id := runs.HealthChecksID(healthcheck.Shard(s.Namespace, "restart"))
+	resp, err := s.Temporal.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = %q AND ExecutionStatus = 'Running'", id),
+	})
+	require.NoError(t, err)
+	assert.Len(t, resp.Executions, 1, "one loop runs for the shard")
+	_, err = strconv.Atoi(next[len(next)-10:])
+	assert.NoError(t, err, "a check's Job is named by its instant: %s", next)
+}
+
+// TestSeedExamples: seed 000's example, with its "health check" spelling,
+// and a service without a check both reach Available.
+func TestSeedExamples(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s.Create(`
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata:
+  name: service-1
+  namespace: ` + s.Namespace + `
+spec:
+  health check:
+    container:
+      image: "alpine:latest"
+      command:
+      - /bin/sh
+      - -c
+      - exit 0
+  serviceClassIdentity:
+    - name: type
+      value: psqlserver
+    - name: provider
+      value: aws
+  serviceEndpointDefinition:
+    - name: port
+      value: "5432"`)
+	registered(t, s, "unchecked", "")
+	svc := waitService(t, s, "service-1", primazav1alpha1.ServiceAvailable, time.Minute)
+	assert.Equal(t, primazav1alpha1.CheckSucceeded, svc.Status.HealthCheck.LastResult)
+	unchecked := waitService(t, s, "unchecked", primazav1alpha1.ServiceAvailable, 30*time.Second)
+	assert.Nil(t, unchecked.Status.HealthCheck)
+	assert.NotContains(t, unchecked.Finalizers, "healthcheck.quartermaster.io/jobs", "a service without a check runs no Job to wait for")
+}
