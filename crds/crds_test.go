@@ -157,6 +157,46 @@ func TestValidationRejectsBadResources(t *testing.T) {
 			want: []string{"spec.serviceEndpointDefinition[0]", "exactly one of value or valueFromSecret must be set"},
 		},
 		{
+			name: "health check of two kinds",
+			yaml: registeredService(`
+  healthcheck:
+    tcp: {host: db, port: 5432}
+    http: {url: "http://db/healthz"}`, `
+  - {name: port, value: "5432"}`),
+			want: []string{"spec.healthcheck", "give exactly one kind of check: container, tcp or http"},
+		},
+		{
+			name: "health check of no kind",
+			yaml: registeredService(`
+  healthcheck: {failureThreshold: 3}`, `
+  - {name: port, value: "5432"}`),
+			want: []string{"spec.healthcheck", "give exactly one kind of check: container, tcp or http"},
+		},
+		{
+			name: "tcp check without a host",
+			yaml: registeredService(`
+  healthcheck:
+    tcp: {port: 5432, fromEndpoint: {port: port}}`, `
+  - {name: port, value: "5432"}`),
+			want: []string{"spec.healthcheck.tcp", "give host, or fromEndpoint.host"},
+		},
+		{
+			name: "http check with a url and one from the endpoint",
+			yaml: registeredService(`
+  healthcheck:
+    http: {url: "https://db/healthz", fromEndpoint: {url: url}}`, `
+  - {name: url, value: "https://db/healthz"}`),
+			want: []string{"spec.healthcheck.http", "give exactly one of url or fromEndpoint"},
+		},
+		{
+			name: "container check every zero minutes",
+			yaml: registeredService(`
+  healthcheck:
+    container: {image: alpine, minutes: 0}`, `
+  - {name: port, value: "5432"}`),
+			want: []string{"spec.healthcheck.container.minutes", "should be greater than or equal to 1"},
+		},
+		{
 			name: "endpoint definition with neither a value nor a secret",
 			yaml: registeredService("", `
   - name: password`),

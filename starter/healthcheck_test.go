@@ -13,7 +13,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/workflow"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -148,6 +151,9 @@ func TestHealthChecksTCPAndHTTP(t *testing.T) {
 			transitions = append(transitions, e.Type+" "+e.Reason+": "+e.Message[:strings.Index(e.Message, ":")])
 		}
 	}
+	id := runs.HealthChecksID(healthcheck.Shard(s.Namespace, "tcp"))
+	recorded(t, s.History(id, ""), "healthchecks")
+
 	assert.ElementsMatch(t, []string{"Normal Available: (new) → Available", "Warning Unreachable: Available → Unreachable",
 		"Normal Available: Unreachable → Available"}, transitions, "every transition is an Event")
 }
@@ -295,4 +301,21 @@ spec:
 	unchecked := waitService(t, s, "unchecked", primazav1alpha1.ServiceAvailable, 30*time.Second)
 	assert.Nil(t, unchecked.Status.HealthCheck)
 	assert.NotContains(t, unchecked.Finalizers, "healthcheck.quartermaster.io/jobs", "a service without a check runs no Job to wait for")
+}
+
+// TestHealthChecksLoopContinuesAsNew: a loop continues as new after its
+// passes, on the real server; the loop here has a shard with no services
+// and three passes a run.
+func TestHealthChecksLoopContinuesAsNew(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, HealthCheckMinute: 200 * time.Millisecond})
+	id := "registeredservices/" + s.Namespace
+	run, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: id, TaskQueue: runs.TaskQueue},
+		runs.HealthChecksType, map[string]any{"shard": healthcheck.Shards + 1, "passesPerRun": 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Temporal.TerminateWorkflow(context.Background(), id, "", "the test is over") })
+	var next *workflow.ContinueAsNewError
+	require.ErrorAs(t, run.GetWithOptions(context.Background(), nil, client.WorkflowRunGetOptions{DisableFollowingRuns: true}), &next)
+	h := s.History(id, run.GetRunID())
+	assert.Equal(t, enums.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, h.Events[len(h.Events)-1].GetEventType())
+	recorded(t, h, "healthchecks-continue-as-new")
 }

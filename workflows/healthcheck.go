@@ -23,6 +23,9 @@ type HealthChecksInput struct {
 	// Pending are services signalled but not checked before the loop
 	// continued as new.
 	Pending []string `json:"pending,omitempty"`
+	// PassesPerRun is how many passes a run makes before it continues as
+	// new (0: passesPerRun).
+	PassesPerRun int `json:"passesPerRun,omitempty"`
 }
 
 // passesPerRun bounds a run's history: a loop continues as new after
@@ -54,7 +57,11 @@ func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 		tick = firstTick
 	}
 	pending, last := in.Pending, in.Last
-	for passes := 0; passes < passesPerRun && !workflow.GetInfo(ctx).GetContinueAsNewSuggested(); passes++ {
+	limit := in.PassesPerRun
+	if limit <= 0 {
+		limit = passesPerRun
+	}
+	for passes := 0; passes < limit && !workflow.GetInfo(ctx).GetContinueAsNewSuggested(); passes++ {
 		timer := workflow.NewTimer(ctx, tick)
 		for fired := false; !fired; {
 			if len(pending) > 0 {
@@ -65,6 +72,11 @@ func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 			sel.AddFuture(timer, func(workflow.Future) { fired = true })
 			sel.AddReceive(changed, func(c workflow.ReceiveChannel, _ bool) { pending = receiveAll(ctx, c, pending) })
 			sel.Select(ctx)
+			if ctx.Err() != nil {
+				// Cancelled by an operator: the watcher starts the loop
+				// again when it next starts.
+				return ctx.Err()
+			}
 		}
 		now := workflow.Now(ctx)
 		from := last
@@ -76,7 +88,7 @@ func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 		}
 	}
 	pending = drain(changed, pending)
-	return workflow.NewContinueAsNewError(ctx, HealthChecks, HealthChecksInput{Shard: in.Shard, Last: last, Tick: tick, Pending: pending})
+	return workflow.NewContinueAsNewError(ctx, HealthChecks, HealthChecksInput{Shard: in.Shard, Last: last, Tick: tick, Pending: pending, PassesPerRun: in.PassesPerRun})
 }
 
 // pass runs one pass and shows what it did in the UI. A pass that fails
@@ -85,9 +97,11 @@ func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 func pass(ctx workflow.Context, p activities.Pass) (activities.Passed, bool) {
 	var h *activities.HealthChecks
 	var done activities.Passed
-	if err := workflow.ExecuteLocalActivity(ctx, h.CheckServices, p).Get(ctx, &done); err != nil {
+	if err := workflow.ExecuteLocalActivity(ctx, h.CheckServices, p).Get(ctx, &done); err != nil && ctx.Err() == nil {
 		workflow.GetLogger(ctx).Warn("a health-check pass failed; the next one covers its window", "error", err)
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("the last pass failed: %v", err))
+		return done, false
+	} else if err != nil {
 		return done, false
 	}
 	details := fmt.Sprintf("last pass at %s: %d services, %d checked, %d container checks running",

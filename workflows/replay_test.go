@@ -21,7 +21,8 @@ import (
 // histories are the recorded paths of every workflow: `make
 // record-histories` records them again on the real dev server (starter's
 // TestHistories, TestWorkerRestartMidProvision, TestDeprovisionUnbindsFirst,
-// TestRunsEndAsTheirOperations and TestRetriesShow). A new workflow, or a new path of one,
+// TestRunsEndAsTheirOperations, TestRetriesShow, TestHealthChecksTCPAndHTTP
+// and TestHealthChecksLoopContinuesAsNew). A new workflow, or a new path of one,
 // adds its histories here.
 var histories = []string{
 	"provision",         // applied, and the status template says succeeded at once
@@ -30,13 +31,15 @@ var histories = []string{
 	"update",
 	"bind",
 	"unbind",
-	"deprovision",               // no bindings left: removes what the instance applied
-	"deprovision-unbinds-first", // waits for the instance's bindings to be unbound, then removes it
-	"template-failure",          // a template that does not render: failed, not retried
-	"polling-timeout",           // the status never ends: failed at maximum_polling_duration
-	"begin-failure",             // an unknown plan: failed in the first step
-	"apply-retried",             // an apply that failed for a while, retried visibly, then succeeded
-	"retries-exhausted",         // an apply that never stopped failing: failed at the deadline
+	"deprovision",                  // no bindings left: removes what the instance applied
+	"deprovision-unbinds-first",    // waits for the instance's bindings to be unbound, then removes it
+	"template-failure",             // a template that does not render: failed, not retried
+	"polling-timeout",              // the status never ends: failed at maximum_polling_duration
+	"begin-failure",                // an unknown plan: failed in the first step
+	"apply-retried",                // an apply that failed for a while, retried visibly, then succeeded
+	"retries-exhausted",            // an apply that never stopped failing: failed at the deadline
+	"healthchecks",                 // a health-check loop: signalled services, timed passes, services flipping
+	"healthchecks-continue-as-new", // a loop's run that continued as new after its passes
 }
 
 // frozen are histories recorded by earlier code, kept as they are (never
