@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -125,21 +126,27 @@ TEMPORAL_ADDRESS set, that Temporal is used instead of the dev server.`,
 	f.IntVar(&o.TemporalPort, "temporal-port", 7233, "port of the embedded Temporal frontend")
 	f.IntVar(&o.UIPort, "ui-port", 8233, "port of the Temporal Web UI")
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "listen address of the OSB and admin API")
+	f.DurationVar(&o.HealthCheckMinute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
 	return cmd
 }
 
+// healthCheckMinuteUsage explains --healthcheck-minute.
+const healthCheckMinuteUsage = "how long a minute of the RegisteredServices' health checks lasts; shorter only for demos"
+
 func newWorkerCommand(g *globals) *cobra.Command {
 	var hosts []string
+	var minute time.Duration
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run the Temporal worker that hosts the workflows and activities (scales horizontally)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.run(cmd.Context(), true, system.Options{Worker: true, TemporalNamespace: g.temporalNamespace, TemplateHosts: hosts})
+			return g.run(cmd.Context(), true, system.Options{Worker: true, TemporalNamespace: g.temporalNamespace, TemplateHosts: hosts, HealthCheckMinute: minute})
 		},
 	}
 	cmd.Flags().StringSliceVar(&hosts, "template-hosts", splitList(os.Getenv("QM_TEMPLATE_HOSTS")),
 		"the only hosts a template url may name (env QM_TEMPLATE_HOSTS, comma-separated; empty allows any)")
+	cmd.Flags().DurationVar(&minute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -53,8 +54,10 @@ type Passed struct {
 	Checked  int `json:"checked"`
 	// Running counts container checks whose Job has not ended.
 	Running int `json:"running,omitempty"`
-	// Changes says which services changed state, and why.
-	Changes []string `json:"changes,omitempty"`
+	// Changes says which services changed state, and why (the first
+	// maxChanges; MoreChanges counts the rest).
+	Changes     []string `json:"changes,omitempty"`
+	MoreChanges int      `json:"moreChanges,omitempty"`
 	// Tick is how long the loop waits before its next pass.
 	Tick time.Duration `json:"tick"`
 }
@@ -65,37 +68,43 @@ const finalizer = "healthcheck.quartermaster.io/jobs"
 // passConcurrency bounds the checks of one pass that run at once.
 const passConcurrency = 64
 
+// ShardField indexes the cached RegisteredServices by their shard
+// (healthcheck.Shard, in decimal), so that a pass lists its own alone.
+const ShardField = "healthcheck.shard"
+
+// maxChanges bounds the changes a pass lists for the UI; the rest are
+// counted.
+const maxChanges = 100
+
 // CheckServices runs one pass: it releases deleted services, checks the
 // due ones, reads ended container checks, and writes each status that
 // changed. A pass repeated with the same input does the same checks, and
 // creates no second Job.
 func (h *HealthChecks) CheckServices(ctx context.Context, p Pass) (Passed, error) {
-	reader := h.reader()
-	var list primazav1alpha1.RegisteredServiceList
-	if err := reader.List(ctx, &list); err != nil {
-		return Passed{}, fmt.Errorf("listing RegisteredServices: %w", err)
+	services, err := h.shard(ctx, p.Shard)
+	if err != nil {
+		return Passed{}, err
 	}
 	jobs, pods, err := h.checkObjects(ctx)
 	if err != nil {
 		return Passed{}, err
 	}
 	var (
-		out  = Passed{Tick: h.tick()}
+		out  = Passed{Tick: h.tick(), Services: len(services)}
 		mu   sync.Mutex
 		errs []error
 		sem  = make(chan struct{}, passConcurrency)
 		wg   sync.WaitGroup
 	)
-	for i := range list.Items {
-		svc := &list.Items[i]
-		if healthcheck.Shard(svc.Namespace, svc.Name) != p.Shard {
+	for _, svc := range services {
+		if !h.needsWork(p, svc, jobs[string(svc.UID)]) {
 			continue
 		}
-		out.Services++
+		// The listed service is the cache's own: work on a copy.
+		svc := svc.DeepCopy()
 		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		wg.Go(func() {
+			defer func() { <-sem }()
 			c := h.checkOne(ctx, p, svc, jobs[string(svc.UID)], pods)
 			mu.Lock()
 			defer mu.Unlock()
@@ -111,7 +120,7 @@ func (h *HealthChecks) CheckServices(ctx context.Context, p Pass) (Passed, error
 			if c.change != "" {
 				out.Changes = append(out.Changes, c.change)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if out.Services == 0 {
@@ -119,7 +128,47 @@ func (h *HealthChecks) CheckServices(ctx context.Context, p Pass) (Passed, error
 		out.Tick = h.minute()
 	}
 	slices.Sort(out.Changes)
+	if len(out.Changes) > maxChanges {
+		out.MoreChanges, out.Changes = len(out.Changes)-maxChanges, out.Changes[:maxChanges]
+	}
 	return out, errors.Join(errs...)
+}
+
+// shard lists the services of one shard: from the cache's index, without
+// copies (the caller copies what it changes), or from the API server.
+func (h *HealthChecks) shard(ctx context.Context, shard int) ([]*primazav1alpha1.RegisteredService, error) {
+	var list primazav1alpha1.RegisteredServiceList
+	var err error
+	if h.Cache != nil {
+		err = h.Cache.List(ctx, &list, ctrlclient.MatchingFields{ShardField: strconv.Itoa(shard)}, ctrlclient.UnsafeDisableDeepCopy)
+	} else {
+		err = h.Client.List(ctx, &list)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing RegisteredServices: %w", err)
+	}
+	out := make([]*primazav1alpha1.RegisteredService, 0, len(list.Items))
+	for i := range list.Items {
+		if svc := &list.Items[i]; healthcheck.Shard(svc.Namespace, svc.Name) == shard {
+			out = append(out, svc)
+		}
+	}
+	return out, nil
+}
+
+// needsWork says whether a pass has anything to do for svc: most services
+// of a pass are neither due nor changed, and cost no more than this.
+func (h *HealthChecks) needsWork(p Pass, svc *primazav1alpha1.RegisteredService, jobs []batchv1.Job) bool {
+	hc := healthcheck.Of(svc)
+	switch {
+	case !svc.DeletionTimestamp.IsZero(), svc.Status.ObservedGeneration != svc.Generation, len(jobs) > 0:
+		return true
+	case hc == nil:
+		return svc.Status.HealthCheck != nil
+	case slices.Contains(p.Services, svc.Namespace+"/"+svc.Name):
+		return true
+	}
+	return !p.From.IsZero() && healthcheck.Due(string(svc.UID), healthcheck.Interval(hc, h.minute()), p.From, p.To)
 }
 
 // checked is what a pass did for one service.
@@ -136,6 +185,14 @@ func (h *HealthChecks) checkOne(ctx context.Context, p Pass, svc *primazav1alpha
 	hc := healthcheck.Of(svc)
 	changed := svc.Status.ObservedGeneration != svc.Generation || slices.Contains(p.Services, svc.Namespace+"/"+svc.Name)
 	due := hc != nil && (changed || (!p.From.IsZero() && healthcheck.Due(string(svc.UID), healthcheck.Interval(hc, h.minute()), p.From, p.To)))
+	if hc == nil || hc.Container == nil {
+		// Jobs of a container check the spec no longer has.
+		for i := range jobs {
+			if err := h.deleteJob(ctx, &jobs[i]); err != nil {
+				return checked{err: err}
+			}
+		}
+	}
 	switch {
 	case hc == nil:
 		return h.write(ctx, svc, healthcheck.Unchecked(svc))
@@ -189,10 +246,10 @@ func (h *HealthChecks) containerCheck(ctx context.Context, p Pass, svc *primazav
 }
 
 // write patches svc's status to want and records the change of state, if
-// any; it adds the finalizer first. A status read from a stale cache loses
+// any; for a container check, it adds the finalizer first. A status read from a stale cache loses
 // the optimistic lock and waits for the next pass.
 func (h *HealthChecks) write(ctx context.Context, svc *primazav1alpha1.RegisteredService, want primazav1alpha1.RegisteredServiceStatus) checked {
-	if healthcheck.Of(svc) != nil && !controllerutil.ContainsFinalizer(svc, finalizer) {
+	if hc := healthcheck.Of(svc); hc != nil && hc.Container != nil && !controllerutil.ContainsFinalizer(svc, finalizer) {
 		base := svc.DeepCopy()
 		controllerutil.AddFinalizer(svc, finalizer)
 		if err := h.Client.Patch(ctx, svc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{})); err != nil {
@@ -301,59 +358,6 @@ func (h *HealthChecks) checkObjects(ctx context.Context) (map[string][]batchv1.J
 		}
 	}
 	return byService, byJob, nil
-}
-
-// probe builds the tcp or http probe of svc, with its endpoint definition
-// and CA bundle read from their Secrets.
-func (h *HealthChecks) probe(ctx context.Context, svc *primazav1alpha1.RegisteredService, hc *primazav1alpha1.HealthCheck) (healthcheck.Probe, error) {
-	p := healthcheck.Probe{Check: hc, Endpoint: healthcheck.Endpoint{}}
-	for _, item := range svc.Spec.ServiceEndpointDefinition {
-		switch {
-		case item.Value != nil:
-			p.Endpoint[item.Name] = *item.Value
-		case item.ValueFromSecret != nil && needsItem(hc, item.Name):
-			v, err := h.secretKey(ctx, svc.Namespace, item.ValueFromSecret)
-			if err != nil {
-				return p, err
-			}
-			if v != nil {
-				p.Endpoint[item.Name] = string(v)
-			}
-		}
-	}
-	if hc.HTTP != nil && hc.HTTP.CABundle != nil {
-		v, err := h.secretKey(ctx, svc.Namespace, hc.HTTP.CABundle)
-		if err != nil {
-			return p, err
-		}
-		p.CABundle = v
-	}
-	return p, nil
-}
-
-// needsItem: the check reads endpoint item name.
-func needsItem(hc *primazav1alpha1.HealthCheck, name string) bool {
-	switch {
-	case hc.TCP != nil && hc.TCP.FromEndpoint != nil:
-		return name == hc.TCP.FromEndpoint.Host || name == hc.TCP.FromEndpoint.Port
-	case hc.HTTP != nil && hc.HTTP.FromEndpoint != nil:
-		return name == hc.HTTP.FromEndpoint.URL
-	}
-	return false
-}
-
-// secretKey reads one key of a Secret; a missing Secret or key is nil,
-// which the probe reports as a check that could not run.
-func (h *HealthChecks) secretKey(ctx context.Context, namespace string, ref *primazav1alpha1.SecretKeyRef) ([]byte, error) {
-	var s corev1.Secret
-	err := h.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: namespace, Name: ref.Name}, &s)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading Secret %s: %w", ref.Name, err)
-	}
-	return s.Data[ref.Key], nil
 }
 
 func (h *HealthChecks) reader() ctrlclient.Reader {

@@ -118,7 +118,7 @@ func TestHealthChecksTCPAndHTTP(t *testing.T) {
 		svc := waitService(t, s, name, primazav1alpha1.ServiceAvailable, flipWithin)
 		assert.Equal(t, primazav1alpha1.CheckSucceeded, svc.Status.HealthCheck.LastResult)
 		assert.Equal(t, svc.Generation, svc.Status.ObservedGeneration)
-		assert.Contains(t, svc.Finalizers, "healthcheck.quartermaster.io/jobs")
+		assert.NotContains(t, svc.Finalizers, "healthcheck.quartermaster.io/jobs", "a check without Jobs holds no deletion")
 		c := meta.FindStatusCondition(svc.Status.Conditions, healthcheck.ConditionHealthy)
 		require.NotNil(t, c)
 		assert.Equal(t, "CheckSucceeded", c.Reason)
@@ -198,6 +198,7 @@ func TestHealthChecksInContainers(t *testing.T) {
 	registered(t, s, "unpullable", `    container: {image: "`+controlplane.UnpullableImage+`", minutes: 1}`)
 
 	passes := waitService(t, s, "passes", primazav1alpha1.ServiceAvailable, time.Minute)
+	assert.Contains(t, passes.Finalizers, "healthcheck.quartermaster.io/jobs", "a container check holds the deletion until its Jobs are gone")
 	assert.Equal(t, "the check's container exited 0", passes.Status.HealthCheck.Message)
 	fails := waitService(t, s, "fails", primazav1alpha1.ServiceUnreachable, time.Minute)
 	assert.Equal(t, "the check's container exited 1: the simulated check failed", fails.Status.HealthCheck.Message)

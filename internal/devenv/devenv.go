@@ -62,6 +62,9 @@ type Options struct {
 	Out io.Writer
 	// Logger receives the components' logs.
 	Logger *slog.Logger
+	// HealthCheckMinute is how long a health check's minute lasts
+	// (system.Options.HealthCheckMinute).
+	HealthCheckMinute time.Duration
 }
 
 // Run starts everything, prints where to find it, and stops everything when
@@ -122,6 +125,7 @@ func Run(ctx context.Context, o Options) error {
 		Kube:              kubeCfg,
 		Temporal:          tc,
 		TemporalNamespace: o.Namespace,
+		HealthCheckMinute: o.HealthCheckMinute,
 		Worker:            true,
 		Watcher:           &starter.WatcherOptions{},
 		API:               &api.Server{Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -40,6 +41,12 @@ func healthChecks(ctx context.Context, g *errgroup.Group, cfg *rest.Config, kube
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the health checks' cache: %w", err)
+	}
+	shardOf := func(o ctrlclient.Object) []string {
+		return []string{strconv.Itoa(healthcheck.Shard(o.GetNamespace(), o.GetName()))}
+	}
+	if err := c.IndexField(ctx, &primazav1alpha1.RegisteredService{}, activities.ShardField, shardOf); err != nil {
+		return nil, fmt.Errorf("indexing RegisteredServices by shard: %w", err)
 	}
 	for _, obj := range []ctrlclient.Object{&primazav1alpha1.RegisteredService{}, &batchv1.Job{}, &corev1.Pod{}} {
 		if _, err := c.GetInformer(ctx, obj); err != nil {
