@@ -120,7 +120,7 @@ func TestSeedExamplesAreAccepted(t *testing.T) {
 	rs.SetAPIVersion("primaza.io/v1alpha1")
 	rs.SetKind("RegisteredService")
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "service-1"}, &rs))
-	minutes, _, _ := unstructured.NestedInt64(rs.Object, "spec", "healthcheck", "container", "minutes")
+	minutes, _, _ := unstructured.NestedInt64(rs.Object, "spec", "health check", "container", "minutes")
 	assert.EqualValues(t, 5, minutes, "health-check minutes default to 5")
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -75,6 +77,8 @@ type switchable struct {
 	ln   net.Listener
 	srv  *http.Server
 	up   atomic.Bool
+	// hits counts the connections accepted: the checks that reached it.
+	hits atomic.Int64
 }
 
 func listen(t *testing.T) *switchable {
@@ -90,7 +94,11 @@ func (l *switchable) port() string { _, p, _ := net.SplitHostPort(l.addr); retur
 func (l *switchable) open() {
 	ln, err := net.Listen("tcp", l.addr)
 	require.NoError(l.t, err)
-	l.ln, l.srv = ln, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	l.ln, l.srv = ln, &http.Server{ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			l.hits.Add(1)
+		}
+	}, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	}), ReadHeaderTimeout: time.Second}
 	go func() { _ = l.srv.Serve(ln) }()
@@ -126,9 +134,11 @@ func TestHealthChecksTCPAndHTTP(t *testing.T) {
 	http := waitService(t, s, "http", primazav1alpha1.ServiceAvailable, flipWithin)
 	assert.Equal(t, "GET http://"+l.addr+"/healthz answered 204", http.Status.HealthCheck.Message)
 
-	// Three intervals of agreeing checks write nothing.
-	before := http.ResourceVersion
-	time.Sleep(3 * checkMinute)
+	// Agreeing checks write nothing: over the next checks of all three
+	// services, the status stays as it was.
+	before, hits := http.ResourceVersion, l.hits.Load()
+	require.Eventually(t, func() bool { return l.hits.Load() >= hits+9 }, 5*checkMinute, 50*time.Millisecond,
+		"three more rounds of checks reach the listener")
 	http = waitService(t, s, "http", primazav1alpha1.ServiceAvailable, time.Second)
 	assert.Equal(t, before, http.ResourceVersion, "checks that agree leave the service untouched")
 
@@ -270,32 +280,16 @@ func TestHealthCheckWorkerRestart(t *testing.T) {
 	assert.NoError(t, err, "a check's Job is named by its instant: %s", next)
 }
 
-// TestSeedExamples: seed 000's example, with its "health check" spelling,
-// and a service without a check both reach Available.
+// TestSeedExamples: seed 000's example (crds/testdata/seeds), with its
+// "health check" spelling, and a service without a check both reach
+// Available.
 func TestSeedExamples(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
-	s.Create(`
-apiVersion: primaza.io/v1alpha1
-kind: RegisteredService
-metadata:
-  name: service-1
-  namespace: ` + s.Namespace + `
-spec:
-  health check:
-    container:
-      image: "alpine:latest"
-      command:
-      - /bin/sh
-      - -c
-      - exit 0
-  serviceClassIdentity:
-    - name: type
-      value: psqlserver
-    - name: provider
-      value: aws
-  serviceEndpointDefinition:
-    - name: port
-      value: "5432"`)
+	raw, err := os.ReadFile(filepath.Join("..", "crds", "testdata", "seeds", "000-registeredservice.yaml"))
+	require.NoError(t, err)
+	seed := testenv.Decode(t, string(raw))
+	seed.SetNamespace(s.Namespace)
+	require.NoError(t, s.Kube.Client.Create(context.Background(), seed))
 	registered(t, s, "unchecked", "")
 	svc := waitService(t, s, "service-1", primazav1alpha1.ServiceAvailable, time.Minute)
 	assert.Equal(t, primazav1alpha1.CheckSucceeded, svc.Status.HealthCheck.LastResult)
