@@ -62,21 +62,8 @@ func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 		limit = passesPerRun
 	}
 	for passes := 0; passes < limit && !workflow.GetInfo(ctx).GetContinueAsNewSuggested(); passes++ {
-		timer := workflow.NewTimer(ctx, tick)
-		for fired := false; !fired; {
-			if len(pending) > 0 {
-				pass(ctx, activities.Pass{Shard: in.Shard, Services: pending})
-				pending = nil
-			}
-			sel := workflow.NewSelector(ctx)
-			sel.AddFuture(timer, func(workflow.Future) { fired = true })
-			sel.AddReceive(changed, func(c workflow.ReceiveChannel, _ bool) { pending = receiveAll(ctx, c, pending) })
-			sel.Select(ctx)
-			if ctx.Err() != nil {
-				// Cancelled by an operator: the watcher starts the loop
-				// again when it next starts.
-				return ctx.Err()
-			}
+		if err := waitTick(ctx, in.Shard, changed, &pending, &tick); err != nil {
+			return err
 		}
 		now := workflow.Now(ctx)
 		from := last
@@ -89,6 +76,39 @@ func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 	}
 	pending = drain(changed, pending)
 	return workflow.NewContinueAsNewError(ctx, HealthChecks, HealthChecksInput{Shard: in.Shard, Last: last, Tick: tick, Pending: pending, PassesPerRun: in.PassesPerRun})
+}
+
+// waitTick waits out the tick, checking at once each service signalled
+// meanwhile. When such a pass asks for a shorter tick (an empty shard that
+// got its first service waits a minute, a busy one seconds), the wait is
+// cut short to it.
+func waitTick(ctx workflow.Context, shard int, changed workflow.ReceiveChannel, pending *[]string, tick *time.Duration) error {
+	deadline := workflow.Now(ctx).Add(*tick)
+	timerCtx, cancel := workflow.WithCancel(ctx)
+	defer func() { cancel() }()
+	timer := workflow.NewTimer(timerCtx, *tick)
+	for fired := false; !fired; {
+		if len(*pending) > 0 {
+			done, ok := pass(ctx, activities.Pass{Shard: shard, Services: *pending})
+			*pending = nil
+			if ok && done.Tick > 0 && workflow.Now(ctx).Add(done.Tick).Before(deadline) {
+				cancel()
+				*tick, deadline = done.Tick, workflow.Now(ctx).Add(done.Tick)
+				timerCtx, cancel = workflow.WithCancel(ctx)
+				timer = workflow.NewTimer(timerCtx, done.Tick)
+			}
+		}
+		sel := workflow.NewSelector(ctx)
+		sel.AddFuture(timer, func(workflow.Future) { fired = true })
+		sel.AddReceive(changed, func(c workflow.ReceiveChannel, _ bool) { *pending = receiveAll(ctx, c, *pending) })
+		sel.Select(ctx)
+		if ctx.Err() != nil {
+			// Cancelled by an operator: the watcher starts the loop again
+			// when it next starts.
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // pass runs one pass and shows what it did in the UI. A pass that fails
