@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/record"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -269,8 +270,8 @@ func (h *HealthChecks) write(ctx context.Context, svc *primazav1alpha1.Registere
 		return checked{}
 	}
 	message := ""
-	if want.HealthCheck != nil {
-		message = want.HealthCheck.Message
+	if c := meta.FindStatusCondition(want.Conditions, healthcheck.ConditionHealthy); c != nil {
+		message = c.Message
 	}
 	kind := corev1.EventTypeNormal
 	if want.State == primazav1alpha1.ServiceUnreachable || want.State == primazav1alpha1.ServiceUnknown {

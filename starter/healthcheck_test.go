@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
@@ -161,7 +162,17 @@ func TestHealthChecksTCPAndHTTP(t *testing.T) {
 			transitions = append(transitions, e.Type+" "+e.Reason+": "+e.Message[:strings.Index(e.Message, ":")])
 		}
 	}
+	// The loop's current details in the UI list the latest changes.
 	id := runs.HealthChecksID(healthcheck.Shard(s.Namespace, "tcp"))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		v, err := s.Temporal.QueryWorkflow(context.Background(), id, "", "__temporal_workflow_metadata")
+		require.NoError(c, err)
+		var md sdkpb.WorkflowMetadata
+		require.NoError(c, v.Get(&md))
+		assert.Contains(c, md.GetCurrentDetails(), "last pass at ")
+		assert.Contains(c, md.GetCurrentDetails(), s.Namespace+"/tcp: Available → Unreachable: tcp "+l.addr+": connect: connection refused")
+		assert.Contains(c, md.GetCurrentDetails(), s.Namespace+"/tcp: Unreachable → Available: tcp "+l.addr+" accepts connections")
+	}, 10*time.Second, 100*time.Millisecond, "the loop shows the changes of state")
 	recorded(t, s.History(id, ""), "healthchecks")
 
 	assert.ElementsMatch(t, []string{"Normal Available: (new) → Available", "Warning Unreachable: Available → Unreachable",

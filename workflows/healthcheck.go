@@ -23,6 +23,9 @@ type HealthChecksInput struct {
 	// Pending are services signalled but not checked before the loop
 	// continued as new.
 	Pending []string `json:"pending,omitempty"`
+	// Recent are the latest changes of state, newest first, that the
+	// loop's current details show.
+	Recent []string `json:"recent,omitempty"`
 	// PassesPerRun is how many passes a run makes before it continues as
 	// new (0: passesPerRun).
 	PassesPerRun int `json:"passesPerRun,omitempty"`
@@ -34,6 +37,9 @@ const passesPerRun = 500
 
 // firstTick is the wait before the first pass's answer says how long.
 const firstTick = 5 * time.Second
+
+// recentChanges is how many changes of state the current details show.
+const recentChanges = 20
 
 // HealthChecks is the health-check loop of one shard of the registered
 // services, for as long as Quartermaster runs:
@@ -51,56 +57,60 @@ func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 		StartToCloseTimeout: 2 * time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, MaximumAttempts: 3},
 	})
-	changed := workflow.GetSignalChannel(ctx, runs.SignalServiceChanged)
-	tick := in.Tick
-	if tick <= 0 {
-		tick = firstTick
+	l := &loop{in: in, changed: workflow.GetSignalChannel(ctx, runs.SignalServiceChanged)}
+	if l.in.Tick <= 0 {
+		l.in.Tick = firstTick
 	}
-	pending, last := in.Pending, in.Last
 	limit := in.PassesPerRun
 	if limit <= 0 {
 		limit = passesPerRun
 	}
 	for passes := 0; passes < limit && !workflow.GetInfo(ctx).GetContinueAsNewSuggested(); passes++ {
-		if err := waitTick(ctx, in.Shard, changed, &pending, &tick); err != nil {
+		if err := l.waitTick(ctx); err != nil {
 			return err
 		}
 		now := workflow.Now(ctx)
-		from := last
+		from := l.in.Last
 		if from.IsZero() {
-			from = now.Add(-tick)
+			from = now.Add(-l.in.Tick)
 		}
-		if done, ok := pass(ctx, activities.Pass{Shard: in.Shard, From: from, To: now}); ok {
-			last, tick = now, done.Tick
+		if done, ok := l.pass(ctx, activities.Pass{Shard: in.Shard, From: from, To: now}); ok {
+			l.in.Last, l.in.Tick = now, done.Tick
 		}
 	}
-	pending = drain(changed, pending)
-	return workflow.NewContinueAsNewError(ctx, HealthChecks, HealthChecksInput{Shard: in.Shard, Last: last, Tick: tick, Pending: pending, PassesPerRun: in.PassesPerRun})
+	l.in.Pending = drain(l.changed, l.in.Pending)
+	return workflow.NewContinueAsNewError(ctx, HealthChecks, l.in)
+}
+
+// loop is a running loop: its input as it goes on, and its signals.
+type loop struct {
+	in      HealthChecksInput
+	changed workflow.ReceiveChannel
 }
 
 // waitTick waits out the tick, checking at once each service signalled
 // meanwhile. When such a pass asks for a shorter tick (an empty shard that
 // got its first service waits a minute, a busy one seconds), the wait is
 // cut short to it.
-func waitTick(ctx workflow.Context, shard int, changed workflow.ReceiveChannel, pending *[]string, tick *time.Duration) error {
-	deadline := workflow.Now(ctx).Add(*tick)
+func (l *loop) waitTick(ctx workflow.Context) error {
+	deadline := workflow.Now(ctx).Add(l.in.Tick)
 	timerCtx, cancel := workflow.WithCancel(ctx)
 	defer func() { cancel() }()
-	timer := workflow.NewTimer(timerCtx, *tick)
+	timer := workflow.NewTimer(timerCtx, l.in.Tick)
 	for fired := false; !fired; {
-		if len(*pending) > 0 {
-			done, ok := pass(ctx, activities.Pass{Shard: shard, Services: *pending})
-			*pending = nil
+		if len(l.in.Pending) > 0 {
+			done, ok := l.pass(ctx, activities.Pass{Shard: l.in.Shard, Services: l.in.Pending})
+			l.in.Pending = nil
 			if ok && done.Tick > 0 && workflow.Now(ctx).Add(done.Tick).Before(deadline) {
 				cancel()
-				*tick, deadline = done.Tick, workflow.Now(ctx).Add(done.Tick)
+				l.in.Tick, deadline = done.Tick, workflow.Now(ctx).Add(done.Tick)
 				timerCtx, cancel = workflow.WithCancel(ctx)
 				timer = workflow.NewTimer(timerCtx, done.Tick)
 			}
 		}
 		sel := workflow.NewSelector(ctx)
 		sel.AddFuture(timer, func(workflow.Future) { fired = true })
-		sel.AddReceive(changed, func(c workflow.ReceiveChannel, _ bool) { *pending = receiveAll(ctx, c, *pending) })
+		sel.AddReceive(l.changed, func(c workflow.ReceiveChannel, _ bool) { l.in.Pending = receiveAll(ctx, c, l.in.Pending) })
 		sel.Select(ctx)
 		if ctx.Err() != nil {
 			// Cancelled by an operator: the watcher starts the loop again
@@ -111,26 +121,40 @@ func waitTick(ctx workflow.Context, shard int, changed workflow.ReceiveChannel, 
 	return nil
 }
 
-// pass runs one pass and shows what it did in the UI. A pass that fails
-// (the API server is away) is logged and not counted: the next one covers
-// its window.
-func pass(ctx workflow.Context, p activities.Pass) (activities.Passed, bool) {
+// pass runs one pass and shows what it did in the UI, with the latest
+// changes of state. A pass that fails (the API server is away) is logged
+// and not counted: the next one covers its window.
+func (l *loop) pass(ctx workflow.Context, p activities.Pass) (activities.Passed, bool) {
 	var h *activities.HealthChecks
 	var done activities.Passed
-	if err := workflow.ExecuteLocalActivity(ctx, h.CheckServices, p).Get(ctx, &done); err != nil && ctx.Err() == nil {
+	err := workflow.ExecuteLocalActivity(ctx, h.CheckServices, p).Get(ctx, &done)
+	now := workflow.Now(ctx).UTC()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return done, false
+	case err != nil:
 		workflow.GetLogger(ctx).Warn("a health-check pass failed; the next one covers its window", "error", err)
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("the last pass failed: %v", err))
-		return done, false
-	} else if err != nil {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("the pass at %s failed: %v\n\n%s", now.Format(time.RFC3339), err, l.recent()))
 		return done, false
 	}
-	details := fmt.Sprintf("last pass at %s: %d services, %d checked, %d container checks running",
-		workflow.Now(ctx).UTC().Format(time.RFC3339), done.Services, done.Checked, done.Running)
-	if len(done.Changes) > 0 {
-		details += "\n\n" + strings.Join(done.Changes, "\n")
+	for _, c := range done.Changes {
+		l.in.Recent = append([]string{now.Format(time.TimeOnly) + " " + c}, l.in.Recent...)
 	}
-	workflow.SetCurrentDetails(ctx, details)
+	if done.MoreChanges > 0 {
+		l.in.Recent = append([]string{fmt.Sprintf("%s and %d more", now.Format(time.TimeOnly), done.MoreChanges)}, l.in.Recent...)
+	}
+	l.in.Recent = l.in.Recent[:min(len(l.in.Recent), recentChanges)]
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("last pass at %s: %d services, %d checked, %d container checks running\n\n%s",
+		now.Format(time.RFC3339), done.Services, done.Checked, done.Running, l.recent()))
 	return done, true
+}
+
+// recent lists the latest changes of state for the details.
+func (l *loop) recent() string {
+	if len(l.in.Recent) == 0 {
+		return "no service has changed state lately"
+	}
+	return "latest changes of state (UTC):\n" + strings.Join(l.in.Recent, "\n")
 }
 
 // receiveAll takes a signal and every one already waiting.

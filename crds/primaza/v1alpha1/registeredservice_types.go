@@ -264,7 +264,7 @@ type RegisteredServiceStatus struct {
 // RegisteredService is an already running service that applications can claim.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=rs,categories=quartermaster
+// +kubebuilder:resource:shortName=regsvc,categories=quartermaster
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Check",type=string,JSONPath=`.status.healthCheck.message`,priority=1
 // +kubebuilder:printcolumn:name="SLA",type=string,JSONPath=`.spec.sla`,priority=1
