@@ -1,0 +1,229 @@
+package crds_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// TestValidationRejectsBadResources checks that the rules the seeds state are
+// enforced by the API server, with messages that point at the field.
+func TestValidationRejectsBadResources(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+
+	cases := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{
+			name: "health check every 0 minutes",
+			yaml: registeredService(`
+  healthcheck:
+    container:
+      image: alpine
+      minutes: 0`, `
+  - name: port
+    value: "5432"`),
+			want: []string{"spec.healthcheck.container.minutes", "should be greater than or equal to 1"},
+		},
+		{
+			name: "endpoint definition with both a value and a secret",
+			yaml: registeredService("", `
+  - name: password
+    value: hunter2
+    valueFromSecret:
+      name: db
+      key: password`),
+			want: []string{"spec.serviceEndpointDefinition[0]", "exactly one of value or valueFromSecret must be set"},
+		},
+		{
+			name: "health check of two kinds",
+			yaml: registeredService(`
+  healthcheck:
+    tcp: {host: db, port: 5432}
+    http: {url: "http://db/healthz"}`, `
+  - {name: port, value: "5432"}`),
+			want: []string{"spec.healthcheck", "give exactly one kind of check: container, tcp or http"},
+		},
+		{
+			name: "health check of no kind",
+			yaml: registeredService(`
+  healthcheck: {failureThreshold: 3}`, `
+  - {name: port, value: "5432"}`),
+			want: []string{"spec.healthcheck", "give exactly one kind of check: container, tcp or http"},
+		},
+		{
+			name: "tcp check without a host",
+			yaml: registeredService(`
+  healthcheck:
+    tcp: {port: 5432, fromEndpoint: {port: port}}`, `
+  - {name: port, value: "5432"}`),
+			want: []string{"spec.healthcheck.tcp", "give host, or fromEndpoint.host"},
+		},
+		{
+			name: "http check with a url and one from the endpoint",
+			yaml: registeredService(`
+  healthcheck:
+    http: {url: "https://db/healthz", fromEndpoint: {url: url}}`, `
+  - {name: url, value: "https://db/healthz"}`),
+			want: []string{"spec.healthcheck.http", "give exactly one of url or fromEndpoint"},
+		},
+		{
+			name: "endpoint definition with neither a value nor a secret",
+			yaml: registeredService("", `
+  - name: password`),
+			want: []string{"spec.serviceEndpointDefinition[0]", "exactly one of value or valueFromSecret must be set"},
+		},
+		{
+			name: "registered service without a class identity",
+			yaml: `
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {name: no-identity}
+spec:
+  serviceEndpointDefinition:
+  - {name: port, value: "5432"}`,
+			want: []string{"spec.serviceClassIdentity", "Required value"},
+		},
+		{
+			name: "environment constraint with a doubled exclusion",
+			yaml: registeredService(`
+  constraints:
+    environments: ["!!prod"]`, `
+  - {name: port, value: "5432"}`),
+			want: []string{"spec.constraints.environments[0]", "should match"},
+		},
+		{
+			name: "plan template with an unknown action",
+			yaml: plan(`
+  - action: destroy
+    type: gotemplate
+    content: "{}"`),
+			want: []string{"spec.templates[0].action", `Unsupported value: "destroy"`, `"provision"`, `"clusterSelector"`},
+		},
+		{
+			name: "plan template of an unknown type",
+			yaml: plan(`
+  - action: provision
+    type: jsonnet
+    content: "{}"`),
+			want: []string{"spec.templates[0].type", `Unsupported value: "jsonnet"`},
+		},
+		{
+			name: "plan template with both a url and content",
+			yaml: plan(`
+  - action: provision
+    type: gotemplate
+    url: https://example.com/t.yaml
+    content: "{}"`),
+			want: []string{"spec.templates[0]", "exactly one of url, content or contentEncoded must be set"},
+		},
+		{
+			name: "plan template without a body",
+			yaml: plan(`
+  - action: provision
+    type: gotemplate`),
+			want: []string{"spec.templates[0]", "exactly one of url, content or contentEncoded must be set"},
+		},
+		{
+			name: "plan template fetched over ftp",
+			yaml: plan(`
+  - action: provision
+    type: helm
+    url: ftp://example.com/chart.tgz`),
+			want: []string{"spec.templates[0].url", "should match '^https?://'"},
+		},
+		{
+			name: "plan without a service",
+			yaml: `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {name: orphan}
+spec: {name: orphan, id: orphan, description: d}`,
+			want: []string{"spec.serviceId", "Required value"},
+		},
+		{
+			name: "usage kind without a resource version",
+			yaml: `
+apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: UsageKind
+metadata: {name: versionless}
+spec:
+  labelsPath: spec.template.metadata.labels
+  resource: {group: apps, kind: Deployment}`,
+			want: []string{"spec.resource.version", "Required value"},
+		},
+		{
+			name: "claim naming its application both by name and by selector",
+			yaml: `
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: both}
+spec:
+  serviceClassIdentity: [{name: type, value: psqlserver}]
+  serviceEndpointDefinitionKeys: [host]
+  application:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: app
+    selector: {matchLabels: {app: app}}`,
+			want: []string{"spec.application", "exactly one of name or selector must be set"},
+		},
+		{
+			name: "instance without a plan",
+			yaml: `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceInstance
+metadata: {name: planless}
+spec: {serviceId: s}`,
+			want: []string{"spec.planId", "Required value"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := decode(t, tc.yaml)
+			if namespaced, _ := kube.Client.IsObjectNamespaced(obj); namespaced {
+				obj.SetNamespace(ns)
+			}
+			err := kube.Client.Create(context.Background(), obj)
+			require.Error(t, err, "the API server accepted a bad %s", obj.GetKind())
+			require.True(t, apierrors.IsInvalid(err), "want 422 Invalid, got %v", err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func registeredService(extraSpec, endpoints string) string {
+	return `
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {generateName: bad-}
+spec:
+  serviceClassIdentity:
+  - {name: type, value: psqlserver}
+  serviceEndpointDefinition:` + endpoints + extraSpec
+}
+
+func plan(templates string) string {
+	return `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {generateName: bad-}
+spec:
+  name: bad
+  id: bad
+  description: a plan the API server must refuse
+  serviceId: svc
+  templates:` + templates
+}
+
+// readObjects decodes every YAML document of a file; a document of comments only is skipped.
