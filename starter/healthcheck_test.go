@@ -211,12 +211,14 @@ func TestHealthCheckThresholdsAndSpecChange(t *testing.T) {
 
 // TestHealthChecksInContainers: a check whose Job completes makes its
 // service Available, one whose pod fails Unreachable, one whose image
-// cannot be pulled Unknown, saying why; no Job is left behind.
+// cannot be pulled or that runs out of time Unknown, saying why; deleting
+// the services leaves no Job behind.
 func TestHealthChecksInContainers(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	registered(t, s, "passes", `    container: {image: "alpine:3.20", command: [/bin/sh, -c, exit 0], minutes: 1}`)
 	registered(t, s, "fails", `    container: {image: "`+controlplane.FailingImage+`", minutes: 1}`)
 	registered(t, s, "unpullable", `    container: {image: "`+controlplane.UnpullableImage+`", minutes: 1}`)
+	registered(t, s, "hangs", `    container: {image: "`+controlplane.HangingImage+`", minutes: 1, timeoutSeconds: 2}`)
 
 	passes := waitService(t, s, "passes", primazav1alpha1.ServiceAvailable, time.Minute)
 	assert.Contains(t, passes.Finalizers, "healthcheck.quartermaster.io/jobs", "a container check holds the deletion until its Jobs are gone")
@@ -227,12 +229,19 @@ func TestHealthChecksInContainers(t *testing.T) {
 	require.NotNil(t, unpullable.Status.HealthCheck, "Unknown after a check, not before the first")
 	assert.Contains(t, unpullable.Status.HealthCheck.Message, "the check could not start: ErrImagePull")
 
+	hangs := waitService(t, s, "hangs", primazav1alpha1.ServiceUnknown, time.Minute)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKeyFromObject(hangs), hangs))
+		require.NotNil(c, hangs.Status.HealthCheck)
+		assert.Equal(c, "the check ran out of its 2 s", hangs.Status.HealthCheck.Message)
+	}, time.Minute, 100*time.Millisecond, "a check out of time tells nothing")
+
 	// Deleting the services ends their checks: their Jobs go, then the
 	// finalizer.
-	for _, svc := range []*primazav1alpha1.RegisteredService{passes, fails, unpullable} {
+	for _, svc := range []*primazav1alpha1.RegisteredService{passes, fails, unpullable, hangs} {
 		require.NoError(t, s.Kube.Client.Delete(context.Background(), svc))
 	}
-	for _, svc := range []*primazav1alpha1.RegisteredService{passes, fails, unpullable} {
+	for _, svc := range []*primazav1alpha1.RegisteredService{passes, fails, unpullable, hangs} {
 		s.WaitGone(svc)
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -74,11 +74,14 @@ const (
 	// FailingImage runs and exits 1 on the simulated nodes; every other
 	// image of a Job's pod exits 0.
 	FailingImage = "quartermaster.invalid/fail"
+	// HangingImage runs and never ends on the simulated nodes.
+	HangingImage = "quartermaster.invalid/hang"
 	// saKeyFile signs service-account tokens; the API server verifies with it.
 	saKeyFile = "sa-signer.key"
 )
 
-// kwokImages are the stages of UnpullableImage and FailingImage.
+// kwokImages are the stages of UnpullableImage, FailingImage and
+// HangingImage.
 //
 //go:embed kwok-images.yaml
 var kwokImages []byte

@@ -121,7 +121,8 @@ func TestJobAndCronJobComplete(t *testing.T) {
 }
 
 // TestSimulatedImages: a Job's pod with FailingImage fails, and so does its
-// Job; a pod with UnpullableImage stays Pending with ErrImagePull.
+// Job; a pod with UnpullableImage stays Pending with ErrImagePull; a Job
+// whose pod has HangingImage runs out of its deadline.
 func TestSimulatedImages(t *testing.T) {
 	kube := testenv.Kubernetes(t)
 	ns := kube.Namespace(t)
@@ -151,6 +152,25 @@ func TestSimulatedImages(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	assert.Equal(t, corev1.PodPending, pod.Status.Phase, "the pod never runs")
+
+	hanging := podSpec("100m", corev1.RestartPolicyNever)
+	hanging.Spec.Containers[0].Image = controlplane.HangingImage
+	slow := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "hangs", Namespace: ns},
+		Spec:       batchv1.JobSpec{Template: hanging, BackoffLimit: ptr.To[int32](0), ActiveDeadlineSeconds: ptr.To[int64](3)},
+	}
+	require.NoError(t, kube.Client.Create(ctx, slow))
+	require.Eventually(t, func() bool {
+		if kube.Client.Get(ctx, client.ObjectKeyFromObject(slow), slow) != nil {
+			return false
+		}
+		for _, c := range slow.Status.Conditions {
+			if c.Type == batchv1.JobFailed && c.Reason == batchv1.JobReasonDeadlineExceeded {
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 100*time.Millisecond, "the Job runs out of its deadline")
 }
 
 func TestNamespaceFinishesDeleting(t *testing.T) {
