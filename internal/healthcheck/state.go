@@ -98,7 +98,7 @@ func Of(svc *primazav1alpha1.RegisteredService) *primazav1alpha1.HealthCheck {
 
 // healthy is the state of a healthy service.
 func healthy(st primazav1alpha1.RegisteredServiceStatus) primazav1alpha1.ServiceState {
-	if st.ClaimedBy != "" {
+	if st.ClaimRef != nil {
 		return primazav1alpha1.ServiceClaimed
 	}
 	return primazav1alpha1.ServiceAvailable

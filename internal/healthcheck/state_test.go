@@ -19,9 +19,10 @@ const (
 )
 
 var (
-	ok    = Result{Outcome: primazav1alpha1.CheckSucceeded, Message: "fine"}
-	bad   = Result{Outcome: primazav1alpha1.CheckFailed, Message: "refused"}
-	dunno = Result{Outcome: primazav1alpha1.CheckUnknown, Message: "no image"}
+	holder = &primazav1alpha1.ClaimReference{Name: "claim", UID: "u-claim"}
+	ok     = Result{Outcome: primazav1alpha1.CheckSucceeded, Message: "fine"}
+	bad    = Result{Outcome: primazav1alpha1.CheckFailed, Message: "refused"}
+	dunno  = Result{Outcome: primazav1alpha1.CheckUnknown, Message: "no image"}
 )
 
 func service(failures, successes int32, st primazav1alpha1.RegisteredServiceStatus) *primazav1alpha1.RegisteredService {
@@ -56,8 +57,8 @@ func TestDecide(t *testing.T) {
 		{"failures stay capped", [2]int32{3, 1}, primazav1alpha1.RegisteredServiceStatus{State: unreachable, HealthCheck: counts(3, 0)}, bad, unreachable, [2]int32{3, 0}},
 		{"a success under the threshold", [2]int32{1, 2}, primazav1alpha1.RegisteredServiceStatus{State: unreachable, HealthCheck: counts(1, 0)}, ok, unreachable, [2]int32{0, 1}},
 		{"the latest result decides", [2]int32{1, 1}, primazav1alpha1.RegisteredServiceStatus{State: available, HealthCheck: counts(0, 1)}, bad, unreachable, [2]int32{1, 0}},
-		{"a claimed service fails", [2]int32{1, 1}, primazav1alpha1.RegisteredServiceStatus{State: claimed, ClaimedBy: "c"}, bad, unreachable, [2]int32{1, 0}},
-		{"and returns to its claim", [2]int32{1, 1}, primazav1alpha1.RegisteredServiceStatus{State: unreachable, ClaimedBy: "c", HealthCheck: counts(1, 0)}, ok, claimed, [2]int32{0, 1}},
+		{"a claimed service fails", [2]int32{1, 1}, primazav1alpha1.RegisteredServiceStatus{State: claimed, ClaimRef: holder}, bad, unreachable, [2]int32{1, 0}},
+		{"and returns to its claim", [2]int32{1, 1}, primazav1alpha1.RegisteredServiceStatus{State: unreachable, ClaimRef: holder, HealthCheck: counts(1, 0)}, ok, claimed, [2]int32{0, 1}},
 		{"or to Available once the claim is gone", [2]int32{1, 1}, primazav1alpha1.RegisteredServiceStatus{State: unreachable, HealthCheck: counts(1, 0)}, ok, available, [2]int32{0, 1}},
 		{"a check that could not run", [2]int32{3, 1}, primazav1alpha1.RegisteredServiceStatus{State: available, HealthCheck: counts(0, 1)}, dunno, unknownS, [2]int32{0, 0}},
 	} {
@@ -92,7 +93,7 @@ func TestDecideWritesOnlyOnChange(t *testing.T) {
 func TestWithoutHealthCheck(t *testing.T) {
 	svc := &primazav1alpha1.RegisteredService{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
 	assert.Equal(t, available, Unchecked(svc).State)
-	svc.Status.ClaimedBy = "claim"
+	svc.Status.ClaimRef = holder
 	assert.Equal(t, claimed, Unchecked(svc).State)
 	withCheck := service(1, 1, primazav1alpha1.RegisteredServiceStatus{})
 	assert.Equal(t, unknownS, Unchecked(withCheck).State, "Unknown until the first check ends")

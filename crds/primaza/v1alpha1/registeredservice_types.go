@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ServiceState is where a RegisteredService stands in its life, as in
@@ -242,6 +243,15 @@ type RegisteredServiceSpec struct {
 	SLA string `json:"sla,omitempty"`
 }
 
+// ClaimReference names the ServiceClaim, in the service's namespace, that
+// holds a service.
+type ClaimReference struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// +kubebuilder:validation:MinLength=1
+	UID types.UID `json:"uid"`
+}
+
 // RegisteredServiceStatus is what the health checks and claims observed.
 type RegisteredServiceStatus struct {
 	// +optional
@@ -255,10 +265,11 @@ type RegisteredServiceStatus struct {
 	// HealthCheck is what the health checks observed.
 	// +optional
 	HealthCheck *HealthCheckStatus `json:"healthCheck,omitempty"`
-	// ClaimedBy names the ServiceClaim that holds the service; a service
-	// that recovers from Unreachable returns to Claimed while it is set.
+	// ClaimRef is the ServiceClaim that holds the service; release goes by
+	// it. A service that recovers from Unreachable returns to Claimed while
+	// it is set.
 	// +optional
-	ClaimedBy string `json:"claimedBy,omitempty"`
+	ClaimRef *ClaimReference `json:"claimRef,omitempty"`
 }
 
 // RegisteredService is an already running service that applications can claim.
