@@ -96,6 +96,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupHealthChecks(mgr, tc, copts); err != nil {
 		return nil, err
 	}
+	if err := setupCatalogs(mgr, copts); err != nil {
+		return nil, err
+	}
 	return mgr, nil
 }
 

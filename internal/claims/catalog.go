@@ -1,0 +1,37 @@
+package claims
+
+import (
+	"slices"
+	"strings"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+)
+
+// Claimable says whether a service can be claimed now: Available (which a
+// claimed, Unreachable or Unknown service is not) and held by no claim.
+func Claimable(svc *primazav1alpha1.RegisteredService) bool {
+	return svc.DeletionTimestamp.IsZero() && svc.Status.State == primazav1alpha1.ServiceAvailable && svc.Status.ClaimRef == nil
+}
+
+// Catalog lists what environment env can claim among services: every
+// claimable service its constraints admit, by name, with its class
+// identity and its endpoint keys, never their values.
+func Catalog(env string, services []primazav1alpha1.RegisteredService) []primazav1alpha1.ServiceCatalogService {
+	out := []primazav1alpha1.ServiceCatalogService{}
+	for i := range services {
+		svc := &services[i]
+		if !Claimable(svc) || !Admits(svc.Spec.Constraints, env) {
+			continue
+		}
+		keys := make([]string, 0, len(svc.Spec.ServiceEndpointDefinition))
+		for _, item := range svc.Spec.ServiceEndpointDefinition {
+			keys = append(keys, item.Name)
+		}
+		slices.Sort(keys)
+		identity := slices.Clone(svc.Spec.ServiceClassIdentity)
+		slices.SortFunc(identity, func(a, b primazav1alpha1.ServiceClassIdentityItem) int { return strings.Compare(a.Name, b.Name) })
+		out = append(out, primazav1alpha1.ServiceCatalogService{Name: svc.Name, ServiceClassIdentity: identity, ServiceEndpointDefinitionKeys: keys})
+	}
+	slices.SortFunc(out, func(a, b primazav1alpha1.ServiceCatalogService) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}

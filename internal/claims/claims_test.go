@@ -1,0 +1,95 @@
+package claims
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+)
+
+// TestAdmits is seed 000's constraints table: exclusions win, and a list
+// with any exclusion admits every environment it does not exclude.
+func TestAdmits(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		envs   []string
+		admits map[string]bool
+	}{
+		{"no constraints", nil, map[string]bool{"dev": true, "stage": true, "prod": true}},
+		{"inclusions only", []string{"dev"}, map[string]bool{"dev": true, "stage": false, "prod": false}},
+		{"an exclusion only", []string{"!prod"}, map[string]bool{"dev": true, "stage": true, "prod": false}},
+		{"!prod with dev: dev is redundant, stage is in", []string{"!prod", "dev"}, map[string]bool{"dev": true, "stage": true, "prod": false}},
+		{"an exclusion wins over the same inclusion", []string{"prod", "!prod"}, map[string]bool{"dev": true, "stage": true, "prod": false}},
+		{"two exclusions", []string{"!prod", "!stage"}, map[string]bool{"dev": true, "stage": false, "prod": false}},
+	} {
+		for env, want := range tc.admits {
+			c := &primazav1alpha1.Constraints{Environments: tc.envs}
+			assert.Equal(t, want, Admits(c, env), "%s: %s", tc.name, env)
+		}
+	}
+	assert.True(t, Admits(nil, "any"), "a service without constraints")
+}
+
+func service(name string, state primazav1alpha1.ServiceState, envs ...string) primazav1alpha1.RegisteredService {
+	svc := primazav1alpha1.RegisteredService{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: primazav1alpha1.RegisteredServiceSpec{
+			ServiceClassIdentity: []primazav1alpha1.ServiceClassIdentityItem{{Name: "type", Value: "db"}, {Name: "provider", Value: "aws"}},
+			ServiceEndpointDefinition: []primazav1alpha1.ServiceEndpointDefinitionItem{
+				{Name: "password", ValueFromSecret: &primazav1alpha1.SecretKeyRef{Name: "s", Key: "k"}}, {Name: "host", Value: ptr.To("db")},
+			},
+		},
+		Status: primazav1alpha1.RegisteredServiceStatus{State: state},
+	}
+	if envs != nil {
+		svc.Spec.Constraints = &primazav1alpha1.Constraints{Environments: envs}
+	}
+	return svc
+}
+
+// TestCatalog: an environment's catalog lists the Available, unclaimed
+// services its constraints admit, with keys and no values.
+func TestCatalog(t *testing.T) {
+	claimed := service("claimed", primazav1alpha1.ServiceAvailable)
+	claimed.Status.ClaimRef = &primazav1alpha1.ClaimReference{Name: "c", UID: "u"}
+	services := []primazav1alpha1.RegisteredService{
+		service("everywhere", primazav1alpha1.ServiceAvailable),
+		service("dev-only", primazav1alpha1.ServiceAvailable, "dev"),
+		service("not-prod", primazav1alpha1.ServiceAvailable, "!prod", "dev"),
+		service("prod-only", primazav1alpha1.ServiceAvailable, "prod"),
+		service("down", primazav1alpha1.ServiceUnreachable),
+		service("unchecked", primazav1alpha1.ServiceUnknown),
+		service("taken", primazav1alpha1.ServiceClaimed),
+		claimed,
+	}
+	names := func(env string) []string {
+		var out []string
+		for _, s := range Catalog(env, services) {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"dev-only", "everywhere", "not-prod"}, names("dev"))
+	assert.Equal(t, []string{"everywhere", "not-prod"}, names("stage"))
+	assert.Equal(t, []string{"everywhere", "prod-only"}, names("prod"))
+
+	entry := Catalog("prod", services)[0]
+	assert.Equal(t, []string{"host", "password"}, entry.ServiceEndpointDefinitionKeys, "keys, sorted, never values")
+	assert.Equal(t, []primazav1alpha1.ServiceClassIdentityItem{{Name: "provider", Value: "aws"}, {Name: "type", Value: "db"}}, entry.ServiceClassIdentity)
+	assert.Empty(t, Catalog("prod", nil))
+	assert.NotNil(t, Catalog("prod", nil), "an empty catalog lists nothing, not null")
+}
+
+func TestEnvironments(t *testing.T) {
+	services := []primazav1alpha1.RegisteredService{
+		service("a", primazav1alpha1.ServiceAvailable, "!prod", "dev"),
+		service("b", primazav1alpha1.ServiceAvailable),
+		service("c", primazav1alpha1.ServiceAvailable, "dev"),
+	}
+	claims := []primazav1alpha1.ServiceClaim{{Spec: primazav1alpha1.ServiceClaimSpec{EnvironmentTag: "stage"}}, {}}
+	assert.Equal(t, []string{"dev", "prod", "stage"}, Environments(services, claims))
+	assert.Empty(t, Environments(nil, nil))
+}

@@ -1,0 +1,133 @@
+package starter
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/claims"
+)
+
+// catalogLabel marks the ServiceCatalogs Quartermaster keeps: it deletes
+// those whose environment no service or claim names any longer, and no
+// other.
+const catalogLabel = "primaza.io/catalog-of"
+
+// Catalogs keeps one ServiceCatalog per environment in each namespace with
+// RegisteredServices or ServiceClaims, named after the environment: what
+// that environment can claim now (claims.Catalog). Every change of a
+// service, a claim or a kept catalog recomputes its namespace's catalogs;
+// bursts of changes fold into one pass per namespace, and a catalog is
+// written only when what it lists changed.
+type Catalogs struct {
+	Client ctrlclient.Client
+}
+
+// setupCatalogs registers the reconciler of the catalogs.
+func setupCatalogs(mgr ctrl.Manager, copts controller.Options) error {
+	c := &Catalogs{Client: mgr.GetClient()}
+	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o ctrlclient.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace()}}}
+	})
+	err := ctrl.NewControllerManagedBy(mgr).Named("servicecatalog").
+		Watches(&primazav1alpha1.RegisteredService{}, byNamespace).
+		Watches(&primazav1alpha1.ServiceClaim{}, byNamespace).
+		Watches(&primazav1alpha1.ServiceCatalog{}, byNamespace).
+		WithOptions(copts).Complete(ReconcilerFunc(c.Reconcile))
+	if err != nil {
+		return fmt.Errorf("registering the ServiceCatalog reconciler: %w", err)
+	}
+	return nil
+}
+
+// Reconcile brings the catalogs of one namespace (the request's) up to
+// date.
+func (c *Catalogs) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ns := ctrlclient.InNamespace(req.Namespace)
+	var services primazav1alpha1.RegisteredServiceList
+	var claimList primazav1alpha1.ServiceClaimList
+	var catalogs primazav1alpha1.ServiceCatalogList
+	if err := c.Client.List(ctx, &services, ns); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := c.Client.List(ctx, &claimList, ns); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := c.Client.List(ctx, &catalogs, ns, ctrlclient.HasLabels{catalogLabel}); err != nil {
+		return ctrl.Result{}, err
+	}
+	kept := map[string]bool{}
+	for _, env := range claims.Environments(services.Items, claimList.Items) {
+		if errs := validation.IsDNS1123Subdomain(env); len(errs) > 0 {
+			log.FromContext(ctx).Info("no ServiceCatalog for an environment that is not a valid name", "environment", env, "why", errs)
+			continue
+		}
+		kept[env] = true
+		if err := c.write(ctx, req.Namespace, env, claims.Catalog(env, services.Items)); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	for i := range catalogs.Items {
+		if cat := &catalogs.Items[i]; !kept[cat.Name] {
+			if err := c.Client.Delete(ctx, cat); ctrlclient.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("deleting the catalog of %s, which nothing names: %w", cat.Name, err)
+			}
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// write creates or updates the catalog of env to list services, and its
+// status to count them, each only if it changed.
+func (c *Catalogs) write(ctx context.Context, namespace, env string, services []primazav1alpha1.ServiceCatalogService) error {
+	var cat primazav1alpha1.ServiceCatalog
+	err := c.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: env}, &cat)
+	switch {
+	case apierrors.IsNotFound(err):
+		cat = primazav1alpha1.ServiceCatalog{
+			ObjectMeta: metav1.ObjectMeta{Name: env, Namespace: namespace, Labels: map[string]string{catalogLabel: env}},
+			Spec:       primazav1alpha1.ServiceCatalogSpec{Services: services},
+		}
+		if err := c.Client.Create(ctx, &cat); err != nil {
+			return fmt.Errorf("creating the catalog of %s: %w", env, err)
+		}
+	case err != nil:
+		return err
+	case cat.Labels[catalogLabel] != env:
+		// Someone else's catalog of that name: leave it alone.
+		return nil
+	case !equality.Semantic.DeepEqual(cat.Spec.Services, services):
+		cat.Spec.Services = services
+		if err := c.Client.Update(ctx, &cat); err != nil {
+			return fmt.Errorf("updating the catalog of %s: %w", env, err)
+		}
+	}
+	status := *cat.Status.DeepCopy()
+	status.ServiceCount = int32(len(services))
+	status.ObservedGeneration = cat.Generation
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Listed", ObservedGeneration: cat.Generation,
+		Message: fmt.Sprintf("%d services can be claimed from %s", len(services), env),
+	})
+	if equality.Semantic.DeepEqual(cat.Status, status) {
+		return nil
+	}
+	cat.Status = status
+	if err := c.Client.Status().Update(ctx, &cat); err != nil {
+		return fmt.Errorf("writing the status of the catalog of %s: %w", env, err)
+	}
+	return nil
+}
