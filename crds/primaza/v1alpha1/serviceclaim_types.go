@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ClaimState is where a ServiceClaim stands.
@@ -39,21 +40,40 @@ type EnvVar struct {
 	Key string `json:"key"`
 }
 
+// ApplicationClusterContext names the cluster environment and namespace
+// of the application a claim is made for.
+type ApplicationClusterContext struct {
+	// ClusterEnvironmentName is the environment, matched against the
+	// services' constraints.
+	// +kubebuilder:validation:MinLength=1
+	ClusterEnvironmentName string `json:"clusterEnvironmentName"`
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+}
+
 // ServiceClaimSpec asks for a RegisteredService of a class, for an application.
+// +kubebuilder:validation:XValidation:rule="!(has(self.environmentTag) && has(self.applicationClusterContext))",message="give environmentTag or applicationClusterContext, not both"
 type ServiceClaimSpec struct {
 	// ServiceClassIdentity must be a subset of the claimed service's identity.
 	// +kubebuilder:validation:MinItems=1
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="serviceClassIdentity cannot be changed"
 	ServiceClassIdentity []ServiceClassIdentityItem `json:"serviceClassIdentity"`
 	// ServiceEndpointDefinitionKeys are the keys the claimed service must provide.
 	// +kubebuilder:validation:MinItems=1
 	// +listType=set
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="serviceEndpointDefinitionKeys cannot be changed"
 	ServiceEndpointDefinitionKeys []string `json:"serviceEndpointDefinitionKeys"`
 	// EnvironmentTag is the environment the claim is made from; it is matched
 	// against the service's constraints.
 	// +optional
 	EnvironmentTag string `json:"environmentTag,omitempty"`
+	// ApplicationClusterContext, instead of environmentTag, names the
+	// application's cluster environment (the environment matched) and
+	// namespace.
+	// +optional
+	ApplicationClusterContext *ApplicationClusterContext `json:"applicationClusterContext,omitempty"`
 	// +optional
 	Application *ApplicationSelector `json:"application,omitempty"`
 	// Envs project endpoint definition keys as environment variables.
@@ -63,16 +83,25 @@ type ServiceClaimSpec struct {
 	Envs []EnvVar `json:"envs,omitempty"`
 }
 
+// BindingReference names a binding Secret beside the claim.
+type BindingReference struct {
+	Name string `json:"name"`
+}
+
 // ServiceClaimStatus says which service, if any, resolved the claim.
 type ServiceClaimStatus struct {
 	// +optional
 	State ClaimState `json:"state,omitempty"`
-	// ClaimID identifies this claim on the RegisteredService it holds.
-	// +optional
-	ClaimID string `json:"claimID,omitempty"`
 	// RegisteredService is the name of the service held.
 	// +optional
 	RegisteredService string `json:"registeredService,omitempty"`
+	// RegisteredServiceUID is the UID of the service held.
+	// +optional
+	RegisteredServiceUID types.UID `json:"registeredServiceUID,omitempty"`
+	// Binding names the Secret that holds the service's endpoint values,
+	// in servicebinding.io's provisioned-service style.
+	// +optional
+	Binding *BindingReference `json:"binding,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional

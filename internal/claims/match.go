@@ -1,0 +1,160 @@
+package claims
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+)
+
+// Environment is the environment a claim is made from: its environmentTag,
+// or its application's cluster environment.
+func Environment(c *primazav1alpha1.ServiceClaim) string {
+	if c.Spec.ApplicationClusterContext != nil {
+		return c.Spec.ApplicationClusterContext.ClusterEnvironmentName
+	}
+	return c.Spec.EnvironmentTag
+}
+
+// Mismatch says why a service does not match a claim; "" when it does.
+type Mismatch string
+
+const (
+	Matches     Mismatch = ""
+	WrongClass  Mismatch = "class"
+	MissingKeys Mismatch = "keys"
+	NotAllowed  Mismatch = "environment"
+)
+
+// Match says whether svc is what claim asks for, whatever its state: its
+// class identity holds every pair of the claim's (a subset match), it
+// defines every endpoint key the claim needs, and its constraints admit
+// the claim's environment.
+func Match(claim *primazav1alpha1.ServiceClaim, svc *primazav1alpha1.RegisteredService) Mismatch {
+	for _, want := range claim.Spec.ServiceClassIdentity {
+		if !slices.Contains(svc.Spec.ServiceClassIdentity, want) {
+			return WrongClass
+		}
+	}
+	for _, key := range claim.Spec.ServiceEndpointDefinitionKeys {
+		if !slices.ContainsFunc(svc.Spec.ServiceEndpointDefinition, func(i primazav1alpha1.ServiceEndpointDefinitionItem) bool { return i.Name == key }) {
+			return MissingKeys
+		}
+	}
+	if env := Environment(claim); env != "" && !Admits(svc.Spec.Constraints, env) {
+		return NotAllowed
+	}
+	return Matches
+}
+
+// slaRank orders the service levels a claim prefers, best first; any
+// other level comes after them, and no level last.
+var slaRank = []string{"platinum", "gold", "silver", "bronze"}
+
+func rank(sla string) int {
+	if sla == "" {
+		return len(slaRank) + 1
+	}
+	if i := slices.Index(slaRank, strings.ToLower(sla)); i >= 0 {
+		return i
+	}
+	return len(slaRank)
+}
+
+// Candidates are the services a claim may take now, in the order it tries
+// them: claimable and matching, the best SLA first (platinum, gold, silver,
+// bronze, any other, none), then the oldest, then by name. The order is
+// the same for every claim, so racing claims contend for the same service
+// first and the losers move on to the next.
+func Candidates(claim *primazav1alpha1.ServiceClaim, services []primazav1alpha1.RegisteredService) []*primazav1alpha1.RegisteredService {
+	var out []*primazav1alpha1.RegisteredService
+	for i := range services {
+		if svc := &services[i]; Claimable(svc) && Match(claim, svc) == Matches {
+			out = append(out, svc)
+		}
+	}
+	slices.SortFunc(out, func(a, b *primazav1alpha1.RegisteredService) int {
+		return cmp.Or(
+			cmp.Compare(rank(a.Spec.SLA), rank(b.Spec.SLA)),
+			a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
+			strings.Compare(a.Name, b.Name),
+		)
+	})
+	return out
+}
+
+// WhyPending says why no service can be taken: how many services fall
+// short on each count, naming what the claim asks for.
+func WhyPending(claim *primazav1alpha1.ServiceClaim, services []primazav1alpha1.RegisteredService) string {
+	counts := map[Mismatch]int{}
+	held, unhealthy := 0, 0
+	for i := range services {
+		svc := &services[i]
+		m := Match(claim, svc)
+		counts[m]++
+		switch {
+		case m != Matches:
+		case svc.Status.ClaimRef != nil || svc.Status.State == primazav1alpha1.ServiceClaimed:
+			held++
+		case !Claimable(svc):
+			unhealthy++
+		}
+	}
+	var class []string
+	for _, p := range claim.Spec.ServiceClassIdentity {
+		class = append(class, p.Name+"="+p.Value)
+	}
+	msg := fmt.Sprintf("no Available service of class %s defines %s", strings.Join(class, ","), strings.Join(claim.Spec.ServiceEndpointDefinitionKeys, ", "))
+	if env := Environment(claim); env != "" {
+		msg += " for environment " + env
+	}
+	var why []string
+	for _, c := range []struct {
+		n    int
+		what string
+	}{
+		{counts[MissingKeys], "lack endpoint keys"},
+		{counts[NotAllowed], "are not allowed in the environment"},
+		{held, "are claimed"},
+		{unhealthy, "are not Available"},
+	} {
+		if c.n > 0 {
+			why = append(why, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	if len(why) > 0 {
+		msg += fmt.Sprintf(" (of %d of that class: %s)", len(services)-counts[WrongClass], strings.Join(why, ", "))
+	}
+	return msg
+}
+
+// Binding is what a claim's binding Secret holds: every endpoint key the
+// claim asks for, with its value, and every class-identity pair of the
+// service (so that type and provider reach the application, as in
+// Primaza). secret reads a valueFromSecret; a value it cannot find is an
+// error that names the Secret and key, never a value.
+func Binding(claim *primazav1alpha1.ServiceClaim, svc *primazav1alpha1.RegisteredService, secret func(*primazav1alpha1.SecretKeyRef) ([]byte, error)) (map[string][]byte, error) {
+	data := map[string][]byte{}
+	for _, p := range svc.Spec.ServiceClassIdentity {
+		data[p.Name] = []byte(p.Value)
+	}
+	for _, key := range claim.Spec.ServiceEndpointDefinitionKeys {
+		i := slices.IndexFunc(svc.Spec.ServiceEndpointDefinition, func(i primazav1alpha1.ServiceEndpointDefinitionItem) bool { return i.Name == key })
+		if i < 0 {
+			return nil, fmt.Errorf("service %s does not define %q", svc.Name, key)
+		}
+		switch item := svc.Spec.ServiceEndpointDefinition[i]; {
+		case item.Value != nil:
+			data[key] = []byte(*item.Value)
+		case item.ValueFromSecret != nil:
+			v, err := secret(item.ValueFromSecret)
+			if err != nil {
+				return nil, fmt.Errorf("endpoint key %q of service %s: %w", key, svc.Name, err)
+			}
+			data[key] = v
+		}
+	}
+	return data, nil
+}
