@@ -248,7 +248,6 @@ type RegisteredServiceSpec struct {
 type ClaimReference struct {
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
-	// +kubebuilder:validation:MinLength=1
 	UID types.UID `json:"uid"`
 }
 
