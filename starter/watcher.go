@@ -99,6 +99,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupCatalogs(mgr, copts); err != nil {
 		return nil, err
 	}
+	if err := setupClaims(mgr, tc, copts); err != nil {
+		return nil, err
+	}
 	return mgr, nil
 }
 

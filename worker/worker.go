@@ -19,19 +19,35 @@ import (
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
+// Activities are what the worker's activities work with.
+type Activities struct {
+	// Kube is the (uncached) client the activities use.
+	Kube ctrlclient.Client
+	// Offerings finds plans and services.
+	Offerings activities.Offerings
+	// Templates fetches the templates plans name by url.
+	Templates *plan.Fetcher
+	// HealthChecks and Claims run the registered services' checks and the
+	// claims (nil: through Kube, without a cache or Events).
+	HealthChecks *activities.HealthChecks
+	Claims       *activities.Claims
+}
+
 // New returns a worker for the Quartermaster task queue with every workflow
-// and activity registered. kube is the (uncached) client the activities use;
-// offerings finds plans and services; checks runs the registered services'
-// health checks (nil: through kube, without a cache or Events).
-func New(c client.Client, kube ctrlclient.Client, offerings activities.Offerings, templates *plan.Fetcher, checks *activities.HealthChecks) sdkworker.Worker {
+// and activity registered.
+func New(c client.Client, a Activities) sdkworker.Worker {
 	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{})
 	workflows.Register(w)
-	w.RegisterActivity(&activities.Kubernetes{Client: kube})
-	w.RegisterActivity(&activities.Operations{Client: kube, Offerings: offerings, Templates: templates})
-	if checks == nil {
-		checks = &activities.HealthChecks{Client: kube}
+	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
+	w.RegisterActivity(&activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates})
+	if a.HealthChecks == nil {
+		a.HealthChecks = &activities.HealthChecks{Client: a.Kube}
 	}
-	w.RegisterActivity(checks)
+	if a.Claims == nil {
+		a.Claims = &activities.Claims{Client: a.Kube}
+	}
+	w.RegisterActivity(a.HealthChecks)
+	w.RegisterActivity(a.Claims)
 	return w
 }
 

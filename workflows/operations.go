@@ -303,6 +303,7 @@ func ptr[T any](v T) *T { return &v }
 func Register(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(SelfCheck)
 	r.RegisterWorkflowWithOptions(HealthChecks, workflow.RegisterOptions{Name: runs.HealthChecksType})
+	r.RegisterWorkflowWithOptions(ServiceClaim, workflow.RegisterOptions{Name: runs.ClaimType})
 	for op, wf := range map[lifecycle.Operation]any{
 		lifecycle.OpProvision:   Provision,
 		lifecycle.OpUpdate:      Update,

@@ -21,8 +21,8 @@ import (
 // histories are the recorded paths of every workflow: `make
 // record-histories` records them again on the real dev server (starter's
 // TestHistories, TestWorkerRestartMidProvision, TestDeprovisionUnbindsFirst,
-// TestRunsEndAsTheirOperations, TestRetriesShow, TestHealthChecksTCPAndHTTP
-// and TestHealthChecksLoopContinuesAsNew). A new workflow, or a new path of one,
+// TestRunsEndAsTheirOperations, TestRetriesShow, TestHealthChecksTCPAndHTTP,
+// TestHealthChecksLoopContinuesAsNew and TestClaimUseCases). A new workflow, or a new path of one,
 // adds its histories here.
 var histories = []string{
 	"provision",         // applied, and the status template says succeeded at once
@@ -40,6 +40,7 @@ var histories = []string{
 	"retries-exhausted",            // an apply that never stopped failing: failed at the deadline
 	"healthchecks",                 // a health-check loop: signalled services, timed passes, services flipping
 	"healthchecks-continue-as-new", // a loop's run that continued as new after its passes
+	"claim",                        // a claim resolved, moved, Pending, resolved again, then deleted and released
 }
 
 // frozen are histories recorded by earlier code, kept as they are (never

@@ -117,11 +117,12 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 				return err
 			}
 		}
-		checks, err := healthChecks(ctx, g, o.Kube, s.Kube, o.HealthCheckMinute)
+		checks, claims, err := registryActivities(ctx, g, o.Kube, s.Kube, o.HealthCheckMinute)
 		if err != nil {
 			return err
 		}
-		w := worker.New(o.Temporal, s.Kube, s.Offerings, &plan.Fetcher{AllowedHosts: o.TemplateHosts}, checks)
+		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
+			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, HealthChecks: checks, Claims: claims})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
 		}

@@ -46,3 +46,16 @@ const SignalServiceChanged = "service-changed"
 func HealthChecksID(shard int) string {
 	return fmt.Sprintf("registeredservices/shard-%02d", shard)
 }
+
+// ClaimType is the registered name of a ServiceClaim's workflow.
+const ClaimType = "ServiceClaim"
+
+// SignalClaimChanged tells a claim's workflow to look again: the claim, a
+// service it holds, or a service it could take has changed.
+const SignalClaimChanged = "claim-changed"
+
+// ClaimID is the ID of the workflow of the ServiceClaim namespace/name,
+// e.g. "serviceclaim/apps/db".
+func ClaimID(namespace, name string) string {
+	return "serviceclaim/" + namespace + "/" + name
+}

@@ -275,6 +275,7 @@ type RegisteredServiceStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=regsvc,categories=quartermaster
+// +kubebuilder:selectablefield:JSONPath=`.status.claimRef.uid`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Check",type=string,JSONPath=`.status.healthCheck.message`,priority=1
 // +kubebuilder:printcolumn:name="SLA",type=string,JSONPath=`.spec.sla`,priority=1

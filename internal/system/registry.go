@@ -25,14 +25,16 @@ import (
 	"github.com/quartermaster/qm/internal/healthcheck"
 )
 
-// healthChecks builds the worker's health-check activities: a cache of the
+// registryActivities builds the worker's activities of the service
+// registry, the health checks and the claims: they share a cache of the
 // registered services and of their checks' Jobs and pods (those alone, by
 // label), so that a pass over thousands of services reads nothing from the
-// API server, and a recorder for the Events of their changes of state.
-func healthChecks(ctx context.Context, g *errgroup.Group, cfg *rest.Config, kube ctrlclient.Client, minute time.Duration) (*activities.HealthChecks, error) {
+// API server; the checks get a recorder for the Events of their changes of
+// state.
+func registryActivities(ctx context.Context, g *errgroup.Group, cfg *rest.Config, kube ctrlclient.Client, minute time.Duration) (*activities.HealthChecks, *activities.Claims, error) {
 	checks, err := labels.NewRequirement(healthcheck.LabelService, selection.Exists, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	onlyChecks := cache.ByObject{Label: labels.NewSelector().Add(*checks)}
 	c, err := cache.New(cfg, cache.Options{
@@ -40,34 +42,35 @@ func healthChecks(ctx context.Context, g *errgroup.Group, cfg *rest.Config, kube
 		ByObject: map[ctrlclient.Object]cache.ByObject{&batchv1.Job{}: onlyChecks, &corev1.Pod{}: onlyChecks},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the health checks' cache: %w", err)
+		return nil, nil, fmt.Errorf("creating the health checks' cache: %w", err)
 	}
 	shardOf := func(o ctrlclient.Object) []string {
 		return []string{strconv.Itoa(healthcheck.Shard(o.GetNamespace(), o.GetName()))}
 	}
 	if err := c.IndexField(ctx, &primazav1alpha1.RegisteredService{}, activities.ShardField, shardOf); err != nil {
-		return nil, fmt.Errorf("indexing RegisteredServices by shard: %w", err)
+		return nil, nil, fmt.Errorf("indexing RegisteredServices by shard: %w", err)
 	}
 	for _, obj := range []ctrlclient.Object{&primazav1alpha1.RegisteredService{}, &batchv1.Job{}, &corev1.Pod{}} {
 		if _, err := c.GetInformer(ctx, obj); err != nil {
-			return nil, fmt.Errorf("watching %T for the health checks: %w", obj, err)
+			return nil, nil, fmt.Errorf("watching %T for the health checks: %w", obj, err)
 		}
 	}
 	g.Go(func() error { return c.Start(ctx) })
 	if !c.WaitForCacheSync(ctx) {
-		return nil, errors.New("the health checks' cache did not sync")
+		return nil, nil, errors.New("the health checks' cache did not sync")
 	}
 	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("creating the Events client: %w", err)
+		return nil, nil, fmt.Errorf("creating the Events client: %w", err)
 	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: clientset.CoreV1().Events("")})
 	g.Go(func() error { <-ctx.Done(); broadcaster.Shutdown(); return nil })
-	return &activities.HealthChecks{
+	health := &activities.HealthChecks{
 		Client: kube,
 		Cache:  c,
 		Events: broadcaster.NewRecorder(crds.NewScheme(), corev1.EventSource{Component: "qm-worker"}),
 		Minute: minute,
-	}, nil
+	}
+	return health, &activities.Claims{Client: kube, Cache: c}, nil
 }

@@ -1,0 +1,345 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/claims"
+)
+
+// Claims are the activities of a ServiceClaim's workflow: resolve the
+// claim to a service it holds alone, write its binding Secret, record the
+// outcome, and release the service when the claim goes.
+type Claims struct {
+	// Client reads what must be fresh and writes.
+	Client ctrlclient.Client
+	// Cache lists the candidate services; nil lists through Client.
+	Cache ctrlclient.Reader
+}
+
+// ClaimTarget names a ServiceClaim.
+type ClaimTarget struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Resolution is what Resolve found: names and states, never values.
+type Resolution struct {
+	State primazav1alpha1.ClaimState `json:"state"`
+	// ClaimUID is the claim's; release goes by it.
+	ClaimUID types.UID `json:"claimUID,omitempty"`
+	// Gone: the claim is deleted or being deleted.
+	Gone bool `json:"gone,omitempty"`
+	// Service and ServiceUID name the service held.
+	Service    string    `json:"service,omitempty"`
+	ServiceUID types.UID `json:"serviceUID,omitempty"`
+	// ServiceState and ServiceMessage say how the held service is.
+	ServiceState   primazav1alpha1.ServiceState `json:"serviceState,omitempty"`
+	ServiceMessage string                       `json:"serviceMessage,omitempty"`
+	// Reason says why the claim is Pending.
+	Reason string `json:"reason,omitempty"`
+}
+
+// claimFinalizer holds a deleted claim until its service is released.
+const claimFinalizer = "primaza.io/claim"
+
+// claimRefField selects services by the UID of the claim that holds them
+// (a selectable field of the RegisteredService CRD).
+const claimRefField = "status.claimRef.uid"
+
+// Resolve finds the service the claim holds, or takes one: the claim keeps
+// a service it holds while that service still matches it (healthy or
+// not); otherwise it takes the first candidate (claims.Candidates) whose
+// status it can mark Claimed with the resourceVersion it read. That
+// precondition is the lock: of two claims racing for one service, the
+// second write fails, and that claim reads again and moves on.
+func (c *Claims) Resolve(ctx context.Context, t ClaimTarget) (Resolution, error) {
+	claim, err := c.claim(ctx, t)
+	if apierrors.IsNotFound(err) {
+		return Resolution{Gone: true}, nil
+	}
+	if err != nil {
+		return Resolution{}, err
+	}
+	res := Resolution{ClaimUID: claim.UID}
+	if !claim.DeletionTimestamp.IsZero() {
+		res.Gone = true
+		return res, nil
+	}
+	if err := c.addFinalizer(ctx, claim); err != nil {
+		return res, err
+	}
+	held, err := c.held(ctx, claim.Namespace, claim.UID)
+	if err != nil {
+		return res, err
+	}
+	for i := range held {
+		svc := &held[i]
+		if claims.Match(claim, svc) == claims.Matches && svc.DeletionTimestamp.IsZero() {
+			return resolved(res, svc), nil
+		}
+		// It changed and no longer matches: let it go, and look again.
+		if err := c.release(ctx, svc, claim.UID); err != nil {
+			return res, err
+		}
+	}
+	services, err := c.services(ctx, claim.Namespace)
+	if err != nil {
+		return res, err
+	}
+	for _, candidate := range claims.Candidates(claim, services) {
+		svc, ok, err := c.take(ctx, claim, candidate.Name)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			return resolved(res, svc), nil
+		}
+	}
+	res.State, res.Reason = primazav1alpha1.ClaimPending, claims.WhyPending(claim, services)
+	return res, nil
+}
+
+// take marks the service name as held by claim, if it can still be
+// claimed when read afresh. A lost race (a conflict) reads it again.
+func (c *Claims) take(ctx context.Context, claim *primazav1alpha1.ServiceClaim, name string) (*primazav1alpha1.RegisteredService, bool, error) {
+	for {
+		var svc primazav1alpha1.RegisteredService
+		if err := c.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, &svc); err != nil {
+			return nil, false, ctrlclient.IgnoreNotFound(err)
+		}
+		if !claims.Claimable(&svc) || claims.Match(claim, &svc) != claims.Matches {
+			return nil, false, nil
+		}
+		base := svc.DeepCopy()
+		svc.Status.State = primazav1alpha1.ServiceClaimed
+		svc.Status.ClaimRef = &primazav1alpha1.ClaimReference{Name: claim.Name, UID: claim.UID}
+		err := c.Client.Status().Patch(ctx, &svc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil:
+			return &svc, true, nil
+		case !apierrors.IsConflict(err):
+			return nil, false, fmt.Errorf("claiming service %s: %w", name, err)
+		}
+	}
+}
+
+// Bind writes the claim's binding Secret from the service it holds, owned
+// by the claim, and returns its name; an unchanged Secret is not written.
+func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (string, error) {
+	claim, err := c.claim(ctx, t)
+	if err != nil {
+		return "", ctrlclient.IgnoreNotFound(err)
+	}
+	var svc primazav1alpha1.RegisteredService
+	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: service}, &svc); err != nil {
+		return "", fmt.Errorf("reading service %s: %w", service, err)
+	}
+	data, err := claims.Binding(claim, &svc, func(ref *primazav1alpha1.SecretKeyRef) ([]byte, error) {
+		var s corev1.Secret
+		if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: ref.Name}, &s); err != nil {
+			return nil, fmt.Errorf("reading Secret %s: %w", ref.Name, err)
+		}
+		v, ok := s.Data[ref.Key]
+		if !ok {
+			return nil, fmt.Errorf("Secret %s has no key %q", ref.Name, ref.Key)
+		}
+		return v, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: claim.Name, Namespace: claim.Namespace}}
+	_, err = controllerutil.CreateOrUpdate(ctx, c.Client, secret, func() error {
+		if maps.EqualFunc(secret.Data, data, bytes.Equal) && metav1.IsControlledBy(secret, claim) {
+			return nil
+		}
+		secret.Data = data
+		return controllerutil.SetControllerReference(claim, secret, c.Client.Scheme())
+	})
+	if err != nil {
+		return "", fmt.Errorf("writing the binding Secret %s: %w", claim.Name, err)
+	}
+	return secret.Name, nil
+}
+
+// Record writes the claim's status from res and the binding's name; a
+// Pending claim loses its binding Secret, which spoke of a service it no
+// longer holds.
+func (c *Claims) Record(ctx context.Context, t ClaimTarget, res Resolution, binding string) error {
+	claim, err := c.claim(ctx, t)
+	if err != nil {
+		return ctrlclient.IgnoreNotFound(err)
+	}
+	if res.State == primazav1alpha1.ClaimPending {
+		if err := c.deleteBinding(ctx, claim); err != nil {
+			return err
+		}
+	}
+	st := claim.Status.DeepCopy()
+	st.State, st.ObservedGeneration = res.State, claim.Generation
+	st.RegisteredService, st.RegisteredServiceUID, st.Binding = res.Service, res.ServiceUID, nil
+	if binding != "" {
+		st.Binding = &primazav1alpha1.BindingReference{Name: binding}
+	}
+	resolvedCond := metav1.Condition{Type: "Resolved", Status: metav1.ConditionFalse, Reason: "NoMatch", Message: res.Reason, ObservedGeneration: claim.Generation}
+	if res.State == primazav1alpha1.ClaimResolved {
+		resolvedCond = metav1.Condition{Type: "Resolved", Status: metav1.ConditionTrue, Reason: "Claimed",
+			Message: fmt.Sprintf("holds service %s; its endpoint is in Secret %s", res.Service, binding), ObservedGeneration: claim.Generation}
+	}
+	meta.SetStatusCondition(&st.Conditions, resolvedCond)
+	health := metav1.Condition{Type: "ServiceAvailable", Status: metav1.ConditionTrue, Reason: "Claimed", Message: "the service is healthy", ObservedGeneration: claim.Generation}
+	switch {
+	case res.State != primazav1alpha1.ClaimResolved:
+		meta.RemoveStatusCondition(&st.Conditions, health.Type)
+	case res.ServiceState != primazav1alpha1.ServiceClaimed:
+		health.Status, health.Reason = metav1.ConditionFalse, "Service"+string(res.ServiceState)
+		health.Message = fmt.Sprintf("the service is %s: %s", res.ServiceState, res.ServiceMessage)
+		meta.SetStatusCondition(&st.Conditions, health)
+	default:
+		meta.SetStatusCondition(&st.Conditions, health)
+	}
+	if equality.Semantic.DeepEqual(claim.Status, *st) {
+		return nil
+	}
+	base := claim.DeepCopy()
+	claim.Status = *st
+	if err := c.Client.Status().Patch(ctx, claim, ctrlclient.MergeFrom(base)); err != nil {
+		return fmt.Errorf("writing the claim's status: %w", err)
+	}
+	return nil
+}
+
+// Release lets go of every service the claim (by its UID) holds, deletes
+// its binding Secret and its finalizer: the claim is deleted.
+func (c *Claims) Release(ctx context.Context, t ClaimTarget, claimUID types.UID) error {
+	if claimUID != "" {
+		held, err := c.held(ctx, t.Namespace, claimUID)
+		if err != nil {
+			return err
+		}
+		for i := range held {
+			if err := c.release(ctx, &held[i], claimUID); err != nil {
+				return err
+			}
+		}
+	}
+	claim, err := c.claim(ctx, t)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.deleteBinding(ctx, claim); err != nil {
+		return err
+	}
+	base := claim.DeepCopy()
+	if controllerutil.RemoveFinalizer(claim, claimFinalizer) {
+		if err := c.Client.Patch(ctx, claim, ctrlclient.MergeFrom(base)); ctrlclient.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("releasing the claim's finalizer: %w", err)
+		}
+	}
+	return nil
+}
+
+// release clears the claim of uid from svc: a Claimed service is
+// Available again; an unhealthy one keeps its state.
+func (c *Claims) release(ctx context.Context, svc *primazav1alpha1.RegisteredService, uid types.UID) error {
+	for {
+		if svc.Status.ClaimRef == nil || svc.Status.ClaimRef.UID != uid {
+			return nil
+		}
+		base := svc.DeepCopy()
+		svc.Status.ClaimRef = nil
+		if svc.Status.State == primazav1alpha1.ServiceClaimed {
+			svc.Status.State = primazav1alpha1.ServiceAvailable
+		}
+		err := c.Client.Status().Patch(ctx, svc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return fmt.Errorf("releasing service %s: %w", svc.Name, err)
+		}
+		if err := c.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(svc), svc); err != nil {
+			return ctrlclient.IgnoreNotFound(err)
+		}
+	}
+}
+
+// held lists, afresh, the services that the claim uid holds.
+func (c *Claims) held(ctx context.Context, namespace string, uid types.UID) ([]primazav1alpha1.RegisteredService, error) {
+	var list primazav1alpha1.RegisteredServiceList
+	if err := c.Client.List(ctx, &list, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{claimRefField: string(uid)}); err != nil {
+		return nil, fmt.Errorf("listing the services the claim holds: %w", err)
+	}
+	return list.Items, nil
+}
+
+func (c *Claims) services(ctx context.Context, namespace string) ([]primazav1alpha1.RegisteredService, error) {
+	reader := ctrlclient.Reader(c.Client)
+	if c.Cache != nil {
+		reader = c.Cache
+	}
+	var list primazav1alpha1.RegisteredServiceList
+	if err := reader.List(ctx, &list, ctrlclient.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing RegisteredServices: %w", err)
+	}
+	return list.Items, nil
+}
+
+func (c *Claims) claim(ctx context.Context, t ClaimTarget) (*primazav1alpha1.ServiceClaim, error) {
+	var claim primazav1alpha1.ServiceClaim
+	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &claim); err != nil {
+		return nil, err
+	}
+	return &claim, nil
+}
+
+func (c *Claims) addFinalizer(ctx context.Context, claim *primazav1alpha1.ServiceClaim) error {
+	base := claim.DeepCopy()
+	if !controllerutil.AddFinalizer(claim, claimFinalizer) {
+		return nil
+	}
+	if err := c.Client.Patch(ctx, claim, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("adding the claim's finalizer: %w", err)
+	}
+	return nil
+}
+
+func (c *Claims) deleteBinding(ctx context.Context, claim *primazav1alpha1.ServiceClaim) error {
+	var s corev1.Secret
+	err := c.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}, &s)
+	if apierrors.IsNotFound(err) || (err == nil && !metav1.IsControlledBy(&s, claim)) {
+		return nil
+	}
+	if err == nil {
+		err = c.Client.Delete(ctx, &s)
+	}
+	if ctrlclient.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting the binding Secret %s: %w", claim.Name, err)
+	}
+	return nil
+}
+
+// resolved is res for a claim that holds svc.
+func resolved(res Resolution, svc *primazav1alpha1.RegisteredService) Resolution {
+	res.State, res.Service, res.ServiceUID, res.ServiceState = primazav1alpha1.ClaimResolved, svc.Name, svc.UID, svc.Status.State
+	if c := meta.FindStatusCondition(svc.Status.Conditions, "Healthy"); c != nil {
+		res.ServiceMessage = c.Message
+	}
+	return res
+}

@@ -1,0 +1,121 @@
+package starter
+
+import (
+	"context"
+	"fmt"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/claims"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// claimTarget is the input of a claim's workflow (activities.ClaimTarget),
+// by its JSON names.
+type claimTarget struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Claims starts each ServiceClaim's workflow and signals it when there is
+// something to look at again: the claim is new, changed or deleted; a
+// service it holds changed or went; a service it could take became
+// Available. The workflow decides what that means; the watcher only wakes
+// it.
+type Claims struct {
+	Client   ctrlclient.Client
+	Temporal client.Client
+}
+
+// setupClaims registers the two reconcilers: one for the claims' own
+// events, one for the services' events, mapped to the claims they concern.
+func setupClaims(mgr ctrl.Manager, tc client.Client, copts controller.Options) error {
+	c := &Claims{Client: mgr.GetClient(), Temporal: tc}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.ServiceClaim{}).Named("serviceclaim").
+		WithOptions(copts).Complete(ReconcilerFunc(c.ReconcileClaim)); err != nil {
+		return fmt.Errorf("registering the ServiceClaim reconciler: %w", err)
+	}
+	err := ctrl.NewControllerManagedBy(mgr).Named("serviceclaim-services").
+		Watches(&primazav1alpha1.RegisteredService{}, handler.EnqueueRequestsFromMapFunc(c.claimsOf)).
+		WithOptions(copts).Complete(ReconcilerFunc(c.wake))
+	if err != nil {
+		return fmt.Errorf("registering the reconciler of services for claims: %w", err)
+	}
+	return nil
+}
+
+// ReconcileClaim wakes the workflow of a claim that is new, changed or
+// deleted: one whose status does not speak of its generation yet.
+func (c *Claims) ReconcileClaim(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var claim primazav1alpha1.ServiceClaim
+	if err := c.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	if claim.DeletionTimestamp.IsZero() && claim.Status.ObservedGeneration == claim.Generation {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, c.signal(ctx, req.NamespacedName)
+}
+
+// wake signals the workflow of an existing claim.
+func (c *Claims) wake(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var claim primazav1alpha1.ServiceClaim
+	if err := c.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	return ctrl.Result{}, c.signal(ctx, req.NamespacedName)
+}
+
+// claimsOf maps a service's event to the claims it concerns: the one that
+// holds it, and, when it can be claimed, every unresolved claim it matches
+// (they race for it; the service's resourceVersion decides).
+func (c *Claims) claimsOf(ctx context.Context, o ctrlclient.Object) []reconcile.Request {
+	svc, ok := o.(*primazav1alpha1.RegisteredService)
+	if !ok {
+		return nil
+	}
+	var out []reconcile.Request
+	if ref := svc.Status.ClaimRef; ref != nil {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: svc.Namespace, Name: ref.Name}})
+	}
+	if !claims.Claimable(svc) {
+		return out
+	}
+	var list primazav1alpha1.ServiceClaimList
+	if err := c.Client.List(ctx, &list, ctrlclient.InNamespace(svc.Namespace)); err != nil {
+		log.FromContext(ctx).Error(err, "listing the claims a service could resolve", "service", svc.Name)
+		return out
+	}
+	for i := range list.Items {
+		claim := &list.Items[i]
+		if claim.Status.State != primazav1alpha1.ClaimResolved && claims.Match(claim, svc) == claims.Matches {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}})
+		}
+	}
+	return out
+}
+
+// signal wakes the claim's workflow, starting it if it does not run.
+func (c *Claims) signal(ctx context.Context, claim types.NamespacedName) error {
+	id := runs.ClaimID(claim.Namespace, claim.Name)
+	_, err := c.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalClaimChanged, "", client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             runs.TaskQueue,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		StaticSummary:         fmt.Sprintf("claim %s/%s", claim.Namespace, claim.Name),
+		StaticDetails:         fmt.Sprintf("kubectl get serviceclaim %s -n %s -o yaml", claim.Name, claim.Namespace),
+	}, runs.ClaimType, claimTarget{Namespace: claim.Namespace, Name: claim.Name})
+	if err != nil {
+		return fmt.Errorf("signalling the workflow of claim %s: %w", claim, err)
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/quartermaster/qm/activities"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// resolutionsPerRun bounds a claim's history: it continues as new after
+// this many resolutions.
+const resolutionsPerRun = 200
+
+// ServiceClaim carries one ServiceClaim through its life, for as long as
+// the claim exists:
+//
+//  1. resolve it: keep the service it holds while that still matches, or
+//     take one that it alone may hold (or stay Pending, saying why);
+//  2. write its binding Secret from that service;
+//  3. record the outcome on the claim;
+//  4. wait until the claim, its service or a service it could take
+//     changes (the watcher signals), and go back to 1;
+//  5. once the claim is deleted, release its service and its Secret.
+func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
+	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
+	})
+	var a *activities.Claims
+	changed := workflow.GetSignalChannel(ctx, runs.SignalClaimChanged)
+	for range resolutionsPerRun {
+		var res activities.Resolution
+		if err := workflow.ExecuteLocalActivity(ctx, a.Resolve, t).Get(ctx, &res); err != nil {
+			return err
+		}
+		if res.Gone {
+			return workflow.ExecuteLocalActivity(ctx, a.Release, t, res.ClaimUID).Get(ctx, nil)
+		}
+		binding := ""
+		if res.State == primazav1alpha1.ClaimResolved {
+			if err := workflow.ExecuteLocalActivity(ctx, a.Bind, t, res.Service).Get(ctx, &binding); err != nil {
+				return err
+			}
+		}
+		if err := workflow.ExecuteLocalActivity(ctx, a.Record, t, res, binding).Get(ctx, nil); err != nil {
+			return err
+		}
+		workflow.SetCurrentDetails(ctx, claimDetails(res))
+		var signal string
+		changed.Receive(ctx, &signal)
+		drain(changed, nil)
+	}
+	return workflow.NewContinueAsNewError(ctx, ServiceClaim, t)
+}
+
+// claimDetails is what the UI shows of a claim's workflow while it waits.
+func claimDetails(res activities.Resolution) string {
+	if res.State == primazav1alpha1.ClaimResolved {
+		return fmt.Sprintf("holds service %s (%s); waiting for a change", res.Service, res.ServiceState)
+	}
+	return "Pending: " + res.Reason + "; waiting for a service to become Available"
+}
