@@ -247,8 +247,8 @@ type RegisteredServiceSpec struct {
 // holds a service.
 type ClaimReference struct {
 	// +kubebuilder:validation:MinLength=1
-	Name string `json:"name"`
-	UID types.UID `json:"uid"`
+	Name string    `json:"name"`
+	UID  types.UID `json:"uid"`
 }
 
 // RegisteredServiceStatus is what the health checks and claims observed.
