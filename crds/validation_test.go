@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/quartermaster/qm/internal/testenv"
 )
@@ -177,6 +178,30 @@ spec:
 			want: []string{"spec.application", "exactly one of name or selector must be set"},
 		},
 		{
+			name: "claim from no environment",
+			yaml: `
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: nowhere}
+spec:
+  serviceClassIdentity: [{name: type, value: psqlserver}]
+  serviceEndpointDefinitionKeys: [host]`,
+			want: []string{"spec", "give exactly one of environmentTag or applicationClusterContext"},
+		},
+		{
+			name: "claim from an environment and a cluster context",
+			yaml: `
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: twice}
+spec:
+  serviceClassIdentity: [{name: type, value: psqlserver}]
+  serviceEndpointDefinitionKeys: [host]
+  environmentTag: dev
+  applicationClusterContext: {clusterEnvironmentName: dev, namespace: apps}`,
+			want: []string{"spec", "give exactly one of environmentTag or applicationClusterContext"},
+		},
+		{
 			name: "instance without a plan",
 			yaml: `
 apiVersion: osb.servicefabrik.io/v1alpha1
@@ -200,6 +225,40 @@ spec: {serviceId: s}`,
 			}
 		})
 	}
+}
+
+// TestClaimIdentityAndKeysAreImmutable: as in Primaza, a claim's class
+// identity and endpoint keys cannot change once set; its environment can.
+func TestClaimIdentityAndKeysAreImmutable(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	ctx := context.Background()
+	claim := decode(t, `
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: fixed}
+spec:
+  serviceClassIdentity: [{name: type, value: psqlserver}]
+  serviceEndpointDefinitionKeys: [host]
+  environmentTag: dev`)
+	claim.SetNamespace(ns)
+	require.NoError(t, kube.Client.Create(ctx, claim))
+	for _, tc := range []struct {
+		field string
+		value any
+		want  string
+	}{
+		{"serviceClassIdentity", []any{map[string]any{"name": "type", "value": "mysql"}}, "serviceClassIdentity cannot be changed"},
+		{"serviceEndpointDefinitionKeys", []any{"host", "port"}, "serviceEndpointDefinitionKeys cannot be changed"},
+	} {
+		changed := claim.DeepCopy()
+		require.NoError(t, unstructured.SetNestedField(changed.Object, tc.value, "spec", tc.field))
+		err := kube.Client.Update(ctx, changed)
+		require.True(t, apierrors.IsInvalid(err), "want 422 Invalid, got %v", err)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	require.NoError(t, unstructured.SetNestedField(claim.Object, "stage", "spec", "environmentTag"))
+	assert.NoError(t, kube.Client.Update(ctx, claim), "the environment can change")
 }
 
 func registeredService(extraSpec, endpoints string) string {

@@ -173,7 +173,8 @@ kind: ServiceClaim
 metadata: {name: app, namespace: ` + s.Namespace + `}
 spec:
   serviceClassIdentity: [{name: type, value: test}]
-  serviceEndpointDefinitionKeys: [host]`)
+  serviceEndpointDefinitionKeys: [host]
+  environmentTag: dev`)
 	waitClaim(t, s, "app", primazav1alpha1.ClaimResolved, "checked")
 
 	l.close()
@@ -195,7 +196,7 @@ spec:
 }
 
 // TestClaimRace: 50 claims created at once for 10 matching services, with
-// the worker restarted in the middle: exactly 10 resolve, each service is
+// the worker and then the watcher restarted in the middle: exactly 10 resolve, each service is
 // held by exactly one of them, and 40 stay Pending. Deleting 5 resolved
 // claims resolves exactly 5 pending ones.
 func TestClaimRace(t *testing.T) {
@@ -210,9 +211,12 @@ func TestClaimRace(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 50 {
 		wg.Go(func() { dbClaim(t, s, fmt.Sprintf("claim-%02d", i)) })
-		if i == 25 {
+		switch i {
+		case 20:
 			s.StopWorker()
 			s.StartWorker()
+		case 30:
+			s.RestartWatcher()
 		}
 	}
 	wg.Wait()

@@ -110,6 +110,7 @@ type System struct {
 	URL string
 
 	worker, rest *system.System
+	restOptions  system.Options
 	minute       time.Duration
 }
 
@@ -167,6 +168,7 @@ spec:
 		s.URL = "http://" + ln.Addr().String()
 	}
 	if o.Watcher != nil || o.API != nil {
+		s.restOptions = o
 		s.rest = s.run(o)
 	}
 	return s
@@ -191,6 +193,14 @@ func (s *System) run(o system.Options) *system.System {
 func (s *System) StartWorker() {
 	s.t.Helper()
 	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute})
+}
+
+// RestartWatcher stops the watcher (and the API, if the System has it) and
+// starts them again, as a new process would.
+func (s *System) RestartWatcher() {
+	s.t.Helper()
+	require.NoError(s.t, s.rest.Stop())
+	s.rest = s.run(s.restOptions)
 }
 
 // StopWorker stops the worker: nothing moves until StartWorker.

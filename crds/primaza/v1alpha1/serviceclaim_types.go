@@ -52,7 +52,7 @@ type ApplicationClusterContext struct {
 }
 
 // ServiceClaimSpec asks for a RegisteredService of a class, for an application.
-// +kubebuilder:validation:XValidation:rule="!(has(self.environmentTag) && has(self.applicationClusterContext))",message="give environmentTag or applicationClusterContext, not both"
+// +kubebuilder:validation:XValidation:rule="has(self.environmentTag) != has(self.applicationClusterContext)",message="give exactly one of environmentTag or applicationClusterContext"
 type ServiceClaimSpec struct {
 	// ServiceClassIdentity must be a subset of the claimed service's identity.
 	// +kubebuilder:validation:MinItems=1
