@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -55,9 +56,10 @@ type Resolution struct {
 // claimFinalizer holds a deleted claim until its service is released.
 const claimFinalizer = "primaza.io/claim"
 
-// claimRefField selects services by the UID of the claim that holds them
-// (a selectable field of the RegisteredService CRD).
-const claimRefField = "status.claimRef.uid"
+// ClaimRefField selects services by the UID of the claim that holds them:
+// a selectable field of the RegisteredService CRD for the API server, and
+// an index of the worker's cache.
+const ClaimRefField = "status.claimRef.uid"
 
 // Resolve finds the service the claim holds, or takes one: the claim keeps
 // a service it holds while that service still matches it (healthy or
@@ -85,31 +87,45 @@ func (c *Claims) Resolve(ctx context.Context, t ClaimTarget) (Resolution, error)
 	if err != nil {
 		return res, err
 	}
+	var keep *primazav1alpha1.RegisteredService
 	for i := range held {
 		svc := &held[i]
-		if claims.Match(claim, svc) == claims.Matches && svc.DeletionTimestamp.IsZero() {
-			return resolved(res, svc), nil
+		if keep == nil && claims.Match(claim, svc) == claims.Matches && svc.DeletionTimestamp.IsZero() {
+			keep = svc
+			continue
 		}
-		// It changed and no longer matches: let it go, and look again.
+		// It changed and no longer matches (or is one too many): let it
+		// go.
 		if err := c.release(ctx, svc, claim.UID); err != nil {
 			return res, err
 		}
 	}
-	services, err := c.services(ctx, claim.Namespace)
-	if err != nil {
-		return res, err
+	if keep != nil {
+		return resolved(res, keep), nil
 	}
-	for _, candidate := range claims.Candidates(claim, services) {
-		svc, ok, err := c.take(ctx, claim, candidate.Name)
+	// Each try takes the first candidate; one lost to another claim is
+	// struck off, and the candidates are listed again from the cache,
+	// which by then shows most other claims' holds too.
+	lost := map[string]bool{}
+	for {
+		services, err := c.services(ctx, claim.Namespace)
+		if err != nil {
+			return res, err
+		}
+		candidates := slices.DeleteFunc(claims.Candidates(claim, services), func(s *primazav1alpha1.RegisteredService) bool { return lost[s.Name] })
+		if len(candidates) == 0 {
+			res.State, res.Reason = primazav1alpha1.ClaimPending, claims.WhyPending(claim, services)
+			return res, nil
+		}
+		svc, ok, err := c.take(ctx, claim, candidates[0].Name)
 		if err != nil {
 			return res, err
 		}
 		if ok {
 			return resolved(res, svc), nil
 		}
+		lost[candidates[0].Name] = true
 	}
-	res.State, res.Reason = primazav1alpha1.ClaimPending, claims.WhyPending(claim, services)
-	return res, nil
 }
 
 // take marks the service name as held by claim, if it can still be
@@ -119,6 +135,10 @@ func (c *Claims) take(ctx context.Context, claim *primazav1alpha1.ServiceClaim, 
 		var svc primazav1alpha1.RegisteredService
 		if err := c.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, &svc); err != nil {
 			return nil, false, ctrlclient.IgnoreNotFound(err)
+		}
+		if ref := svc.Status.ClaimRef; ref != nil && ref.UID == claim.UID {
+			// Taken by an earlier run of this step, whose result was lost.
+			return &svc, true, nil
 		}
 		if !claims.Claimable(&svc) || claims.Match(claim, &svc) != claims.Matches {
 			return nil, false, nil
@@ -280,22 +300,40 @@ func (c *Claims) release(ctx context.Context, svc *primazav1alpha1.RegisteredSer
 	}
 }
 
-// held lists, afresh, the services that the claim uid holds.
+// held lists the services that the claim uid holds: from the cache's
+// index, then each read afresh. A hold the cache has not seen yet is found
+// by the next resolution, which the hold's own event brings.
 func (c *Claims) held(ctx context.Context, namespace string, uid types.UID) ([]primazav1alpha1.RegisteredService, error) {
 	var list primazav1alpha1.RegisteredServiceList
-	if err := c.Client.List(ctx, &list, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{claimRefField: string(uid)}); err != nil {
+	if err := c.reader().List(ctx, &list, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{ClaimRefField: string(uid)}); err != nil {
 		return nil, fmt.Errorf("listing the services the claim holds: %w", err)
 	}
-	return list.Items, nil
+	out := list.Items[:0]
+	for _, svc := range list.Items {
+		if err := c.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&svc), &svc); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("reading service %s: %w", svc.Name, err)
+		}
+		if svc.Status.ClaimRef != nil && svc.Status.ClaimRef.UID == uid {
+			out = append(out, svc)
+		}
+	}
+	return out, nil
+}
+
+func (c *Claims) reader() ctrlclient.Reader {
+	if c.Cache != nil {
+		return c.Cache
+	}
+	return c.Client
 }
 
 func (c *Claims) services(ctx context.Context, namespace string) ([]primazav1alpha1.RegisteredService, error) {
-	reader := ctrlclient.Reader(c.Client)
-	if c.Cache != nil {
-		reader = c.Cache
-	}
+	// The cache's own objects, not copies: they are read, never changed.
 	var list primazav1alpha1.RegisteredServiceList
-	if err := reader.List(ctx, &list, ctrlclient.InNamespace(namespace)); err != nil {
+	if err := c.reader().List(ctx, &list, ctrlclient.InNamespace(namespace), ctrlclient.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing RegisteredServices: %w", err)
 	}
 	return list.Items, nil

@@ -53,6 +53,7 @@ func BenchmarkProvision(b *testing.B) {
 		})
 	}
 	bare, full := figures["bare"], figures["full"]
+	provisionThroughput = full.throughput
 	if bare.throughput > 0 && full.throughput > 0 {
 		fmt.Printf("\nprovision, full cluster vs bare API server (one run):\n"+
 			"  throughput       %7.1f vs %7.1f instances/s (%.2fx)\n"+

@@ -3,6 +3,7 @@ package starter
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -10,9 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -20,6 +23,10 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/claims"
 )
+
+// catalogDelay is how long after a change its namespace's catalogs are
+// brought up to date.
+const catalogDelay = 500 * time.Millisecond
 
 // catalogLabel marks the ServiceCatalogs Quartermaster keeps: it deletes
 // those whose environment no service or claim names any longer, and no
@@ -39,9 +46,22 @@ type Catalogs struct {
 // setupCatalogs registers the reconciler of the catalogs.
 func setupCatalogs(mgr ctrl.Manager, copts controller.Options) error {
 	c := &Catalogs{Client: mgr.GetClient()}
-	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o ctrlclient.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace()}}}
-	})
+	// A change is seen after catalogDelay, so that a burst of changes in a
+	// namespace (a hundred claims resolving) writes its catalogs once.
+	later := func(o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace()}}, catalogDelay)
+	}
+	byNamespace := handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(e.ObjectNew, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			later(e.Object, q)
+		},
+	}
 	err := ctrl.NewControllerManagedBy(mgr).Named("servicecatalog").
 		Watches(&primazav1alpha1.RegisteredService{}, byNamespace).
 		Watches(&primazav1alpha1.ServiceClaim{}, byNamespace).

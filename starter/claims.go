@@ -7,17 +7,25 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/claims"
 	"github.com/quartermaster/qm/workflows/runs"
 )
+
+// claimRefField indexes the watcher's services by the UID of the claim
+// that holds them.
+const claimRefField = "status.claimRef.uid"
 
 // claimTarget is the input of a claim's workflow (activities.ClaimTarget),
 // by its JSON names.
@@ -40,12 +48,44 @@ type Claims struct {
 // events, one for the services' events, mapped to the claims they concern.
 func setupClaims(mgr ctrl.Manager, tc client.Client, copts controller.Options) error {
 	c := &Claims{Client: mgr.GetClient(), Temporal: tc}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.ServiceClaim{}).Named("serviceclaim").
-		WithOptions(copts).Complete(ReconcilerFunc(c.ReconcileClaim)); err != nil {
+	holder := func(o ctrlclient.Object) []string {
+		if ref := o.(*primazav1alpha1.RegisteredService).Status.ClaimRef; ref != nil {
+			return []string{string(ref.UID)}
+		}
+		return nil
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &primazav1alpha1.RegisteredService{}, claimRefField, holder); err != nil {
+		return fmt.Errorf("indexing RegisteredServices by their claim: %w", err)
+	}
+	// A claim's own finalizer and status writes wake nothing.
+	claimChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration() ||
+			e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
+	}}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.ServiceClaim{}, builder.WithPredicates(claimChanged)).
+		Named("serviceclaim").WithOptions(copts).Complete(ReconcilerFunc(c.ReconcileClaim)); err != nil {
 		return fmt.Errorf("registering the ServiceClaim reconciler: %w", err)
 	}
+	enqueue := func(ctx context.Context, o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, r := range c.claimsOf(ctx, o) {
+			q.Add(r)
+		}
+	}
+	services := handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if !ownWrite(e.ObjectOld, e.ObjectNew) || c.holdsMore(ctx, e.ObjectNew) {
+				enqueue(ctx, e.ObjectNew, q)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, e.Object, q)
+		},
+	}
 	err := ctrl.NewControllerManagedBy(mgr).Named("serviceclaim-services").
-		Watches(&primazav1alpha1.RegisteredService{}, handler.EnqueueRequestsFromMapFunc(c.claimsOf)).
+		Watches(&primazav1alpha1.RegisteredService{}, services).
 		WithOptions(copts).Complete(ReconcilerFunc(c.wake))
 	if err != nil {
 		return fmt.Errorf("registering the reconciler of services for claims: %w", err)
@@ -73,6 +113,26 @@ func (c *Claims) wake(ctx context.Context, req ctrl.Request) (ctrl.Result, error
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
 	return ctrl.Result{}, c.signal(ctx, req.NamespacedName)
+}
+
+// ownWrite says whether a service's update is a claim's own hold of it: an
+// Available service turned Claimed, its spec as it was. The claim that
+// wrote it goes on from there; waking it would only repeat its step.
+func ownWrite(oldObj, newObj ctrlclient.Object) bool {
+	o, ok1 := oldObj.(*primazav1alpha1.RegisteredService)
+	n, ok2 := newObj.(*primazav1alpha1.RegisteredService)
+	return ok1 && ok2 && o.Generation == n.Generation && o.Status.ClaimRef == nil && n.Status.ClaimRef != nil &&
+		n.Status.State == primazav1alpha1.ServiceClaimed && n.DeletionTimestamp.IsZero()
+}
+
+// holdsMore says whether the claim that holds svc holds another service
+// too: a hold repeated after a lost step (a local activity run again after
+// its workflow task timed out), which its claim must be woken to undo.
+func (c *Claims) holdsMore(ctx context.Context, o ctrlclient.Object) bool {
+	svc := o.(*primazav1alpha1.RegisteredService)
+	var list primazav1alpha1.RegisteredServiceList
+	err := c.Client.List(ctx, &list, ctrlclient.InNamespace(svc.Namespace), ctrlclient.MatchingFields{claimRefField: string(svc.Status.ClaimRef.UID)})
+	return err != nil || len(list.Items) > 1
 }
 
 // claimsOf maps a service's event to the claims it concerns: the one that

@@ -3,8 +3,11 @@ package claims
 import (
 	"cmp"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 )
@@ -65,9 +68,10 @@ func rank(sla string) int {
 
 // Candidates are the services a claim may take now, in the order it tries
 // them: claimable and matching, the best SLA first (platinum, gold, silver,
-// bronze, any other, none), then the oldest, then by name. The order is
-// the same for every claim, so racing claims contend for the same service
-// first and the losers move on to the next.
+// bronze, any other, none), then the oldest; services alike in both are
+// tried in an order drawn from the claim's UID. The order is fixed for a
+// claim, and claims made together for services registered together spread
+// over those services instead of all racing for the first.
 func Candidates(claim *primazav1alpha1.ServiceClaim, services []primazav1alpha1.RegisteredService) []*primazav1alpha1.RegisteredService {
 	var out []*primazav1alpha1.RegisteredService
 	for i := range services {
@@ -79,10 +83,20 @@ func Candidates(claim *primazav1alpha1.ServiceClaim, services []primazav1alpha1.
 		return cmp.Or(
 			cmp.Compare(rank(a.Spec.SLA), rank(b.Spec.SLA)),
 			a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
+			cmp.Compare(spread(claim.UID, a.Name), spread(claim.UID, b.Name)),
 			strings.Compare(a.Name, b.Name),
 		)
 	})
 	return out
+}
+
+// spread orders alike services for one claim.
+func spread(claim types.UID, service string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(claim))
+	h.Write([]byte{0})
+	h.Write([]byte(service))
+	return h.Sum64()
 }
 
 // WhyPending says why no service can be taken: how many services fall

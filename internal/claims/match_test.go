@@ -2,12 +2,14 @@ package claims
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 )
@@ -63,11 +65,24 @@ func TestCandidatesOrder(t *testing.T) {
 		at("custom", "diamond", time.Hour, primazav1alpha1.ServiceAvailable),
 		at("platinum-down", "platinum", time.Hour, primazav1alpha1.ServiceUnreachable),
 	}
-	var names []string
-	for _, s := range Candidates(claim("dev", []string{"host"}, "type", "db"), services) {
-		names = append(names, s.Name)
+	order := func(uid string) []string {
+		c := claim("dev", []string{"host"}, "type", "db")
+		c.UID = types.UID(uid)
+		var names []string
+		for _, s := range Candidates(c, services) {
+			names = append(names, s.Name)
+		}
+		return names
 	}
-	assert.Equal(t, []string{"gold-old", "gold-old-b", "gold-new", "silver", "custom", "plain-old"}, names)
+	firsts := map[string]int{}
+	for i := range 20 {
+		names := order(fmt.Sprint("claim-", i))
+		assert.ElementsMatch(t, []string{"gold-old", "gold-old-b"}, names[:2], "the oldest gold services first")
+		assert.Equal(t, []string{"gold-new", "silver", "custom", "plain-old"}, names[2:], "then by SLA and age")
+		assert.Equal(t, names, order(fmt.Sprint("claim-", i)), "one claim's order is fixed")
+		firsts[names[0]]++
+	}
+	assert.Len(t, firsts, 2, "claims spread over alike services: %v", firsts)
 }
 
 func TestWhyPending(t *testing.T) {

@@ -1,0 +1,111 @@
+package starter_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// provisionThroughput is BenchmarkProvision's figure on the full cluster,
+// when it ran before in the same `make bench`, for comparison.
+var provisionThroughput float64
+
+// BenchmarkClaims measures claim resolution on the embedded default: N
+// registered services (no health check: Available at once) and N claims
+// that each of them matches, created by 16 clients as kubectl would; the
+// clock runs from the first claim's create until the last is Resolved. N
+// is QM_BENCH_CLAIMS (default 1000). Every claim contends for the same
+// services in the same order, which is the worst case of the
+// resourceVersion lock. Run it with `make bench`.
+func BenchmarkClaims(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_CLAIMS")); err == nil && v > 0 {
+		n = v
+	}
+	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, Concurrency: 64, FileTemporal: true})
+	ctx := context.Background()
+	testenv.Parallel(b, n, func(i int) error {
+		svc := &primazav1alpha1.RegisteredService{}
+		svc.Name, svc.Namespace = fmt.Sprintf("db-%05d", i), s.Namespace
+		svc.Spec.ServiceClassIdentity = []primazav1alpha1.ServiceClassIdentityItem{{Name: "type", Value: "psqlserver"}}
+		svc.Spec.ServiceEndpointDefinition = []primazav1alpha1.ServiceEndpointDefinitionItem{{Name: "host", Value: new(svc.Name + ".example")}}
+		return s.Kube.Client.Create(ctx, svc)
+	})
+	count := func(what string, ok func(*primazav1alpha1.ServiceClaim, *primazav1alpha1.RegisteredService) bool, claims bool) {
+		deadline := time.Now().Add(10 * time.Minute)
+		for done := 0; done < n; {
+			require.True(b, time.Now().Before(deadline), "after 10 minutes %d of %d %s", done, n, what)
+			time.Sleep(200 * time.Millisecond)
+			done = 0
+			if claims {
+				var list primazav1alpha1.ServiceClaimList
+				require.NoError(b, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+				for i := range list.Items {
+					if ok(&list.Items[i], nil) {
+						done++
+					}
+				}
+				continue
+			}
+			var list primazav1alpha1.RegisteredServiceList
+			require.NoError(b, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+			for i := range list.Items {
+				if ok(nil, &list.Items[i]) {
+					done++
+				}
+			}
+		}
+	}
+	count("services are Available", func(_ *primazav1alpha1.ServiceClaim, svc *primazav1alpha1.RegisteredService) bool {
+		return svc.Status.State == primazav1alpha1.ServiceAvailable
+	}, false)
+
+	b.ResetTimer()
+	cpuBefore, reqBefore := testenv.CPU(), apiRequests(b, s.Kube)
+	start := time.Now()
+	testenv.Parallel(b, n, func(i int) error {
+		claim := &primazav1alpha1.ServiceClaim{}
+		claim.Name, claim.Namespace = fmt.Sprintf("claim-%05d", i), s.Namespace
+		claim.Spec.ServiceClassIdentity = []primazav1alpha1.ServiceClassIdentityItem{{Name: "type", Value: "psqlserver"}}
+		claim.Spec.ServiceEndpointDefinitionKeys = []string{"host"}
+		claim.Spec.EnvironmentTag = "dev"
+		return s.Kube.Client.Create(ctx, claim)
+	})
+	count("claims are Resolved", func(c *primazav1alpha1.ServiceClaim, _ *primazav1alpha1.RegisteredService) bool {
+		return c.Status.State == primazav1alpha1.ClaimResolved
+	}, true)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpuAfter, reqAfter := testenv.CPU(), apiRequests(b, s.Kube)
+
+	// Every claim holds its own service, and no service two claims.
+	var services primazav1alpha1.RegisteredServiceList
+	require.NoError(b, s.Kube.Client.List(ctx, &services, ctrlclient.InNamespace(s.Namespace)))
+	holders := map[string]bool{}
+	for _, svc := range services.Items {
+		require.NotNil(b, svc.Status.ClaimRef, "service %s is held", svc.Name)
+		holders[svc.Status.ClaimRef.Name] = true
+	}
+	require.Len(b, holders, n, "each claim holds one service")
+
+	throughput := float64(n) / elapsed.Seconds()
+	b.ReportMetric(throughput, "claims/s")
+	fmt.Printf("\nclaims: %d services, %d claims that each of them matches, 16 clients, file-backed Temporal:\n"+
+		"  every claim Resolved %v after the first create: %.1f claims/s\n"+
+		"  CPU per claim:%s\n  API requests per claim:\n", n, n, elapsed.Round(time.Millisecond), throughput,
+		testenv.CPUPer(cpuBefore, cpuAfter, n))
+	printRequestsPerInstance(reqBefore, reqAfter, n)
+	if provisionThroughput > 0 {
+		fmt.Printf("  the same run's provision throughput (full cluster): %.1f instances/s; claims resolve at %.2fx that\n",
+			provisionThroughput, throughput/provisionThroughput)
+	}
+}
