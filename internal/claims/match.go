@@ -68,25 +68,30 @@ func rank(sla string) int {
 
 // Candidates are the services a claim may take now, in the order it tries
 // them: claimable and matching, the best SLA first (platinum, gold, silver,
-// bronze, any other, none), then the oldest; services alike in both are
-// tried in an order drawn from the claim's UID. The order is fixed for a
-// claim, and claims made together for services registered together spread
-// over those services instead of all racing for the first.
+// bronze, any other, none); among services of one SLA, in an order drawn
+// from the claim's UID. The order is fixed for a claim, and claims spread
+// evenly over alike services: an order every claim shares (the oldest
+// first) would send every claim made at once to the same service, and all
+// but one of them on to the next.
 func Candidates(claim *primazav1alpha1.ServiceClaim, services []primazav1alpha1.RegisteredService) []*primazav1alpha1.RegisteredService {
-	var out []*primazav1alpha1.RegisteredService
+	type candidate struct {
+		svc  *primazav1alpha1.RegisteredService
+		rank int
+		key  uint64
+	}
+	var cs []candidate
 	for i := range services {
 		if svc := &services[i]; Claimable(svc) && Match(claim, svc) == Matches {
-			out = append(out, svc)
+			cs = append(cs, candidate{svc, rank(svc.Spec.SLA), spread(claim.UID, svc.Name)})
 		}
 	}
-	slices.SortFunc(out, func(a, b *primazav1alpha1.RegisteredService) int {
-		return cmp.Or(
-			cmp.Compare(rank(a.Spec.SLA), rank(b.Spec.SLA)),
-			a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
-			cmp.Compare(spread(claim.UID, a.Name), spread(claim.UID, b.Name)),
-			strings.Compare(a.Name, b.Name),
-		)
+	slices.SortFunc(cs, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.key, b.key), strings.Compare(a.svc.Name, b.svc.Name))
 	})
+	out := make([]*primazav1alpha1.RegisteredService, len(cs))
+	for i, c := range cs {
+		out[i] = c.svc
+	}
 	return out
 }
 

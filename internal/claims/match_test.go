@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -46,24 +44,23 @@ func TestMatch(t *testing.T) {
 	assert.Equal(t, NotAllowed, Match(byContext, &svc), "the cluster context's environment is matched")
 }
 
-// TestCandidatesOrder: claimable matching services, the best SLA first,
-// then the oldest, then by name.
+// TestCandidatesOrder: claimable matching services, the best SLA first;
+// within an SLA, an order fixed for each claim that spreads claims over
+// the services.
 func TestCandidatesOrder(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(name, sla string, age time.Duration, state primazav1alpha1.ServiceState) primazav1alpha1.RegisteredService {
+	with := func(name, sla string, state primazav1alpha1.ServiceState) primazav1alpha1.RegisteredService {
 		s := service(name, state)
 		s.Spec.SLA = sla
-		s.CreationTimestamp = metav1.NewTime(t0.Add(-age))
 		return s
 	}
 	services := []primazav1alpha1.RegisteredService{
-		at("plain-old", "", 9*time.Hour, primazav1alpha1.ServiceAvailable),
-		at("silver", "silver", time.Hour, primazav1alpha1.ServiceAvailable),
-		at("gold-new", "Gold", time.Hour, primazav1alpha1.ServiceAvailable),
-		at("gold-old", "gold", 2*time.Hour, primazav1alpha1.ServiceAvailable),
-		at("gold-old-b", "gold", 2*time.Hour, primazav1alpha1.ServiceAvailable),
-		at("custom", "diamond", time.Hour, primazav1alpha1.ServiceAvailable),
-		at("platinum-down", "platinum", time.Hour, primazav1alpha1.ServiceUnreachable),
+		with("plain", "", primazav1alpha1.ServiceAvailable),
+		with("silver", "silver", primazav1alpha1.ServiceAvailable),
+		with("gold-a", "Gold", primazav1alpha1.ServiceAvailable),
+		with("gold-b", "gold", primazav1alpha1.ServiceAvailable),
+		with("gold-c", "gold", primazav1alpha1.ServiceAvailable),
+		with("custom", "diamond", primazav1alpha1.ServiceAvailable),
+		with("platinum-down", "platinum", primazav1alpha1.ServiceUnreachable),
 	}
 	order := func(uid string) []string {
 		c := claim("dev", []string{"host"}, "type", "db")
@@ -75,14 +72,14 @@ func TestCandidatesOrder(t *testing.T) {
 		return names
 	}
 	firsts := map[string]int{}
-	for i := range 20 {
+	for i := range 30 {
 		names := order(fmt.Sprint("claim-", i))
-		assert.ElementsMatch(t, []string{"gold-old", "gold-old-b"}, names[:2], "the oldest gold services first")
-		assert.Equal(t, []string{"gold-new", "silver", "custom", "plain-old"}, names[2:], "then by SLA and age")
+		assert.ElementsMatch(t, []string{"gold-a", "gold-b", "gold-c"}, names[:3], "the gold services first")
+		assert.Equal(t, []string{"silver", "custom", "plain"}, names[3:], "then by SLA")
 		assert.Equal(t, names, order(fmt.Sprint("claim-", i)), "one claim's order is fixed")
 		firsts[names[0]]++
 	}
-	assert.Len(t, firsts, 2, "claims spread over alike services: %v", firsts)
+	assert.Len(t, firsts, 3, "claims spread over the gold services: %v", firsts)
 }
 
 func TestWhyPending(t *testing.T) {
