@@ -117,7 +117,7 @@ func (c *Claims) Resolve(ctx context.Context, t ClaimTarget) (Resolution, error)
 			res.State, res.Reason = primazav1alpha1.ClaimPending, claims.WhyPending(claim, services)
 			return res, nil
 		}
-		svc, ok, err := c.take(ctx, claim, candidates[0].Name)
+		svc, ok, err := c.take(ctx, claim, candidates[0])
 		if err != nil {
 			return res, err
 		}
@@ -128,30 +128,34 @@ func (c *Claims) Resolve(ctx context.Context, t ClaimTarget) (Resolution, error)
 	}
 }
 
-// take marks the service name as held by claim, if it can still be
-// claimed when read afresh. A lost race (a conflict) reads it again.
-func (c *Claims) take(ctx context.Context, claim *primazav1alpha1.ServiceClaim, name string) (*primazav1alpha1.RegisteredService, bool, error) {
+// take marks the service as held by claim, if it can still be claimed.
+// The first try patches the cached copy under its resourceVersion, which
+// succeeds only if the copy is current; a conflict reads the service
+// afresh and tries again, or gives up on a service another claim took.
+func (c *Claims) take(ctx context.Context, claim *primazav1alpha1.ServiceClaim, cached *primazav1alpha1.RegisteredService) (*primazav1alpha1.RegisteredService, bool, error) {
+	svc := cached.DeepCopy()
 	for {
-		var svc primazav1alpha1.RegisteredService
-		if err := c.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, &svc); err != nil {
-			return nil, false, ctrlclient.IgnoreNotFound(err)
-		}
 		if ref := svc.Status.ClaimRef; ref != nil && ref.UID == claim.UID {
 			// Taken by an earlier run of this step, whose result was lost.
-			return &svc, true, nil
+			return svc, true, nil
 		}
-		if !claims.Claimable(&svc) || claims.Match(claim, &svc) != claims.Matches {
+		if !claims.Claimable(svc) || claims.Match(claim, svc) != claims.Matches {
 			return nil, false, nil
 		}
 		base := svc.DeepCopy()
 		svc.Status.State = primazav1alpha1.ServiceClaimed
 		svc.Status.ClaimRef = &primazav1alpha1.ClaimReference{Name: claim.Name, UID: claim.UID}
-		err := c.Client.Status().Patch(ctx, &svc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
+		err := c.Client.Status().Patch(ctx, svc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
 		switch {
 		case err == nil:
-			return &svc, true, nil
+			return svc, true, nil
+		case apierrors.IsNotFound(err):
+			return nil, false, nil
 		case !apierrors.IsConflict(err):
-			return nil, false, fmt.Errorf("claiming service %s: %w", name, err)
+			return nil, false, fmt.Errorf("claiming service %s: %w", svc.Name, err)
+		}
+		if err := c.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(base), svc); err != nil {
+			return nil, false, ctrlclient.IgnoreNotFound(err)
 		}
 	}
 }
