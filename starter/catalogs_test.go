@@ -60,13 +60,15 @@ spec:
 	constrained("dev-only", `[dev]`)
 	constrained("not-prod", `["!prod", dev]`)
 	constrained("prod-only", `[prod]`)
+	// A claim from stage that no service can resolve (none has the key):
+	// it names the environment and takes nothing.
 	s.Create(`
 apiVersion: primaza.io/v1alpha1
 kind: ServiceClaim
 metadata: {name: from-stage, namespace: ` + s.Namespace + `}
 spec:
   serviceClassIdentity: [{name: type, value: psqlserver}]
-  serviceEndpointDefinitionKeys: [host]
+  serviceEndpointDefinitionKeys: [replica-host]
   environmentTag: stage`)
 
 	all := map[string][]string{
@@ -75,6 +77,7 @@ spec:
 		"stage": {"everywhere", "flaky", "not-prod"},
 	}
 	waitCatalogs(t, s, all, "every environment has its catalog")
+	waitClaim(t, s, "from-stage", primazav1alpha1.ClaimPending, "")
 	var dev primazav1alpha1.ServiceCatalog
 	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "dev"}, &dev))
 	raw, err := json.Marshal(dev)
