@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,11 +24,27 @@ import (
 
 var checks *activities.HealthChecks
 
-// passes records the passes a loop asks for.
+// passes records the passes a loop asks for. Local activities run on
+// goroutines of their own, hence the lock.
 type passes struct {
+	mu  sync.Mutex
 	got []activities.Pass
 	// fail fails the pass of this index (every attempt).
 	fail int
+}
+
+// recorded is what the loop asked for so far.
+func (p *passes) recorded() []activities.Pass {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.got)
+}
+
+// failNext fails the next pass.
+func (p *passes) failNext() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fail = len(p.got)
 }
 
 func (p *passes) env(t *testing.T) *testsuite.TestWorkflowEnvironment {
@@ -35,6 +53,8 @@ func (p *passes) env(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	env.RegisterActivity(&activities.HealthChecks{})
 	env.OnActivity(checks.CheckServices, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.Pass) (activities.Passed, error) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
 			if len(p.got) == 0 || !reflect.DeepEqual(p.got[len(p.got)-1], in) {
 				p.got = append(p.got, in) // attempts of one pass count once
 			}
@@ -57,7 +77,7 @@ func TestHealthChecksLoop(t *testing.T) {
 		env.SignalWorkflow(runs.SignalServiceChanged, "ns/a")
 		env.SignalWorkflow(runs.SignalServiceChanged, "ns/b")
 	}, time.Second)
-	env.RegisterDelayedCallback(func() { p.fail = len(p.got) }, 10*time.Second)
+	env.RegisterDelayedCallback(p.failNext, 10*time.Second)
 	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, 20*time.Second)
 	start := env.Now()
 	env.ExecuteWorkflow(workflows.HealthChecks, workflows.HealthChecksInput{Shard: 7})
@@ -67,7 +87,11 @@ func TestHealthChecksLoop(t *testing.T) {
 
 	var signalled []string
 	var windows []activities.Pass
-	for _, in := range p.got {
+	got := p.recorded()
+	p.mu.Lock()
+	failedAt := p.fail
+	p.mu.Unlock()
+	for _, in := range got {
 		if in.From.IsZero() {
 			assert.Empty(t, windows, "signals come before the first tick")
 			signalled = append(signalled, in.Services...)
@@ -81,7 +105,7 @@ func TestHealthChecksLoop(t *testing.T) {
 		"the first tick (5 s) is cut short by the signalled pass's tick: 2 s from the signal at 1 s")
 	assert.WithinDuration(t, start.Add(time.Second), windows[0].From, 0, "the first window is one tick long")
 
-	failed := p.fail - len(p.got) + len(windows)
+	failed := failedAt - len(got) + len(windows)
 	require.True(t, failed > 0 && failed < len(windows)-1, "the failed pass is a window's: %d", failed)
 	for i := 1; i < len(windows); i++ {
 		if i-1 == failed {
@@ -106,7 +130,8 @@ func TestHealthChecksContinueAsNew(t *testing.T) {
 	assert.Equal(t, runs.HealthChecksType, next.WorkflowType.Name)
 	var in workflows.HealthChecksInput
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(next.Input, &in))
-	require.NotEmpty(t, p.got)
-	assert.Equal(t, workflows.HealthChecksInput{Shard: 1, Last: p.got[len(p.got)-1].To, Tick: 2 * time.Second}, in)
-	assert.Len(t, p.got, 500, "a run holds 500 passes")
+	got := p.recorded()
+	require.NotEmpty(t, got)
+	assert.Equal(t, workflows.HealthChecksInput{Shard: 1, Last: got[len(got)-1].To, Tick: 2 * time.Second}, in)
+	assert.Len(t, got, 500, "a run holds 500 passes")
 }
