@@ -56,11 +56,6 @@ type Resolution struct {
 // claimFinalizer holds a deleted claim until its service is released.
 const claimFinalizer = "primaza.io/claim"
 
-// ClaimRefField selects services by the UID of the claim that holds them:
-// a selectable field of the RegisteredService CRD for the API server, and
-// an index of the worker's cache.
-const ClaimRefField = "status.claimRef.uid"
-
 // Resolve finds the service the claim holds, or takes one: the claim keeps
 // a service it holds while that service still matches it (healthy or
 // not); otherwise it takes the first candidate (claims.Candidates) whose
@@ -309,7 +304,7 @@ func (c *Claims) release(ctx context.Context, svc *primazav1alpha1.RegisteredSer
 // by the next resolution, which the hold's own event brings.
 func (c *Claims) held(ctx context.Context, namespace string, uid types.UID) ([]primazav1alpha1.RegisteredService, error) {
 	var list primazav1alpha1.RegisteredServiceList
-	if err := c.reader().List(ctx, &list, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{ClaimRefField: string(uid)}); err != nil {
+	if err := c.reader().List(ctx, &list, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{claims.HolderField: string(uid)}); err != nil {
 		return nil, fmt.Errorf("listing the services the claim holds: %w", err)
 	}
 	out := list.Items[:0]

@@ -23,10 +23,6 @@ import (
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
-// claimRefField indexes the watcher's services by the UID of the claim
-// that holds them.
-const claimRefField = "status.claimRef.uid"
-
 // claimTarget is the input of a claim's workflow (activities.ClaimTarget),
 // by its JSON names.
 type claimTarget struct {
@@ -48,13 +44,7 @@ type Claims struct {
 // events, one for the services' events, mapped to the claims they concern.
 func setupClaims(mgr ctrl.Manager, tc client.Client, copts controller.Options) error {
 	c := &Claims{Client: mgr.GetClient(), Temporal: tc}
-	holder := func(o ctrlclient.Object) []string {
-		if ref := o.(*primazav1alpha1.RegisteredService).Status.ClaimRef; ref != nil {
-			return []string{string(ref.UID)}
-		}
-		return nil
-	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &primazav1alpha1.RegisteredService{}, claimRefField, holder); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &primazav1alpha1.RegisteredService{}, claims.HolderField, claims.Holder); err != nil {
 		return fmt.Errorf("indexing RegisteredServices by their claim: %w", err)
 	}
 	// A claim's own finalizer and status writes wake nothing.
@@ -131,7 +121,7 @@ func ownWrite(oldObj, newObj ctrlclient.Object) bool {
 func (c *Claims) holdsMore(ctx context.Context, o ctrlclient.Object) bool {
 	svc := o.(*primazav1alpha1.RegisteredService)
 	var list primazav1alpha1.RegisteredServiceList
-	err := c.Client.List(ctx, &list, ctrlclient.InNamespace(svc.Namespace), ctrlclient.MatchingFields{claimRefField: string(svc.Status.ClaimRef.UID)})
+	err := c.Client.List(ctx, &list, ctrlclient.InNamespace(svc.Namespace), ctrlclient.MatchingFields{claims.HolderField: string(svc.Status.ClaimRef.UID)})
 	return err != nil || len(list.Items) > 1
 }
 

@@ -4,8 +4,23 @@ import (
 	"slices"
 	"strings"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 )
+
+// HolderField is the index (and the CRD's selectable field) of
+// RegisteredServices by the UID of the claim that holds them.
+const HolderField = "status.claimRef.uid"
+
+// Holder is the HolderField index's value of a RegisteredService: the UID
+// of the claim that holds it, if any.
+func Holder(o client.Object) []string {
+	if svc, ok := o.(*primazav1alpha1.RegisteredService); ok && svc.Status.ClaimRef != nil {
+		return []string{string(svc.Status.ClaimRef.UID)}
+	}
+	return nil
+}
 
 // Claimable says whether a service can be claimed now: Available (which a
 // claimed, Unreachable or Unknown service is not) and held by no claim.

@@ -22,6 +22,7 @@ import (
 	"github.com/quartermaster/qm/activities"
 	"github.com/quartermaster/qm/crds"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/claims"
 	"github.com/quartermaster/qm/internal/healthcheck"
 )
 
@@ -50,13 +51,7 @@ func registryActivities(ctx context.Context, g *errgroup.Group, cfg *rest.Config
 	if err := c.IndexField(ctx, &primazav1alpha1.RegisteredService{}, activities.ShardField, shardOf); err != nil {
 		return nil, nil, fmt.Errorf("indexing RegisteredServices by shard: %w", err)
 	}
-	holder := func(o ctrlclient.Object) []string {
-		if ref := o.(*primazav1alpha1.RegisteredService).Status.ClaimRef; ref != nil {
-			return []string{string(ref.UID)}
-		}
-		return nil
-	}
-	if err := c.IndexField(ctx, &primazav1alpha1.RegisteredService{}, activities.ClaimRefField, holder); err != nil {
+	if err := c.IndexField(ctx, &primazav1alpha1.RegisteredService{}, claims.HolderField, claims.Holder); err != nil {
 		return nil, nil, fmt.Errorf("indexing RegisteredServices by their claim: %w", err)
 	}
 	for _, obj := range []ctrlclient.Object{&primazav1alpha1.RegisteredService{}, &batchv1.Job{}, &corev1.Pod{}} {
