@@ -149,6 +149,9 @@ func (c *Claims) take(ctx context.Context, claim *primazav1alpha1.ServiceClaim, 
 		case !apierrors.IsConflict(err):
 			return nil, false, fmt.Errorf("claiming service %s: %w", svc.Name, err)
 		}
+		// Into a new object: a Get into this one would keep the claimRef
+		// just set wherever the stored status has none.
+		svc = &primazav1alpha1.RegisteredService{}
 		if err := c.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(base), svc); err != nil {
 			return nil, false, ctrlclient.IgnoreNotFound(err)
 		}
@@ -156,7 +159,8 @@ func (c *Claims) take(ctx context.Context, claim *primazav1alpha1.ServiceClaim, 
 }
 
 // Bind writes the claim's binding Secret from the service it holds, owned
-// by the claim, and returns its name; an unchanged Secret is not written.
+// by the claim, and returns its name ("" if the service is gone); an
+// unchanged Secret is not written.
 func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (string, error) {
 	claim, err := c.claim(ctx, t)
 	if err != nil {
@@ -164,7 +168,9 @@ func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (strin
 	}
 	var svc primazav1alpha1.RegisteredService
 	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: service}, &svc); err != nil {
-		return "", fmt.Errorf("reading service %s: %w", service, err)
+		// A service deleted since it was resolved: no binding, and the
+		// workflow resolves again.
+		return "", ctrlclient.IgnoreNotFound(err)
 	}
 	data, err := claims.Binding(claim, &svc, func(ref *primazav1alpha1.SecretKeyRef) ([]byte, error) {
 		var s corev1.Secret
@@ -293,7 +299,9 @@ func (c *Claims) release(ctx context.Context, svc *primazav1alpha1.RegisteredSer
 		if !apierrors.IsConflict(err) {
 			return fmt.Errorf("releasing service %s: %w", svc.Name, err)
 		}
-		if err := c.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(svc), svc); err != nil {
+		key := ctrlclient.ObjectKeyFromObject(svc)
+		svc = &primazav1alpha1.RegisteredService{}
+		if err := c.Client.Get(ctx, key, svc); err != nil {
 			return ctrlclient.IgnoreNotFound(err)
 		}
 	}
@@ -307,13 +315,14 @@ func (c *Claims) held(ctx context.Context, namespace string, uid types.UID) ([]p
 	if err := c.reader().List(ctx, &list, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{claims.HolderField: string(uid)}); err != nil {
 		return nil, fmt.Errorf("listing the services the claim holds: %w", err)
 	}
-	out := list.Items[:0]
-	for _, svc := range list.Items {
-		if err := c.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&svc), &svc); err != nil {
+	var out []primazav1alpha1.RegisteredService
+	for _, cached := range list.Items {
+		var svc primazav1alpha1.RegisteredService
+		if err := c.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&cached), &svc); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
-			return nil, fmt.Errorf("reading service %s: %w", svc.Name, err)
+			return nil, fmt.Errorf("reading service %s: %w", cached.Name, err)
 		}
 		if svc.Status.ClaimRef != nil && svc.Status.ClaimRef.UID == uid {
 			out = append(out, svc)

@@ -27,9 +27,12 @@ const resolutionsPerRun = 200
 //     changes (the watcher signals), and go back to 1;
 //  5. once the claim is deleted, release its service and its Secret.
 func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
+	// A step that fails (the API server is away) is retried for as long as
+	// it takes: a claim's workflow fails only on a bug.
 	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
+		StartToCloseTimeout:    time.Minute,
+		ScheduleToCloseTimeout: 24 * time.Hour,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
 	})
 	var a *activities.Claims
 	changed := workflow.GetSignalChannel(ctx, runs.SignalClaimChanged)
@@ -45,6 +48,10 @@ func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
 		if res.State == primazav1alpha1.ClaimResolved {
 			if err := workflow.ExecuteLocalActivity(ctx, a.Bind, t, res.Service).Get(ctx, &binding); err != nil {
 				return err
+			}
+			if binding == "" {
+				// The service went between the two steps: resolve again.
+				continue
 			}
 		}
 		if err := workflow.ExecuteLocalActivity(ctx, a.Record, t, res, binding).Get(ctx, nil); err != nil {
