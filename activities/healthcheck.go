@@ -98,7 +98,8 @@ func (h *HealthChecks) CheckServices(ctx context.Context, p Pass) (Passed, error
 		wg   sync.WaitGroup
 	)
 	for _, svc := range services {
-		if !h.needsWork(p, svc, jobs[string(svc.UID)]) {
+		due := h.due(p, svc)
+		if !needsWork(svc, jobs[string(svc.UID)], due) {
 			continue
 		}
 		// The listed service is the cache's own: work on a copy.
@@ -106,7 +107,7 @@ func (h *HealthChecks) CheckServices(ctx context.Context, p Pass) (Passed, error
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c := h.checkOne(ctx, p, svc, jobs[string(svc.UID)], pods)
+			c := h.checkOne(ctx, p, svc, due, jobs[string(svc.UID)], pods)
 			mu.Lock()
 			defer mu.Unlock()
 			if c.err != nil {
@@ -157,19 +158,31 @@ func (h *HealthChecks) shard(ctx context.Context, shard int) ([]*primazav1alpha1
 	return out, nil
 }
 
-// needsWork says whether a pass has anything to do for svc: most services
-// of a pass are neither due nor changed, and cost no more than this.
-func (h *HealthChecks) needsWork(p Pass, svc *primazav1alpha1.RegisteredService, jobs []batchv1.Job) bool {
+// due says whether a check of svc falls due in this pass: its spec is new
+// to the loop, the watcher signalled it, or its instant fell in the
+// pass's window.
+func (h *HealthChecks) due(p Pass, svc *primazav1alpha1.RegisteredService) bool {
 	hc := healthcheck.Of(svc)
 	switch {
-	case !svc.DeletionTimestamp.IsZero(), svc.Status.ObservedGeneration != svc.Generation, len(jobs) > 0:
-		return true
 	case hc == nil:
-		return svc.Status.HealthCheck != nil
-	case slices.Contains(p.Services, svc.Namespace+"/"+svc.Name):
+		return false
+	case svc.Status.ObservedGeneration != svc.Generation, slices.Contains(p.Services, svc.Namespace+"/"+svc.Name):
 		return true
 	}
 	return !p.From.IsZero() && healthcheck.Due(string(svc.UID), healthcheck.Interval(hc, h.minute()), p.From, p.To)
+}
+
+// needsWork says whether a pass has anything to do for svc: most services
+// of a pass are neither due nor changed, and cost no more than this.
+func needsWork(svc *primazav1alpha1.RegisteredService, jobs []batchv1.Job, due bool) bool {
+	switch {
+	case due, !svc.DeletionTimestamp.IsZero(), svc.Status.ObservedGeneration != svc.Generation, len(jobs) > 0:
+		return true
+	case healthcheck.Of(svc) == nil:
+		// A service whose check was removed keeps its old check status.
+		return svc.Status.HealthCheck != nil
+	}
+	return false
 }
 
 // checked is what a pass did for one service.
@@ -179,13 +192,11 @@ type checked struct {
 	err              error
 }
 
-func (h *HealthChecks) checkOne(ctx context.Context, p Pass, svc *primazav1alpha1.RegisteredService, jobs []batchv1.Job, pods map[string][]corev1.Pod) checked {
+func (h *HealthChecks) checkOne(ctx context.Context, p Pass, svc *primazav1alpha1.RegisteredService, due bool, jobs []batchv1.Job, pods map[string][]corev1.Pod) checked {
 	if !svc.DeletionTimestamp.IsZero() {
 		return checked{err: h.release(ctx, svc, jobs)}
 	}
 	hc := healthcheck.Of(svc)
-	changed := svc.Status.ObservedGeneration != svc.Generation || slices.Contains(p.Services, svc.Namespace+"/"+svc.Name)
-	due := hc != nil && (changed || (!p.From.IsZero() && healthcheck.Due(string(svc.UID), healthcheck.Interval(hc, h.minute()), p.From, p.To)))
 	if hc == nil || hc.Container == nil {
 		// Jobs of a container check the spec no longer has.
 		for i := range jobs {
