@@ -1,12 +1,11 @@
 package starter_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"k8s.io/client-go/kubernetes"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -129,32 +127,18 @@ func BenchmarkHealthChecks(b *testing.B) {
 // writes counts the API server's write requests so far.
 type writes struct{ total, services float64 }
 
-// apiWrites reads the API server's write requests from its metrics.
+// apiWrites counts the API server's write requests so far, from
+// apiRequests.
 func apiWrites(b *testing.B, s *testenv.System) writes {
 	b.Helper()
-	cs, err := kubernetes.NewForConfig(s.Kube.Config)
-	require.NoError(b, err)
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	require.NoError(b, err)
 	var w writes
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
+	for key, v := range apiRequests(b, s.Kube) {
+		verb, resource, _ := strings.Cut(key, " ")
+		if !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE"}, verb) {
 			continue
 		}
-		write := false
-		for _, verb := range []string{`verb="POST"`, `verb="PUT"`, `verb="PATCH"`, `verb="DELETE"`} {
-			write = write || strings.Contains(line, verb)
-		}
-		if !write {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		require.NoError(b, err)
 		w.total += v
-		if strings.Contains(line, `resource="registeredservices"`) {
+		if strings.HasPrefix(resource, "registeredservices/") {
 			w.services += v
 		}
 	}
