@@ -102,6 +102,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupClaims(mgr, tc, copts); err != nil {
 		return nil, err
 	}
+	if err := setupBindingUsages(mgr, tc, copts); err != nil {
+		return nil, err
+	}
 	return mgr, nil
 }
 

@@ -48,6 +48,7 @@ func New(c client.Client, a Activities) sdkworker.Worker {
 	}
 	w.RegisterActivity(a.HealthChecks)
 	w.RegisterActivity(a.Claims)
+	w.RegisterActivity(&activities.BindingUsages{Client: a.Kube, Offerings: a.Offerings})
 	return w
 }
 

@@ -304,6 +304,7 @@ func Register(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(SelfCheck)
 	r.RegisterWorkflowWithOptions(HealthChecks, workflow.RegisterOptions{Name: runs.HealthChecksType})
 	r.RegisterWorkflowWithOptions(ServiceClaim, workflow.RegisterOptions{Name: runs.ClaimType})
+	r.RegisterWorkflowWithOptions(BindingUsage, workflow.RegisterOptions{Name: runs.BindingUsageType})
 	for op, wf := range map[lifecycle.Operation]any{
 		lifecycle.OpProvision:   Provision,
 		lifecycle.OpUpdate:      Update,

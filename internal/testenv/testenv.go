@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 	corev1 "k8s.io/api/core/v1"
@@ -206,4 +208,18 @@ func TemporalAddress(t testing.TB) string {
 	t.Helper()
 	Temporal(t)
 	return temporalSrv.FrontendHostPort()
+}
+
+// Kubectl runs bin/kubectl against the cluster with stdin as its input, and
+// returns its combined output; the test fails if kubectl does.
+func (c *Cluster) Kubectl(t testing.TB, stdin string, args ...string) string {
+	t.Helper()
+	kubectl := requireTool(t, "kubectl")
+	config := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(config, c.Kubeconfig, 0o600))
+	cmd := exec.Command(kubectl, append([]string{"--kubeconfig", config}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), out)
+	return string(out)
 }

@@ -59,3 +59,17 @@ const SignalClaimChanged = "claim-changed"
 func ClaimID(namespace, name string) string {
 	return "serviceclaim/" + namespace + "/" + name
 }
+
+// BindingUsageType is the registered name of a ServiceBindingUsage's workflow.
+const BindingUsageType = "ServiceBindingUsage"
+
+// SignalUsageChanged tells a usage's workflow to look again: the usage,
+// its UsageKind, its workload, its binding or the binding's Secret has
+// changed.
+const SignalUsageChanged = "usage-changed"
+
+// BindingUsageID is the ID of the workflow of the ServiceBindingUsage
+// namespace/name, e.g. "servicebindingusage/apps/redis-client".
+func BindingUsageID(namespace, name string) string {
+	return "servicebindingusage/" + namespace + "/" + name
+}

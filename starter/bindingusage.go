@@ -1,0 +1,214 @@
+package starter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// Indexes of the ServiceBindingUsages in the watcher's cache: by the
+// UsageKind, the workload, the binding ("Kind/name") and the Secret they
+// name, so that an event of any of those finds its usages.
+const (
+	usageKindField     = "spec.usedBy.kind"
+	usageWorkloadField = "spec.usedBy.name"
+	usageBindingField  = "spec.serviceBindingRef"
+	usageSecretField   = "status.secret"
+)
+
+// usageTarget is the input of a usage's workflow (activities.UsageTarget),
+// by its JSON names.
+type usageTarget struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// BindingUsages starts each ServiceBindingUsage's workflow and signals it
+// when there is something to look at again: the usage is new, changed or
+// deleted; its UsageKind, its workload, its binding or the binding's Secret
+// changed. Workloads are watched by metadata only, one watch per kind that
+// a Ready UsageKind names; a change of their generation (someone's apply
+// dropped the injection) or their re-creation wakes the usages that name
+// them, which apply again. The UsageKinds' own status and protection are
+// in usagekinds.go.
+type BindingUsages struct {
+	Client   ctrlclient.Client
+	Temporal client.Client
+
+	cache   cache.Cache
+	usages  controller.Controller
+	mu      sync.Mutex
+	watched map[schema.GroupVersionKind]bool
+}
+
+// setupBindingUsages registers the usages' controller and the UsageKinds'.
+func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts controller.Options) error {
+	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(), watched: map[schema.GroupVersionKind]bool{}}
+	indexes := map[string]func(*sc.ServiceBindingUsage) string{
+		usageKindField:     func(s *sc.ServiceBindingUsage) string { return s.Spec.UsedBy.Kind },
+		usageWorkloadField: func(s *sc.ServiceBindingUsage) string { return s.Spec.UsedBy.Name },
+		usageBindingField:  func(s *sc.ServiceBindingUsage) string { return bindingKey(s.Spec.ServiceBindingRef) },
+		usageSecretField:   func(s *sc.ServiceBindingUsage) string { return s.Status.Secret },
+	}
+	for field, of := range indexes {
+		err := mgr.GetFieldIndexer().IndexField(context.Background(), &sc.ServiceBindingUsage{}, field, func(o ctrlclient.Object) []string {
+			if v := of(o.(*sc.ServiceBindingUsage)); v != "" {
+				return []string{v}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("indexing ServiceBindingUsages by %s: %w", field, err)
+		}
+	}
+	copts.Reconciler = ReconcilerFunc(u.wake)
+	c, err := controller.New("servicebindingusage", mgr, copts)
+	if err != nil {
+		return fmt.Errorf("registering the ServiceBindingUsage controller: %w", err)
+	}
+	u.usages = c
+	usageChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration() ||
+			e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
+	}}
+	bindingChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return secretOf(e.ObjectOld) != secretOf(e.ObjectNew) }}
+	kindChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration()
+	}}
+	secrets := &metav1.PartialObjectMetadata{}
+	secrets.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Secret"})
+	sources := []source.Source{
+		source.Kind[ctrlclient.Object](u.cache, &sc.ServiceBindingUsage{}, &handler.EnqueueRequestForObject{}, usageChanged),
+		source.Kind[ctrlclient.Object](u.cache, &osbv1alpha1.SFServiceBinding{}, u.by(usageBindingField, bindingOf), bindingChanged),
+		source.Kind[ctrlclient.Object](u.cache, &primazav1alpha1.ServiceClaim{}, u.by(usageBindingField, bindingOf), bindingChanged),
+		source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(secrets), u.by(usageSecretField, nameOf)),
+		source.Kind[ctrlclient.Object](u.cache, &sc.UsageKind{}, u.by(usageKindField, nameOf), kindChanged),
+	}
+	for _, src := range sources {
+		if err := c.Watch(src); err != nil {
+			return fmt.Errorf("watching for the ServiceBindingUsages: %w", err)
+		}
+	}
+	return setupUsageKinds(mgr, u, copts)
+}
+
+// watchWorkloads starts the watch of a kind's workloads, once.
+func (u *BindingUsages) watchWorkloads(gvk schema.GroupVersionKind) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.watched[gvk] {
+		return nil
+	}
+	workloads := &metav1.PartialObjectMetadata{}
+	workloads.SetGroupVersionKind(gvk)
+	changed := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration()
+	}}
+	src := source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(workloads), u.by(usageWorkloadField, nameOf), changed)
+	if err := u.usages.Watch(src); err != nil {
+		return fmt.Errorf("watching %s for the ServiceBindingUsages: %w", gvk, err)
+	}
+	u.watched[gvk] = true
+	return nil
+}
+
+// by maps an object to the usages in its namespace whose field is key(obj).
+func (u *BindingUsages) by(field string, key func(ctrlclient.Object) string) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o ctrlclient.Object) []reconcile.Request {
+		k := key(o)
+		if k == "" {
+			return nil
+		}
+		var list sc.ServiceBindingUsageList
+		opts := []ctrlclient.ListOption{ctrlclient.MatchingFields{field: k}}
+		if o.GetNamespace() != "" {
+			opts = append(opts, ctrlclient.InNamespace(o.GetNamespace()))
+		}
+		if err := u.Client.List(ctx, &list, opts...); err != nil {
+			log.FromContext(ctx).Error(err, "listing the ServiceBindingUsages of an object", "field", field, "key", k)
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for _, usage := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: usage.Namespace, Name: usage.Name}})
+		}
+		return out
+	})
+}
+
+func nameOf(o ctrlclient.Object) string { return o.GetName() }
+
+func bindingKey(ref sc.BindingReference) string {
+	kind := ref.Kind
+	if kind == "" {
+		kind = sc.BindingKindSFServiceBinding
+	}
+	return kind + "/" + ref.Name
+}
+
+// bindingOf is the key of an SFServiceBinding or a ServiceClaim in the
+// usages' binding index.
+func bindingOf(o ctrlclient.Object) string {
+	switch o.(type) {
+	case *osbv1alpha1.SFServiceBinding:
+		return bindingKey(sc.BindingReference{Kind: sc.BindingKindSFServiceBinding, Name: o.GetName()})
+	case *primazav1alpha1.ServiceClaim:
+		return bindingKey(sc.BindingReference{Kind: sc.BindingKindServiceClaim, Name: o.GetName()})
+	}
+	return ""
+}
+
+// secretOf is the Secret a binding's credentials are in.
+func secretOf(o ctrlclient.Object) string {
+	switch b := o.(type) {
+	case *osbv1alpha1.SFServiceBinding:
+		return b.Status.Response.SecretRef
+	case *primazav1alpha1.ServiceClaim:
+		if b.Status.Binding != nil {
+			return b.Status.Binding.Name
+		}
+	}
+	return ""
+}
+
+// wake signals the workflow of an existing usage, starting it if it does
+// not run.
+func (u *BindingUsages) wake(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var usage sc.ServiceBindingUsage
+	if err := u.Client.Get(ctx, req.NamespacedName, &usage); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	id := runs.BindingUsageID(req.Namespace, req.Name)
+	_, err := u.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalUsageChanged, "", client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             runs.TaskQueue,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		StaticSummary:         fmt.Sprintf("binding usage %s/%s: %s into %s %s", req.Namespace, req.Name, usage.Spec.ServiceBindingRef.Name, usage.Spec.UsedBy.Kind, usage.Spec.UsedBy.Name),
+		StaticDetails:         fmt.Sprintf("kubectl get servicebindingusage %s -n %s -o yaml", req.Name, req.Namespace),
+	}, runs.BindingUsageType, usageTarget{Namespace: req.Namespace, Name: req.Name})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("signalling the workflow of ServiceBindingUsage %s: %w", req.NamespacedName, err)
+	}
+	return ctrl.Result{}, nil
+}
