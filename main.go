@@ -85,6 +85,7 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 		newWorkerCommand(g),
 		newWatcherCommand(g),
 		newAPICommand(g),
+		newUsageKindCommand(g),
 		newVersionCommand(),
 	)
 	return root

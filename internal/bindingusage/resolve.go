@@ -61,8 +61,12 @@ func notServed(mapper meta.RESTMapper, r servicecatalogv1alpha1.ResourceReferenc
 // account "namespace:name" (SubjectAccessReview). Each miss is written as
 // the RBAC rule that would grant it.
 func Access(ctx context.Context, c ctrlclient.Client, gvr schema.GroupVersionResource, namespace, serviceAccount string) ([]string, error) {
+	return access(ctx, c, gvr, namespace, serviceAccount, Verbs)
+}
+
+func access(ctx context.Context, c ctrlclient.Client, gvr schema.GroupVersionResource, namespace, serviceAccount string, verbs []string) ([]string, error) {
 	var missing []string
-	for _, verb := range Verbs {
+	for _, verb := range verbs {
 		attrs := &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource}
 		allowed, err := review(ctx, c, attrs, serviceAccount)
 		if err != nil {
