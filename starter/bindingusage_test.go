@@ -18,6 +18,7 @@ import (
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/bindingusage"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // usageSystem runs Quartermaster with a succeeded binding "db" whose
@@ -215,6 +216,13 @@ func TestUsageInjectsIntoADeployment(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Delete(ctx, getUsage(t, s, "web-db")))
 	s.WaitGone(&sc.ServiceBindingUsage{ObjectMeta: metaName(s.Namespace, "web-db")})
 	assert.Equal(t, original, getDeployment(t, s, "web").Spec.Template, "nothing of the injection is left")
+
+	// The usage's run ended with it; its history holds names, never values.
+	id := runs.BindingUsageID(s.Namespace, "web-db")
+	h := s.History(id, s.ClosedRun(id, runs.BindingUsageType))
+	assert.Contains(t, testenv.HistoryText(h), secret)
+	assert.NotContains(t, testenv.HistoryText(h), "rotated", "credentials never enter the history")
+	recorded(t, h, "binding-usage")
 }
 
 // TestUsageNeverOverwritesTheUsersVariable: a variable of the same name

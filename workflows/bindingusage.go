@@ -68,7 +68,8 @@ func BindingUsage(ctx workflow.Context, t activities.UsageTarget) error {
 		workflow.SetCurrentDetails(ctx, usageDetails(u, out))
 		waitForChange(ctx, changed, out.Problem != nil)
 	}
-	return workflow.NewContinueAsNewError(ctx, BindingUsage, t)
+	// By its registered name: the function's own name is not registered.
+	return workflow.NewContinueAsNewError(ctx, runs.BindingUsageType, t)
 }
 
 // waitForChange waits for the watcher's signal, or at most usageRetry when

@@ -41,6 +41,7 @@ var histories = []string{
 	"healthchecks",                 // a health-check loop: signalled services, timed passes, services flipping
 	"healthchecks-continue-as-new", // a loop's run that continued as new after its passes
 	"claim",                        // a claim resolved, moved, Pending, resolved again, then deleted and released
+	"binding-usage",                // a usage injected, its workload gone and back, its Secret rotated, then deleted and removed
 }
 
 // frozen are histories recorded by earlier code, kept as they are (never
