@@ -1,7 +1,8 @@
 // Package samples holds sample catalogs. `qm dev` installs those that
 // Installed names: tenant-namespace and key-value-store, which need a
 // cluster's controllers (the namespace controller; the workload
-// controllers, a scheduler and nodes), as the embedded cluster has them.
+// controllers, a scheduler and nodes), as the embedded cluster has them,
+// and usage-kinds, the UsageKinds of the built-in workloads.
 // postgresql.yaml is the seed's plan for clusters that run the Zalando
 // postgres operator.
 package samples
@@ -21,7 +22,7 @@ import (
 var files embed.FS
 
 // Installed names the samples `qm dev` installs.
-var Installed = []string{"tenant-namespace", "key-value-store"}
+var Installed = []string{"tenant-namespace", "key-value-store", "usage-kinds"}
 
 // Load returns the SFService and SFPlans of the sample <name>.yaml.
 func Load(name string) ([]*unstructured.Unstructured, error) {
@@ -45,7 +46,9 @@ func Install(ctx context.Context, c client.Client, namespace, fieldOwner string)
 			return err
 		}
 		for _, obj := range objs {
-			obj.SetNamespace(namespace)
+			if obj.GetKind() != "UsageKind" { // cluster-wide
+				obj.SetNamespace(namespace)
+			}
 			if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 				return fmt.Errorf("installing the sample %s %s: %w", obj.GetKind(), obj.GetName(), err)
 			}
