@@ -162,6 +162,40 @@ spec:
 			want: []string{"spec.resource.version", "Required value"},
 		},
 		{
+			name: "usage kind whose labelsPath is not a labels map",
+			yaml: `
+apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: UsageKind
+metadata: {name: not-labels}
+spec:
+  labelsPath: spec.template.metadata
+  resource: {group: apps, kind: Deployment, version: v1}`,
+			want: []string{"spec.labelsPath", "labelsPath is a dot-separated path that ends in .labels, e.g. spec.template.metadata.labels"},
+		},
+		{
+			name: "usage kind whose containersPath is not containers",
+			yaml: `
+apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: UsageKind
+metadata: {name: not-containers}
+spec:
+  labelsPath: spec.template.metadata.labels
+  containersPath: spec.template.spec[0]
+  resource: {group: apps, kind: Deployment, version: v1}`,
+			want: []string{"spec.containersPath", "containersPath is a dot-separated path that ends in .containers"},
+		},
+		{
+			name: "usage of a binding of an unknown kind",
+			yaml: `
+apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: ServiceBindingUsage
+metadata: {name: unknown-binding-kind}
+spec:
+  serviceBindingRef: {kind: ConfigMap, name: db}
+  usedBy: {kind: deployment, name: web}`,
+			want: []string{"spec.serviceBindingRef.kind", `supported values: "SFServiceBinding", "ServiceClaim"`},
+		},
+		{
 			name: "claim naming its application both by name and by selector",
 			yaml: `
 apiVersion: primaza.io/v1alpha1
