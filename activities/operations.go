@@ -68,7 +68,9 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 		return Begun{}, err
 	}
 	if op == lifecycle.OpBind && (t.instance.Status.AppliedSpec == nil || t.instance.DeletionTimestamp != nil) {
-		// Retried until the instance is provisioned, or the bind fails.
+		// Retried until the instance is provisioned, or the bind fails;
+		// each retry reads the instance again, not the run's copy.
+		a.forget(ctx, tg)
 		return Begun{}, fmt.Errorf("instance %s/%s is not provisioned (state %q)", t.Namespace, t.instance.Name, t.instance.Status.State)
 	}
 	// A removal shows at once that it runs. Provision, update and bind

@@ -172,3 +172,13 @@ func runningPods(t *testing.T, s *testenv.System, name string) []corev1.Pod {
 	}
 	return running
 }
+
+// TestBindingCreatedWithItsInstance: a binding applied together with its
+// instance (one kubectl apply) waits for the provision, then binds; it
+// does not keep reading the instance as it was when the bind began.
+func TestBindingCreatedWithItsInstance(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s.Instance("cache", testenv.KeyValuePlan, "")
+	b := s.Bind("cache-app", "cache", testenv.KeyValuePlan)
+	assert.NotEmpty(t, b.Status.Response.SecretRef)
+}
