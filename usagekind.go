@@ -74,7 +74,17 @@ non-zero if a check fails.`,
 			if n := bindingusage.Failed(checks); n > 0 {
 				return fmt.Errorf("%d of %d checks failed", n, len(checks))
 			}
-			fmt.Fprintf(out, "all %d checks passed\n", len(checks))
+			skipped := 0
+			for _, c := range checks {
+				if c.Result == bindingusage.Skip {
+					skipped++
+				}
+			}
+			if skipped > 0 {
+				fmt.Fprintf(out, "%d checks passed, %d skipped\n", len(checks)-skipped, skipped)
+			} else {
+				fmt.Fprintf(out, "all %d checks passed\n", len(checks))
+			}
 			return nil
 		},
 	}

@@ -77,6 +77,12 @@ spec:
 	assert.Contains(t, out, "ok   injection        the API server accepts an injection (server-side dry run)")
 	assert.Contains(t, out, "all 9 checks passed")
 
+	// Without a sample, the paths cannot be checked: said, not failed.
+	out, err = verify(good, "--namespace", kube.Namespace(t))
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "skip sample           no Deployment to check the paths against: pass --namespace and --workload")
+	assert.Contains(t, out, "5 checks passed, 1 skipped")
+
 	out, err = verify(good, "--service-account", ns+":reader")
 	require.EqualError(t, err, "2 of 9 checks failed", out)
 	assert.Contains(t, out, "ok   RBAC get         "+ns+":reader may get deployments.apps")
