@@ -267,7 +267,7 @@ func workloadProblem(err error, kind *sc.UsageKindSnapshot, namespace, name, ver
 	case apierrors.IsNotFound(err):
 		return pending("WorkloadNotFound", "%s %s does not exist in namespace %s", k, name, namespace)
 	case apierrors.IsForbidden(err):
-		return failed("Forbidden", "Quartermaster may not %s %s in namespace %s: grant it %s on this kind (RBAC)", verb, k, namespace, verb)
+		return failed("Forbidden", "Quartermaster may not %s %s %s (grant it %s on this kind): %v", verb, k, name, verb, err)
 	case apierrors.IsConflict(err):
 		return failed("Conflict", "%s %s: %v (a field the injection sets is owned by someone else; a list without x-kubernetes-list-type: map is owned whole)", k, name, err)
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):

@@ -10,13 +10,16 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/bindingusage"
+	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/starter"
 )
 
 func readyMessage(u *sc.ServiceBindingUsage) string {
@@ -140,4 +143,60 @@ func TestUsageOfAClaimsSecret(t *testing.T) {
 	assert.Equal(t, "/bindings/app", tpl.Spec.Containers[0].VolumeMounts[0].MountPath)
 	assert.NotContains(t, tpl.Annotations, "binding-type.quartermaster.io/web-pg")
 	assert.Equal(t, "true", tpl.Labels[bindingusage.LabelKey("web-pg")])
+}
+
+// TestUsageOfAKindWithoutRBAC runs Quartermaster as an identity that may
+// read Deployments but not patch them: the UsageKind says which rule is
+// missing, and a usage of it fails saying which verb on which resource.
+func TestUsageOfAKindWithoutRBAC(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{})
+	ctx := context.Background()
+	user := "system:serviceaccount:" + s.Namespace + ":qm"
+	role := s.Namespace + "-qm"
+	s.Create(fmt.Sprintf(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: %s}
+rules:
+- apiGroups: ["", batch, coordination.k8s.io, events.k8s.io, osb.servicefabrik.io, primaza.io, servicecatalog.kyma-project.io, resource.servicefabrik.io, apiextensions.k8s.io]
+  resources: ["*"]
+  verbs: ["*"]
+- apiGroups: [apps]
+  resources: ["*"]
+  verbs: [get, list, watch]`, role))
+	s.Create(fmt.Sprintf(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: %s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %s}
+subjects: [{kind: User, name: %q}]`, role, role, user))
+	t.Cleanup(func() {
+		_ = s.Kube.Client.Delete(ctx, testenv.Decode(t, fmt.Sprintf(`{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": %q}}`, role)))
+		_ = s.Kube.Client.Delete(ctx, testenv.Decode(t, fmt.Sprintf(`{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": %q}}`, role)))
+	})
+	cfg := rest.CopyConfig(s.Kube.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	sys, err := system.Start(ctx, system.Options{Kube: cfg, Temporal: testenv.Temporal(t), Worker: true, Watcher: &starter.WatcherOptions{}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, sys.Stop()) })
+
+	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": %q}, "stringData": {"user": "u"}}`, s.Namespace))
+	s.Create(fmt.Sprintf(`{"apiVersion": "primaza.io/v1alpha1", "kind": "RegisteredService", "metadata": {"name": "db", "namespace": %q},
+		"spec": {"serviceClassIdentity": [{"name": "type", "value": "psql"}], "serviceEndpointDefinition": [{"name": "user", "valueFromSecret": {"name": "creds", "key": "user"}}]}}`, s.Namespace))
+	s.Create(fmt.Sprintf(`{"apiVersion": "primaza.io/v1alpha1", "kind": "ServiceClaim", "metadata": {"name": "app", "namespace": %q},
+		"spec": {"serviceClassIdentity": [{"name": "type", "value": "psql"}], "serviceEndpointDefinitionKeys": ["user"], "environmentTag": "dev"}}`, s.Namespace))
+	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	kind := usageKind(t, s, "deployment", deploymentKind)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ready := meta.FindStatusCondition(getKind(c, s, kind).Status.Conditions, "Ready")
+		require.NotNil(c, ready)
+		assert.Equal(c, "Forbidden", ready.Reason)
+		assert.Equal(c, `Quartermaster lacks the RBAC rules {apiGroups: ["apps"], resources: ["deployments"], verbs: ["patch"]} in every namespace`, ready.Message)
+	}, 20*time.Second, 50*time.Millisecond, "the UsageKind names the missing rule")
+
+	createUsage(t, s, "web-db", kind, "web", "{kind: ServiceClaim, name: app}", "")
+	u := waitUsage(t, s, "web-db", sc.UsageFailed, "Forbidden")
+	assert.Contains(t, readyMessage(u), "Quartermaster may not patch Deployment web (grant it patch on this kind)")
+	assert.Contains(t, readyMessage(u), `cannot patch resource "deployments" in API group "apps"`)
+	assert.Equal(t, []corev1.EnvVar{{Name: "MODE", Value: "prod"}}, getDeployment(t, s, "web").Spec.Template.Spec.Containers[0].Env, "nothing was injected")
 }
