@@ -3,6 +3,7 @@ package starter_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,4 +200,25 @@ subjects: [{kind: User, name: %q}]`, role, role, user))
 	assert.Contains(t, readyMessage(u), "Quartermaster may not patch Deployment web (grant it patch on this kind)")
 	assert.Contains(t, readyMessage(u), `cannot patch resource "deployments" in API group "apps"`)
 	assert.Equal(t, []corev1.EnvVar{{Name: "MODE", Value: "prod"}}, getDeployment(t, s, "web").Spec.Template.Spec.Containers[0].Env, "nothing was injected")
+}
+
+// TestUsageMovedToAnotherWorkload: a usage that names another workload
+// leaves the first as its user wrote it.
+func TestUsageMovedToAnotherWorkload(t *testing.T) {
+	s, secret := usageSystem(t)
+	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, strings.ReplaceAll(webManifest(s.Namespace), "web", "api"), "apply", "-f", "-")
+	original := getDeployment(t, s, "web").Spec.Template
+	kind := usageKind(t, s, "deployment", deploymentKind)
+	createUsage(t, s, "db", kind, "web", "{name: db}", "{envPrefix: {name: DB_}}")
+	waitUsage(t, s, "db", sc.UsageReady, "Injected")
+	injected(t, getDeployment(t, s, "web").Spec.Template, "db", secret)
+
+	u := getUsage(t, s, "db")
+	u.Spec.UsedBy.Name = "api"
+	require.NoError(t, s.Kube.Client.Update(context.Background(), u))
+	u = waitUsage(t, s, "db", sc.UsageReady, "Injected")
+	assert.Equal(t, "api", u.Status.Workload)
+	injected(t, getDeployment(t, s, "api").Spec.Template, "db", secret)
+	assert.Equal(t, original, getDeployment(t, s, "web").Spec.Template, "the first workload is as its user wrote it")
 }
