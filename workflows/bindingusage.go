@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/quartermaster/qm/activities"
@@ -33,13 +32,8 @@ const (
 //     Ready also looks again after a minute), and go back to 1;
 //  5. once the usage is deleted, remove the injection, then the finalizer.
 func BindingUsage(ctx workflow.Context, t activities.UsageTarget) error {
-	// A step that fails (the API server is away) is retried for as long as
-	// it takes: what a usage cannot do is an outcome, not a failure.
-	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout:    time.Minute,
-		ScheduleToCloseTimeout: 24 * time.Hour,
-		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
-	})
+	// What a usage cannot do is an outcome, not a failure.
+	ctx = retriedUntilDone(ctx)
 	var a *activities.BindingUsages
 	changed := workflow.GetSignalChannel(ctx, runs.SignalUsageChanged)
 	for range usagePassesPerRun {

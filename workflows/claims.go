@@ -2,9 +2,7 @@ package workflows
 
 import (
 	"fmt"
-	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/quartermaster/qm/activities"
@@ -27,13 +25,7 @@ const resolutionsPerRun = 200
 //     changes (the watcher signals), and go back to 1;
 //  5. once the claim is deleted, release its service and its Secret.
 func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
-	// A step that fails (the API server is away) is retried for as long as
-	// it takes: a claim's workflow fails only on a bug.
-	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout:    time.Minute,
-		ScheduleToCloseTimeout: 24 * time.Hour,
-		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
-	})
+	ctx = retriedUntilDone(ctx)
 	var a *activities.Claims
 	changed := workflow.GetSignalChannel(ctx, runs.SignalClaimChanged)
 	for range resolutionsPerRun {

@@ -145,3 +145,15 @@ func (s *steps) sleep(ctx workflow.Context, d time.Duration, what string) error 
 	}
 	return workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: what}).Get(ctx, nil)
 }
+
+// retriedUntilDone gives the local activities of a workflow that lives as
+// long as its resource (a claim, a usage) retries for as long as it takes
+// (a day at most): a step that fails because the API server is away is
+// tried again, and such a workflow fails only on a bug.
+func retriedUntilDone(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout:    time.Minute,
+		ScheduleToCloseTimeout: 24 * time.Hour,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
+	})
+}
