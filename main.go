@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,10 +20,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"go.temporal.io/sdk/contrib/envconfig"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/quartermaster/qm/api"
@@ -36,8 +34,12 @@ type globals struct {
 	kubeconfig        string
 	temporalAddress   string
 	temporalNamespace string
+	temporalProfile   string
 	logLevel          string
 	logger            *slog.Logger
+	// env is where the Temporal client configuration's variables are
+	// looked up (nil: the process's environment).
+	env envconfig.EnvLookup
 }
 
 func main() {
@@ -76,8 +78,9 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster to use (env KUBECONFIG; in a pod, the pod's service account)")
-	pf.StringVar(&g.temporalAddress, "temporal-address", os.Getenv("TEMPORAL_ADDRESS"), "host:port of the Temporal frontend (env TEMPORAL_ADDRESS)")
-	pf.StringVar(&g.temporalNamespace, "temporal-namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	pf.StringVar(&g.temporalAddress, "temporal-address", "", "host:port of the Temporal frontend (over TEMPORAL_ADDRESS and the profile)")
+	pf.StringVar(&g.temporalNamespace, "temporal-namespace", "", `Temporal namespace (over TEMPORAL_NAMESPACE and the profile; default "default")`)
+	pf.StringVar(&g.temporalProfile, "temporal-profile", "", "profile of the Temporal client configuration file, temporal.toml (over TEMPORAL_PROFILE)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 
 	root.AddCommand(
@@ -113,8 +116,8 @@ TEMPORAL_ADDRESS set, that Temporal is used instead of the dev server.`,
 				o.BinDir = filepath.Dir(exe)
 			}
 			o.Kubeconfig = g.kubeconfig
-			o.TemporalAddress = g.temporalAddress
-			o.Namespace = g.temporalNamespace
+			o.TemporalAddress = cmp.Or(g.temporalAddress, os.Getenv("TEMPORAL_ADDRESS"))
+			o.Namespace = cmp.Or(g.temporalNamespace, os.Getenv("TEMPORAL_NAMESPACE"), "default")
 			o.Out = cmd.OutOrStdout()
 			o.Logger = g.logger
 			return devenv.Run(cmd.Context(), o)
@@ -142,7 +145,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 		Short: "Run the Temporal worker that hosts the workflows and activities (scales horizontally)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.run(cmd.Context(), true, system.Options{Worker: true, TemporalNamespace: g.temporalNamespace, TemplateHosts: hosts, HealthCheckMinute: minute})
+			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, HealthCheckMinute: minute})
 		},
 	}
 	cmd.Flags().StringSliceVar(&hosts, "template-hosts", splitList(os.Getenv("QM_TEMPLATE_HOSTS")),
@@ -255,45 +258,17 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 	}
 	o.Kube = cfg
 	if withTemporal {
-		tc, err := g.temporal(ctx)
+		tc, namespace, err := g.temporal(ctx)
 		if err != nil {
 			return err
 		}
 		defer tc.Close()
 		o.Temporal = tc
+		if o.Worker {
+			o.TemporalNamespace = namespace
+		}
 	}
 	return system.Run(ctx, o)
-}
-
-func kubeConfig(path string) (*rest.Config, error) {
-	if path != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", path)
-		if err != nil {
-			return nil, fmt.Errorf("reading kubeconfig %s: %w", path, err)
-		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if errors.Is(err, rest.ErrNotInCluster) {
-		return nil, errors.New("no cluster: set --kubeconfig or KUBECONFIG, or run in a pod (or use 'qm dev')")
-	}
-	return cfg, err
-}
-
-// temporal dials the Temporal frontend named by --temporal-address.
-func (g *globals) temporal(ctx context.Context) (client.Client, error) {
-	if g.temporalAddress == "" {
-		return nil, errors.New("no Temporal: set --temporal-address or TEMPORAL_ADDRESS (or use 'qm dev')")
-	}
-	tc, err := client.DialContext(ctx, client.Options{
-		HostPort:  g.temporalAddress,
-		Namespace: g.temporalNamespace,
-		Logger:    log.NewStructuredLogger(g.logger),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to Temporal at %s: %w", g.temporalAddress, err)
-	}
-	return tc, nil
 }
 
 func envOr(key, def string) string {

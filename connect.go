@@ -1,0 +1,65 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/log"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// kubeConfig reads the kubeconfig at path, or the pod's service account.
+func kubeConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("reading kubeconfig %s: %w", path, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, errors.New("no cluster: set --kubeconfig or KUBECONFIG, or run in a pod (or use 'qm dev')")
+	}
+	return cfg, err
+}
+
+// temporalOptions is how qm reaches Temporal, loaded as every Temporal
+// tool loads it (the SDK's envconfig): a profile of the client
+// configuration file (TEMPORAL_CONFIG_FILE, or temporal.toml in the user's
+// config directory; profile --temporal-profile, TEMPORAL_PROFILE or
+// "default"), then the TEMPORAL_* variables over it (TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE, TEMPORAL_TLS_* for mTLS, TEMPORAL_API_KEY), then
+// --temporal-address and --temporal-namespace over both.
+func (g *globals) temporalOptions() (client.Options, error) {
+	opts, err := envconfig.LoadClientOptions(envconfig.LoadClientOptionsRequest{ConfigFileProfile: g.temporalProfile, EnvLookup: g.env})
+	if err != nil {
+		return client.Options{}, fmt.Errorf("loading the Temporal client configuration: %w", err)
+	}
+	opts.HostPort = cmp.Or(g.temporalAddress, opts.HostPort)
+	opts.Namespace = cmp.Or(g.temporalNamespace, opts.Namespace, "default")
+	if opts.HostPort == "" {
+		return client.Options{}, errors.New("no Temporal: set --temporal-address or TEMPORAL_ADDRESS, or an address in a temporal.toml profile (or use 'qm dev')")
+	}
+	return opts, nil
+}
+
+// temporal dials the Temporal frontend of temporalOptions, and returns the
+// client and its namespace.
+func (g *globals) temporal(ctx context.Context) (client.Client, string, error) {
+	opts, err := g.temporalOptions()
+	if err != nil {
+		return nil, "", err
+	}
+	opts.Logger = log.NewStructuredLogger(g.logger)
+	tc, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return nil, "", fmt.Errorf("connecting to Temporal at %s (namespace %s): %w", opts.HostPort, opts.Namespace, err)
+	}
+	return tc, opts.Namespace, nil
+}

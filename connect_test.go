@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// mapEnv is an environment for envconfig that is not the process's.
+type mapEnv map[string]string
+
+func (e mapEnv) Environ() []string {
+	var out []string
+	for k, v := range e {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func (e mapEnv) LookupEnv(key string) (string, bool) { v, ok := e[key]; return v, ok }
+
+// selfSigned writes a certificate and its key for a client, and returns
+// their paths.
+func selfSigned(t *testing.T) (certPath, keyPath string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	rawKey, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certPath, keyPath = filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key")
+	require.NoError(t, os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: rawKey}), 0o600))
+	return certPath, keyPath
+}
+
+// TestTemporalOptions: the client's connection comes from a temporal.toml
+// profile, the TEMPORAL_* variables over it, and the flags over both.
+func TestTemporalOptions(t *testing.T) {
+	certPath, keyPath := selfSigned(t)
+	file := filepath.Join(t.TempDir(), "temporal.toml")
+	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`
+[profile.default]
+address = "temporal.internal:7233"
+namespace = "brokers"
+
+[profile.prod]
+address = "prod.tmprl.cloud:7233"
+namespace = "brokers.abc12"
+[profile.prod.tls]
+client_cert_path = %q
+client_key_path = %q
+`, certPath, keyPath)), 0o600))
+
+	for _, tc := range []struct {
+		name               string
+		env                mapEnv
+		flags              globals
+		address, namespace string
+		mtls, apiKey       bool
+		err                string
+	}{
+		{name: "the default profile", env: mapEnv{"TEMPORAL_CONFIG_FILE": file}, address: "temporal.internal:7233", namespace: "brokers"},
+		{name: "a profile with mTLS", env: mapEnv{"TEMPORAL_CONFIG_FILE": file, "TEMPORAL_PROFILE": "prod"}, address: "prod.tmprl.cloud:7233", namespace: "brokers.abc12", mtls: true},
+		{name: "the profile flag", env: mapEnv{"TEMPORAL_CONFIG_FILE": file}, flags: globals{temporalProfile: "prod"}, address: "prod.tmprl.cloud:7233", namespace: "brokers.abc12", mtls: true},
+		{name: "variables over the profile", env: mapEnv{"TEMPORAL_CONFIG_FILE": file, "TEMPORAL_ADDRESS": "env:7233"}, address: "env:7233", namespace: "brokers"},
+		{name: "flags over both", env: mapEnv{"TEMPORAL_CONFIG_FILE": file, "TEMPORAL_ADDRESS": "env:7233", "TEMPORAL_NAMESPACE": "env-ns"},
+			flags: globals{temporalAddress: "flag:7233", temporalNamespace: "flag-ns"}, address: "flag:7233", namespace: "flag-ns"},
+		{name: "variables alone", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233"}, address: "env:7233", namespace: "default"},
+		{name: "mTLS from variables", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233", "TEMPORAL_TLS_CLIENT_CERT_PATH": certPath, "TEMPORAL_TLS_CLIENT_KEY_PATH": keyPath},
+			address: "env:7233", namespace: "default", mtls: true},
+		{name: "an API key", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233", "TEMPORAL_API_KEY": "key-kept-out-of-logs"}, address: "env:7233", namespace: "default", apiKey: true},
+		{name: "a profile that is not in the file", env: mapEnv{"TEMPORAL_CONFIG_FILE": file, "TEMPORAL_PROFILE": "staging"}, err: `loading the Temporal client configuration: unable to find profile staging in config data`},
+		{name: "nothing at all", env: mapEnv{"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "none.toml")},
+			err: "no Temporal: set --temporal-address or TEMPORAL_ADDRESS, or an address in a temporal.toml profile (or use 'qm dev')"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := tc.flags
+			g.env = tc.env
+			opts, err := g.temporalOptions()
+			if tc.err != "" {
+				assert.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.address, opts.HostPort)
+			assert.Equal(t, tc.namespace, opts.Namespace)
+			if tc.mtls {
+				require.NotNil(t, opts.ConnectionOptions.TLS)
+				assert.Len(t, opts.ConnectionOptions.TLS.Certificates, 1, "the client certificate")
+			} else if !tc.apiKey {
+				assert.Nil(t, opts.ConnectionOptions.TLS)
+			}
+			assert.Equal(t, tc.apiKey, opts.Credentials != nil)
+			if tc.apiKey {
+				assert.NotNil(t, opts.ConnectionOptions.TLS, "an API key goes over TLS")
+			}
+		})
+	}
+}
+
+// TestWorkerConnectsThroughAProfile runs `qm worker` with nothing but a
+// profile file naming the dev server, and has it run a workflow.
+func TestWorkerConnectsThroughAProfile(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	tc := testenv.Temporal(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, kube.Kubeconfig, 0o600))
+	file := filepath.Join(t.TempDir(), "temporal.toml")
+	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf("[profile.qm-test]\naddress = %q\nnamespace = \"default\"\n", testenv.TemporalAddress(t))), 0o600))
+	t.Setenv("TEMPORAL_CONFIG_FILE", file)
+	t.Setenv("TEMPORAL_ADDRESS", "")
+	os.Unsetenv("TEMPORAL_ADDRESS")
+
+	cmd := newRootCommand()
+	cmd.SetArgs([]string{"worker", "--kubeconfig", kubeconfig, "--temporal-profile", "qm-test"})
+	var logs bytes.Buffer
+	cmd.SetErr(&logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+
+	run, err := tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
+		ID: "selfcheck/" + strings.ToLower(t.Name()), TaskQueue: runs.TaskQueue, WorkflowExecutionTimeout: time.Minute,
+	}, workflows.SelfCheck, []string{"sfserviceinstances.osb.servicefabrik.io"})
+	require.NoError(t, err)
+	var res workflows.SelfCheckResult
+	require.NoError(t, run.Get(context.Background(), &res), "the worker runs the workflow")
+	assert.Empty(t, res.Missing)
+	cancel()
+	require.NoError(t, <-done, logs.String())
+}
