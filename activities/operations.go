@@ -61,7 +61,7 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 	if err != nil {
 		return Begun{}, err
 	}
-	if t.done(op) {
+	if t.done(op) && (op != lifecycle.OpUpdate || t.instance.Status.AppliedPlanGeneration >= t.plan.Generation) {
 		return Begun{Done: true, Generation: t.object().GetGeneration()}, nil
 	}
 	if err := a.checkParameters(t, op); err != nil {
@@ -128,6 +128,11 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	if err != nil {
 		return nil, classify(err)
 	}
+	// Finish records the plan generation rendered here; the run's cache
+	// carries it (without it, after a worker restart, nothing is recorded
+	// and a mass update renders the instance again, which is harmless).
+	t.renderedPlan = t.plan.Generation
+	a.remember(ctx, t)
 	switch op {
 	case lifecycle.OpUnbind:
 		// The unbind template edits shared objects (e.g. removes a user);

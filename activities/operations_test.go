@@ -197,6 +197,7 @@ func TestObserveAndFinish(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, osbv1alpha1.StateSucceeded, got.Status.State)
 	assert.NotNil(t, got.Status.AppliedSpec)
+	assert.Zero(t, got.Status.AppliedPlanGeneration, "each step here is a new worker, which did not render the plan: it records no generation")
 	assert.Equal(t, "ProvisionSucceeded", got.Status.Conditions[0].Reason)
 
 	val, err := h.run("Begin", target, lifecycle.OpProvision)

@@ -60,6 +60,9 @@ func (a *Operations) patchStatus(ctx context.Context, t *target, mutate func(*st
 		st.Resources, st.ObservedGeneration, st.Conditions = s.Resources, s.ObservedGeneration, s.Conditions
 		if s.applied {
 			st.AppliedSpec = i.Spec.DeepCopy()
+			if t.renderedPlan > 0 {
+				st.AppliedPlanGeneration = t.renderedPlan
+			}
 		}
 	}
 	if err := a.Client.Status().Patch(ctx, obj, client.MergeFrom(base)); err != nil {

@@ -27,6 +27,9 @@ type target struct {
 	service  *osbv1alpha1.SFService
 	applied  bool   // the registry is known to exist
 	observed string // what the status template said of the operation under way, before it was marked in progress
+	// renderedPlan is the generation of the plan this run rendered (0:
+	// not known to this worker).
+	renderedPlan int64
 }
 
 func (t *target) object() client.Object {
@@ -153,7 +156,7 @@ func runKey(ctx context.Context, tg lifecycle.Target) string {
 // copyObjects copies the target's objects, and only those: the
 // offerings cache serves the plan and service again each time.
 func (t *target) copyObjects() *target {
-	c := &target{Target: t.Target, observed: t.observed}
+	c := &target{Target: t.Target, observed: t.observed, renderedPlan: t.renderedPlan}
 	if t.instance != nil {
 		c.instance = t.instance.DeepCopy()
 	}

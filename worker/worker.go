@@ -49,6 +49,7 @@ func New(c client.Client, a Activities) sdkworker.Worker {
 	w.RegisterActivity(a.HealthChecks)
 	w.RegisterActivity(a.Claims)
 	w.RegisterActivity(&activities.BindingUsages{Client: a.Kube, Offerings: a.Offerings})
+	w.RegisterActivity(&activities.MassUpdates{Client: a.Kube, Offerings: a.Offerings})
 	return w
 }
 

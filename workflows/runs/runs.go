@@ -73,3 +73,19 @@ const SignalUsageChanged = "usage-changed"
 func BindingUsageID(namespace, name string) string {
 	return "servicebindingusage/" + namespace + "/" + name
 }
+
+// MassUpdateType is the registered name of the mass update workflow.
+const MassUpdateType = "MassUpdate"
+
+// SignalSteer steers a mass update: pause, resume, cancel, or a new
+// concurrency (workflows.Steer).
+const SignalSteer = "steer"
+
+// QueryProgress asks a mass update for its progress (massupdate.Progress).
+const QueryProgress = "progress"
+
+// MassUpdateID is the ID of a mass update: "massupdate/<name>", where an
+// automatic run's name is <namespace>/<plan>/<plan generation>.
+func MassUpdateID(name string) string {
+	return "massupdate/" + name
+}

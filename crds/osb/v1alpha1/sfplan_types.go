@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -92,9 +93,14 @@ type SFPlanSpec struct {
 	// PlanUpdatable is served as the OSB plan_updateable.
 	// +optional
 	PlanUpdatable *bool `json:"planUpdatable,omitempty"`
-	// AutoUpdateInstances re-renders every instance of the plan when the plan changes.
+	// AutoUpdateInstances re-renders every instance of the plan when the
+	// plan's spec changes: a MassUpdate run per generation, with MassUpdate's
+	// settings.
 	// +optional
 	AutoUpdateInstances bool `json:"autoUpdateInstances,omitempty"`
+	// MassUpdate tunes the runs that bring the plan's instances along.
+	// +optional
+	MassUpdate *MassUpdateSettings `json:"massUpdate,omitempty"`
 	// +optional
 	MaintenanceInfo *MaintenanceInfo `json:"maintenance_info,omitempty"`
 	// MaximumPollingDuration is how long, in seconds, an operation may stay in progress.
@@ -112,6 +118,20 @@ type SFPlanSpec struct {
 	// +optional
 	// +listType=atomic
 	Templates []TemplateSpec `json:"templates,omitempty"`
+}
+
+// MassUpdateSettings tune a mass update of a plan's instances.
+type MassUpdateSettings struct {
+	// Concurrency is the most updates in flight at once (default 10).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Concurrency int `json:"concurrency,omitempty"`
+	// MaxFailures pauses the run once this many updates failed: a count
+	// ("5") or a percentage of the instances ("10%"). Default: none.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:Pattern=`^[0-9]+%?$`
+	MaxFailures *intstr.IntOrString `json:"maxFailures,omitempty"`
 }
 
 // SFPlanStatus is what Quartermaster observed of an SFPlan.

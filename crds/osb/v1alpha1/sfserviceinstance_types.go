@@ -66,6 +66,11 @@ type SFServiceInstanceStatus struct {
 	// AppliedSpec is the spec of the last operation that succeeded.
 	// +optional
 	AppliedSpec *SFServiceInstanceSpec `json:"appliedSpec,omitempty"`
+	// AppliedPlanGeneration is the generation of the plan the last
+	// provision or update that succeeded rendered: a mass update skips an
+	// instance already current.
+	// +optional
+	AppliedPlanGeneration int64 `json:"appliedPlanGeneration,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional
