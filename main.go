@@ -89,6 +89,7 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 		newWatcherCommand(g),
 		newAPICommand(g),
 		newUsageKindCommand(g),
+		newMassUpdateCommand(),
 		newVersionCommand(),
 	)
 	return root
@@ -207,7 +208,10 @@ func newAPICommand(g *globals) *cobra.Command {
 			g.logger.Info("serving the API", "address", ln.Addr().String(), "namespace", srv.Namespace,
 				"admin", srv.Admin.Username != "", "https", srv.TLS != nil, "clientCertificates", tlsFiles.ClientCAFile != "")
 			srv.Logger = g.logger
-			return g.run(cmd.Context(), false, system.Options{API: srv, APIListener: ln})
+			// Temporal serves the admin API's mass updates; without it the
+			// OSB API still runs.
+			_, err = g.temporalOptions()
+			return g.run(cmd.Context(), err == nil, system.Options{API: srv, APIListener: ln})
 		},
 	}
 	f := cmd.Flags()

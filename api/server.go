@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	temporalclient "go.temporal.io/sdk/client"
+
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,6 +55,9 @@ type Server struct {
 	// SFServiceInstances and SFServiceBindings, from which last_operation
 	// polls are answered when that is safe (see polls.go).
 	Cache client.Reader
+	// Temporal, when set, serves the mass updates of the admin API
+	// (otherwise they answer 503).
+	Temporal temporalclient.Client
 
 	params  parameters.Checker
 	metrics *metrics
@@ -102,6 +107,7 @@ func (s *Server) Handler() http.Handler {
 		r.Use(s.adminEnabled, basicAuth("Quartermaster admin", s.Admin))
 		r.Get("/instances", s.adminListInstances)
 		r.Get("/instances/{namespace}/{name}", s.adminGetInstance)
+		s.massRoutes(r)
 	})
 	return r
 }

@@ -36,7 +36,7 @@ type Options struct {
 	// templates from (plan.Fetcher.AllowedHosts).
 	TemplateHosts []string
 	// Temporal is a client of the Temporal frontend, for the worker and the
-	// watcher.
+	// watcher, and for the API's mass updates (the API runs without it).
 	Temporal client.Client
 	// TemporalNamespace, when set, has the worker register the search
 	// attributes the workflows set, where they are missing.
@@ -144,6 +144,9 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 			return err
 		}
 		o.API.Kube, o.API.Offerings, o.API.Cache = s.Kube, s.Offerings, polls
+		if o.API.Temporal == nil {
+			o.API.Temporal = o.Temporal
+		}
 		g.Go(func() error { return o.API.Serve(ctx, o.APIListener) })
 	}
 	return nil

@@ -1,0 +1,257 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/quartermaster/qm/internal/massupdate"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// massUpdateRequest is the body of POST /admin/mass-updates.
+type massUpdateRequest struct {
+	Name string `json:"name,omitempty"`
+	massupdate.Selector
+	Concurrency int     `json:"concurrency,omitempty"`
+	Rate        float64 `json:"rate,omitempty"`
+	Canary      int     `json:"canary,omitempty"`
+	MaxFailures string  `json:"maxFailures,omitempty"`
+	DryRun      bool    `json:"dryRun,omitempty"`
+}
+
+// massUpdateRun is how the admin API shows a run.
+type massUpdateRun struct {
+	Name       string               `json:"name"`
+	WorkflowID string               `json:"workflow_id"`
+	Status     string               `json:"status"`
+	StartTime  time.Time            `json:"start_time"`
+	Progress   *massupdate.Progress `json:"progress,omitempty"`
+}
+
+// runName is what a run may be called: it becomes part of a workflow ID.
+var runName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._/-]{0,200}[a-z0-9])?$`)
+
+// massRoutes are the mass update routes of the admin API.
+func (s *Server) massRoutes(r chi.Router) {
+	r.Post("/mass-updates", s.startMassUpdate)
+	r.Get("/mass-updates", s.listMassUpdates)
+	r.Get("/mass-updates/*", s.getMassUpdate)
+	r.Post("/mass-updates/*", s.steerMassUpdate)
+}
+
+// needTemporal answers 503 when the API runs without Temporal.
+func (s *Server) needTemporal(w http.ResponseWriter) bool {
+	if s.Temporal == nil {
+		writeError(w, http.StatusServiceUnavailable, "", "mass updates need Temporal: run qm api with TEMPORAL_ADDRESS (or a temporal.toml profile)")
+		return false
+	}
+	return true
+}
+
+// startMassUpdate starts a run, or, with dryRun, lists what it would update.
+func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, s.MaxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "", "reading the request: "+err.Error())
+		return
+	}
+	var req massUpdateRequest
+	if rerr := decodeJSON(body, &req); rerr != nil {
+		writeError(w, http.StatusBadRequest, "", rerr.Error())
+		return
+	}
+	budget, err := massupdate.ParseBudget(req.MaxFailures)
+	if err == nil {
+		err = req.Selector.Validate()
+	}
+	if err == nil && (req.Concurrency < 0 || req.Rate < 0 || req.Canary < 0) {
+		err = errors.New("concurrency, rate and canary cannot be negative")
+	}
+	if req.Name == "" {
+		req.Name = "manual-" + time.Now().UTC().Format("20060102-150405")
+	}
+	if err == nil && !runName.MatchString(req.Name) {
+		err = fmt.Errorf("name %q: use lower-case letters, digits, '.', '_', '-' and '/'", req.Name)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "", err.Error())
+		return
+	}
+	if req.DryRun {
+		sel, err := massupdate.Select(r.Context(), s.Kube, s.planGeneration, req.Selector)
+		if err != nil {
+			s.internalError(w, r, "selecting the instances", err)
+			return
+		}
+		names := make([]string, 0, len(sel.Targets))
+		for _, t := range sel.Targets {
+			names = append(names, t.String())
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"dryRun": true, "total": len(sel.Targets) + sel.Skipped, "skipped": sel.Skipped, "instances": names})
+		return
+	}
+	if !s.needTemporal(w) {
+		return
+	}
+	id := runs.MassUpdateID(req.Name)
+	attrs := []temporal.SearchAttributeUpdate{runs.AttrKind.ValueSet(runs.MassUpdateType), runs.AttrName.ValueSet(req.Name),
+		runs.AttrState.ValueSet(massupdate.Running)}
+	if len(req.PlanIDs) > 0 {
+		attrs = append(attrs, runs.AttrPlan.ValueSet(req.PlanIDs[0]))
+	}
+	_, err = s.Temporal.ExecuteWorkflow(r.Context(), client.StartWorkflowOptions{
+		ID:                                       id,
+		TaskQueue:                                runs.TaskQueue,
+		WorkflowIDReusePolicy:                    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
+		StaticSummary:                            "mass update " + req.Name,
+		StaticDetails:                            fmt.Sprintf("qm mass-update status %s", req.Name),
+	}, runs.MassUpdateType, massupdate.Request{Name: req.Name, Selector: req.Selector, Concurrency: req.Concurrency,
+		Rate: req.Rate, Canary: req.Canary, MaxFailures: budget})
+	var exists *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &exists) {
+		writeError(w, http.StatusConflict, "", fmt.Sprintf("a mass update named %q exists already; choose another name", req.Name))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "starting the mass update", err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"name": req.Name, "workflow_id": id, "url": "/admin/mass-updates/" + req.Name})
+}
+
+func (s *Server) planGeneration(ctx context.Context, planID string) (int64, bool) {
+	p, err := s.Offerings.Plan(ctx, planID)
+	if err != nil {
+		return 0, false
+	}
+	return p.Generation, true
+}
+
+// listMassUpdates lists the runs, newest first.
+func (s *Server) listMassUpdates(w http.ResponseWriter, r *http.Request) {
+	if !s.needTemporal(w) {
+		return
+	}
+	resp, err := s.Temporal.ListWorkflow(r.Context(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowType = %q", runs.MassUpdateType),
+	})
+	if err != nil {
+		s.internalError(w, r, "listing the mass updates", err)
+		return
+	}
+	out := struct {
+		Runs []massUpdateRun `json:"mass_updates"`
+	}{Runs: []massUpdateRun{}}
+	for _, e := range resp.GetExecutions() {
+		id := e.GetExecution().GetWorkflowId()
+		out.Runs = append(out.Runs, massUpdateRun{Name: strings.TrimPrefix(id, runs.MassUpdateID("")), WorkflowID: id,
+			Status: strings.ToLower(strings.TrimPrefix(e.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")), StartTime: e.GetStartTime().AsTime()})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getMassUpdate shows one run with its progress.
+func (s *Server) getMassUpdate(w http.ResponseWriter, r *http.Request) {
+	if !s.needTemporal(w) {
+		return
+	}
+	name := chi.URLParam(r, "*")
+	run, ok := s.describeRun(w, r, name)
+	if !ok {
+		return
+	}
+	v, err := s.Temporal.QueryWorkflow(r.Context(), run.WorkflowID, "", runs.QueryProgress)
+	if err == nil {
+		var p massupdate.Progress
+		if err = v.Get(&p); err == nil {
+			run.Progress = &p
+		}
+	}
+	if err != nil && run.Status == "completed" {
+		var p massupdate.Progress
+		if err = s.Temporal.GetWorkflow(r.Context(), run.WorkflowID, "").Get(r.Context(), &p); err == nil {
+			run.Progress = &p
+		}
+	}
+	if err != nil {
+		s.internalError(w, r, "asking mass update "+name+" for its progress", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, run)
+}
+
+// describeRun finds a run by name, answering 404 when there is none.
+func (s *Server) describeRun(w http.ResponseWriter, r *http.Request, name string) (massUpdateRun, bool) {
+	id := runs.MassUpdateID(name)
+	d, err := s.Temporal.DescribeWorkflowExecution(r.Context(), id, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("there is no mass update named %q", name))
+		return massUpdateRun{}, false
+	}
+	if err != nil {
+		s.internalError(w, r, "reading mass update "+name, err)
+		return massUpdateRun{}, false
+	}
+	info := d.GetWorkflowExecutionInfo()
+	return massUpdateRun{Name: name, WorkflowID: id, StartTime: info.GetStartTime().AsTime(),
+		Status: strings.ToLower(strings.TrimPrefix(info.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_"))}, true
+}
+
+// steerMassUpdate pauses, resumes or cancels a run, or sets its
+// concurrency: POST /admin/mass-updates/<name>/<action>.
+func (s *Server) steerMassUpdate(w http.ResponseWriter, r *http.Request) {
+	if !s.needTemporal(w) {
+		return
+	}
+	path := chi.URLParam(r, "*")
+	i := strings.LastIndexByte(path, '/')
+	if i < 0 {
+		writeError(w, http.StatusNotFound, "", "POST /admin/mass-updates/<name>/pause, resume, cancel or concurrency")
+		return
+	}
+	name, action := path[:i], path[i+1:]
+	steer := massupdate.Steer{Action: action}
+	switch action {
+	case massupdate.Pause, massupdate.Resume, massupdate.Cancel:
+	case massupdate.SetConcurrency:
+		body, _ := io.ReadAll(io.LimitReader(r.Body, s.MaxBodyBytes))
+		if err := json.Unmarshal(body, &steer); err != nil || steer.Concurrency < 1 {
+			writeError(w, http.StatusBadRequest, "", `give the new concurrency as {"concurrency": 20}`)
+			return
+		}
+		steer.Action = action
+	default:
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("unknown action %q: pause, resume, cancel or concurrency", action))
+		return
+	}
+	run, ok := s.describeRun(w, r, name)
+	if !ok {
+		return
+	}
+	if run.Status != "running" {
+		writeError(w, http.StatusConflict, "", fmt.Sprintf("mass update %s is %s", name, run.Status))
+		return
+	}
+	if err := s.Temporal.SignalWorkflow(r.Context(), run.WorkflowID, "", runs.SignalSteer, steer); err != nil {
+		s.internalError(w, r, "steering mass update "+name, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"name": name, "action": action})
+}

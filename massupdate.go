@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/internal/massupdate"
+)
+
+// adminClient talks to the admin API for `qm mass-update`.
+type adminClient struct {
+	url   string
+	creds api.Credentials
+	// dataDir holds the credentials `qm dev` made, used when none are given.
+	dataDir string
+	http    *http.Client
+}
+
+// do sends a request and decodes a 2xx reply into out; any other reply is
+// an error with the API's description.
+func (a *adminClient) do(method, path string, in, out any) error {
+	if a.creds.Username == "" || a.creds.Password == "" {
+		if raw, err := os.ReadFile(filepath.Join(a.dataDir, "admin-credentials.json")); err == nil {
+			_ = json.Unmarshal(raw, &a.creds)
+		}
+	}
+	var body io.Reader
+	if in != nil {
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, strings.TrimSuffix(a.url, "/")+path, body)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth(a.creds.Username, a.creds.Password)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("reaching the admin API at %s: %w", a.url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Description string `json:"description"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		if resp.StatusCode == http.StatusUnauthorized {
+			e.Description = "the admin API refused the credentials: set --username/--password or QM_ADMIN_USERNAME/QM_ADMIN_PASSWORD (qm dev prints them)"
+		}
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, cmp.Or(e.Description, string(raw)))
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+func newMassUpdateCommand() *cobra.Command {
+	a := &adminClient{http: &http.Client{Timeout: time.Minute}}
+	cmd := &cobra.Command{
+		Use:   "mass-update",
+		Short: "Update many instances at once, steerably: start, status, list, pause, resume, cancel",
+		Long: `mass-update drives the admin API's mass updates: a run updates every instance a
+selector selects through the instance's own Update, a few at a time, and can be
+paused, resumed and cancelled while it runs. Instances already rendered from
+their plan's generation are skipped. Follow a run here or in the Temporal UI
+(workflow massupdate/<name>).`,
+		Example: `  # Everything of one plan, 20 at a time, pausing after 5 failures; follow it:
+  qm mass-update start --plan 8a1e4c6f-2b3d-4e5f-9a7b-1c2d3e4f5a61 --concurrency 20 --max-failures 5 --wait
+
+  # What would a service-wide run update?
+  qm mass-update start --service 3d7c2b9a-8f1e-4b6d-9c3a-5e2f1a0b7c42 --dry-run
+
+  # Steer a run:
+  qm mass-update pause manual-20261123-031500
+  qm mass-update status manual-20261123-031500 --watch`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&a.url, "url", envOr("QM_API_URL", "http://127.0.0.1:8080"), "URL of the admin API (env QM_API_URL)")
+	pf.StringVar(&a.creds.Username, "username", os.Getenv("QM_ADMIN_USERNAME"), "admin API user (env QM_ADMIN_USERNAME)")
+	pf.StringVar(&a.creds.Password, "password", os.Getenv("QM_ADMIN_PASSWORD"), "admin API password (env QM_ADMIN_PASSWORD; prefer the environment)")
+	pf.StringVar(&a.dataDir, "data-dir", ".qm", "where qm dev keeps the credentials it prints, used when none are given")
+	cmd.AddCommand(newMassStartCommand(a), newMassStatusCommand(a), newMassListCommand(a))
+	for _, action := range []string{massupdate.Pause, massupdate.Resume, massupdate.Cancel} {
+		cmd.AddCommand(&cobra.Command{
+			Use:   action + " NAME",
+			Short: strings.ToUpper(action[:1]) + action[1:] + " a running mass update",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if err := a.do(http.MethodPost, "/admin/mass-updates/"+args[0]+"/"+action, nil, nil); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s asked\n", args[0], action)
+				return nil
+			},
+		})
+	}
+	return cmd
+}
+
+func newMassStartCommand(a *adminClient) *cobra.Command {
+	var req struct {
+		Name string `json:"name,omitempty"`
+		massupdate.Selector
+		Concurrency int     `json:"concurrency,omitempty"`
+		Rate        float64 `json:"rate,omitempty"`
+		Canary      int     `json:"canary,omitempty"`
+		MaxFailures string  `json:"maxFailures,omitempty"`
+		DryRun      bool    `json:"dryRun,omitempty"`
+	}
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "start",
+		Short: "Start a mass update (or, with --dry-run, list what it would update)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			if req.DryRun {
+				var dry struct {
+					Total     int      `json:"total"`
+					Skipped   int      `json:"skipped"`
+					Instances []string `json:"instances"`
+				}
+				if err := a.do(http.MethodPost, "/admin/mass-updates", req, &dry); err != nil {
+					return err
+				}
+				for _, name := range dry.Instances {
+					fmt.Fprintln(out, name)
+				}
+				fmt.Fprintf(out, "would update %d of %d instances (%d current already); nothing was changed\n", len(dry.Instances), dry.Total, dry.Skipped)
+				return nil
+			}
+			var started struct {
+				Name string `json:"name"`
+			}
+			if err := a.do(http.MethodPost, "/admin/mass-updates", req, &started); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "started mass update %s (workflow massupdate/%s)\n", started.Name, started.Name)
+			if !wait {
+				return nil
+			}
+			return follow(cmd, a, started.Name)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Name, "name", "", "name of the run (default: manual-<time>)")
+	f.StringSliceVar(&req.PlanIDs, "plan", nil, "the instances of this plan (OSB plan ID; repeatable)")
+	f.StringVar(&req.ServiceID, "service", "", "the instances of this service (OSB service ID)")
+	f.StringVar(&req.Namespace, "namespace", "", "the instances in this namespace")
+	f.StringVar(&req.Labels, "selector", "", "the instances with these labels (a label selector)")
+	f.BoolVar(&req.All, "all", false, "every instance")
+	f.IntVar(&req.Concurrency, "concurrency", 0, "most updates in flight (default 10)")
+	f.Float64Var(&req.Rate, "rate", 0, "most updates started per second (default: no limit)")
+	f.IntVar(&req.Canary, "canary", 0, "update this many first, then pause")
+	f.StringVar(&req.MaxFailures, "max-failures", "", `pause after this many failures: a count ("5") or a percentage ("10%")`)
+	f.BoolVar(&req.DryRun, "dry-run", false, "list what would be updated, and change nothing")
+	f.BoolVar(&wait, "wait", false, "follow the run until it ends; non-zero exit if updates failed")
+	return cmd
+}
+
+func newMassStatusCommand(a *adminClient) *cobra.Command {
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show a mass update's progress",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if watch {
+				return follow(cmd, a, args[0])
+			}
+			p, status, err := progressOf(a, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s): %s\n", args[0], status, p.Line())
+			printFailures(cmd.OutOrStdout(), p)
+			return exitFor(p)
+		},
+	}
+	cmd.Flags().BoolVar(&watch, "watch", false, "follow the run until it ends")
+	return cmd
+}
+
+func newMassListCommand(a *adminClient) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the mass updates",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var list struct {
+				Runs []struct {
+					Name      string    `json:"name"`
+					Status    string    `json:"status"`
+					StartTime time.Time `json:"start_time"`
+				} `json:"mass_updates"`
+			}
+			if err := a.do(http.MethodGet, "/admin/mass-updates", nil, &list); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%-40s %-12s %s\n", "NAME", "STATUS", "STARTED")
+			for _, r := range list.Runs {
+				fmt.Fprintf(out, "%-40s %-12s %s\n", r.Name, r.Status, r.StartTime.Local().Format(time.DateTime))
+			}
+			return nil
+		},
+	}
+}
+
+// progressOf asks the admin API for a run's progress.
+func progressOf(a *adminClient, name string) (massupdate.Progress, string, error) {
+	var run struct {
+		Status   string               `json:"status"`
+		Progress *massupdate.Progress `json:"progress"`
+	}
+	if err := a.do(http.MethodGet, "/admin/mass-updates/"+name, nil, &run); err != nil {
+		return massupdate.Progress{}, "", err
+	}
+	if run.Progress == nil {
+		return massupdate.Progress{}, run.Status, fmt.Errorf("mass update %s (%s) reported no progress", name, run.Status)
+	}
+	return *run.Progress, run.Status, nil
+}
+
+// follow shows a run's progress until it ends: a bar on a terminal, a line
+// per change on a pipe.
+func follow(cmd *cobra.Command, a *adminClient, name string) error {
+	out := cmd.OutOrStdout()
+	f, isFile := out.(*os.File)
+	tty := isFile && term.IsTerminal(int(f.Fd()))
+	last := ""
+	for {
+		p, status, err := progressOf(a, name)
+		if err != nil {
+			return err
+		}
+		line := p.Line()
+		switch {
+		case tty:
+			fmt.Fprintf(out, "\r\033[K%s %s", bar(p, 30), line)
+		case line != last:
+			fmt.Fprintln(out, line)
+		}
+		last = line
+		if status != "running" {
+			if tty {
+				fmt.Fprintln(out)
+			}
+			printFailures(out, p)
+			return exitFor(p)
+		}
+		select {
+		case <-cmd.Context().Done():
+			return cmd.Context().Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// bar draws the share of the instances done.
+func bar(p massupdate.Progress, width int) string {
+	done := width
+	if p.Total > 0 {
+		done = p.Done() * width / p.Total
+	}
+	return "[" + strings.Repeat("#", done) + strings.Repeat(".", width-done) + "]"
+}
+
+func printFailures(out io.Writer, p massupdate.Progress) {
+	for _, f := range p.Failures {
+		fmt.Fprintf(out, "  failed %s: %s\n", f.Instance, f.Description)
+	}
+}
+
+// exitFor makes a run that ended with failures a non-zero exit.
+func exitFor(p massupdate.Progress) error {
+	if p.Failed > 0 && p.State != massupdate.Running {
+		return fmt.Errorf("%d updates failed", p.Failed)
+	}
+	return nil
+}
