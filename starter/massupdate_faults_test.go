@@ -1,0 +1,137 @@
+package starter_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/quartermaster/qm/internal/massupdate"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// updatedCount counts the instances rendered from generation 2.
+func updatedCount(c require.TestingT, s *testenv.System) int {
+	n := 0
+	for _, inst := range fleet(c, s) {
+		if inst.Status.AppliedPlanGeneration == 2 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestMassUpdateCancel: a cancelled run leaves the instances it had not
+// started untouched.
+func TestMassUpdateCancel(t *testing.T) {
+	const n = 60
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	planID := massFleet(t, s, n, func(int) string { return "" })
+	newVersion(t, s, "2")
+	name := s.Namespace + "/cancelled"
+	admin(t, s, http.MethodPost, "/admin/mass-updates", fmt.Sprintf(`{"name": %q, "plans": [%q], "concurrency": 1}`, name, planID), http.StatusAccepted, nil)
+	require.Eventually(t, func() bool { return updatedCount(t, s) >= 5 }, time.Minute, 20*time.Millisecond)
+	admin(t, s, http.MethodPost, "/admin/mass-updates/"+name+"/cancel", "", http.StatusAccepted, nil)
+	var p massupdate.Progress
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p = runProgress(t, s, name)
+		assert.Equal(c, massupdate.Cancelled, p.State)
+		assert.Zero(c, p.InFlight)
+	}, 30*time.Second, 50*time.Millisecond, "the run ends cancelled")
+	updated := updatedCount(t, s)
+	time.Sleep(2 * time.Second)
+	assert.Equal(t, updated, updatedCount(t, s), "nothing is updated after the cancel")
+	assert.Less(t, updated, n, "the rest stay as they were")
+	assert.Equal(t, updated, p.Succeeded)
+	assert.Equal(t, "cancelled by the operator", p.Reason)
+}
+
+// TestMassUpdateFailureBudget: a plan change that fails on some instances
+// pauses the run at maxFailures, listing them.
+func TestMassUpdateFailureBudget(t *testing.T) {
+	const n = 40
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	planID := massFleet(t, s, n, func(i int) string {
+		if i%4 == 3 {
+			return `{"fragile": true}`
+		}
+		return ""
+	})
+	newVersion(t, s, "2")
+	name := s.Namespace + "/budget"
+	admin(t, s, http.MethodPost, "/admin/mass-updates", fmt.Sprintf(`{"name": %q, "plans": [%q], "concurrency": 2, "maxFailures": "3"}`, name, planID), http.StatusAccepted, nil)
+	var p massupdate.Progress
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p = runProgress(t, s, name)
+		assert.Equal(c, massupdate.Paused, p.State)
+		assert.Zero(c, p.InFlight)
+	}, time.Minute, 50*time.Millisecond, "the run pauses at its failure budget")
+	assert.GreaterOrEqual(t, p.Failed, 3)
+	assert.LessOrEqual(t, p.Failed, 4, "at most the one in flight beside fails after the third")
+	assert.Contains(t, p.Reason, "updates failed (maxFailures 3); resume to go on, or cancel")
+	require.Len(t, p.Failures, p.Failed)
+	for _, f := range p.Failures {
+		assert.Contains(t, f.Description, "version 2 cannot run a fragile instance")
+	}
+	assert.Less(t, p.Done(), n)
+
+	// Resumed, it accepts those and pauses again at three more.
+	admin(t, s, http.MethodPost, "/admin/mass-updates/"+name+"/resume", "", http.StatusAccepted, nil)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		q := runProgress(t, s, name)
+		assert.Equal(c, massupdate.Paused, q.State)
+		assert.GreaterOrEqual(c, q.Failed, p.Failed+3)
+	}, time.Minute, 50*time.Millisecond, "the run pauses again")
+	admin(t, s, http.MethodPost, "/admin/mass-updates/"+name+"/cancel", "", http.StatusAccepted, nil)
+}
+
+// TestMassUpdateSurvivesAWorkerRestart: the worker stops in the middle of
+// a run and another starts; every instance is updated, each by exactly one
+// Update run.
+func TestMassUpdateSurvivesAWorkerRestart(t *testing.T) {
+	const n = 100
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	planID := massFleet(t, s, n, func(int) string { return "" })
+	newVersion(t, s, "2")
+	name := s.Namespace + "/restart"
+	admin(t, s, http.MethodPost, "/admin/mass-updates", fmt.Sprintf(`{"name": %q, "plans": [%q], "concurrency": 4}`, name, planID), http.StatusAccepted, nil)
+	require.Eventually(t, func() bool { return updatedCount(t, s) >= 20 }, time.Minute, 20*time.Millisecond)
+	s.StopWorker()
+	stopped := updatedCount(t, s)
+	s.StartWorker()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p := runProgress(t, s, name)
+		assert.Equal(c, massupdate.Completed, p.State)
+		assert.Equal(c, n, p.Succeeded+p.Skipped)
+		assert.Zero(c, p.Failed)
+	}, 2*time.Minute, 100*time.Millisecond, "the run completes")
+	assert.Equal(t, n, updatedCount(t, s))
+	assert.Less(t, stopped, n, "the worker stopped in the middle")
+
+	// One Update run per instance: none was updated twice.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		perInstance := map[string]int{}
+		var token []byte
+		for {
+			resp, err := s.Temporal.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+				Query: fmt.Sprintf("WorkflowType = 'Update' AND QmNamespace = %q", s.Namespace), NextPageToken: token,
+			})
+			require.NoError(c, err)
+			for _, e := range resp.GetExecutions() {
+				perInstance[e.GetExecution().GetWorkflowId()]++
+			}
+			if token = resp.GetNextPageToken(); len(token) == 0 {
+				break
+			}
+		}
+		assert.Len(c, perInstance, n)
+		for id, runs := range perInstance {
+			assert.Equal(c, 1, runs, id)
+		}
+	}, 20*time.Second, 200*time.Millisecond, "exactly one Update run per instance")
+}
