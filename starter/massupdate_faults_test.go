@@ -31,7 +31,7 @@ func updatedCount(c require.TestingT, s *testenv.System) int {
 func TestMassUpdateCancel(t *testing.T) {
 	const n = 60
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
-	planID := massFleet(t, s, n, func(int) string { return "" })
+	planID := massFleet(t, s, n, "", func(int) string { return "" })
 	newVersion(t, s, "2")
 	name := s.Namespace + "/cancelled"
 	admin(t, s, http.MethodPost, "/admin/mass-updates", fmt.Sprintf(`{"name": %q, "plans": [%q], "concurrency": 1}`, name, planID), http.StatusAccepted, nil)
@@ -56,7 +56,7 @@ func TestMassUpdateCancel(t *testing.T) {
 func TestMassUpdateFailureBudget(t *testing.T) {
 	const n = 40
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
-	planID := massFleet(t, s, n, func(i int) string {
+	planID := massFleet(t, s, n, "", func(i int) string {
 		if i%4 == 3 {
 			return `{"fragile": true}`
 		}
@@ -96,7 +96,7 @@ func TestMassUpdateFailureBudget(t *testing.T) {
 func TestMassUpdateSurvivesAWorkerRestart(t *testing.T) {
 	const n = 100
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
-	planID := massFleet(t, s, n, func(int) string { return "" })
+	planID := massFleet(t, s, n, "", func(int) string { return "" })
 	newVersion(t, s, "2")
 	name := s.Namespace + "/restart"
 	admin(t, s, http.MethodPost, "/admin/mass-updates", fmt.Sprintf(`{"name": %q, "plans": [%q], "concurrency": 4}`, name, planID), http.StatusAccepted, nil)

@@ -78,7 +78,7 @@ func openGates(t *testing.T, s *testenv.System) (inProgress, updated int) {
 func TestMassUpdateSteering(t *testing.T) {
 	const n = 200
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
-	planID := massFleet(t, s, n, func(int) string { return `{"gated": true}` })
+	planID := massFleet(t, s, n, "", func(int) string { return `{"gated": true}` })
 	newVersion(t, s, "2")
 
 	var dry struct {

@@ -21,10 +21,11 @@ import (
 )
 
 // massFleet provisions n instances of a plan of the "mass" templates
-// (context.version 1) with parameters, and returns the plan's ID.
-func massFleet(t *testing.T, s *testenv.System, n int, parameters func(i int) string) string {
+// (context.version 1; extra is more of its spec) with parameters, and
+// returns the plan's ID.
+func massFleet(t *testing.T, s *testenv.System, n int, extra string, parameters func(i int) string) string {
 	t.Helper()
-	planID := s.Plan("mass", "  context: {version: \"1\"}\n", testenv.Templates("mass"))
+	planID := s.Plan("mass", "  context: {version: \"1\"}\n"+extra, testenv.Templates("mass"))
 	testenv.Parallel(t, n, func(i int) error {
 		inst := &osbv1alpha1.SFServiceInstance{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("m-%03d", i), Namespace: s.Namespace},
@@ -75,7 +76,7 @@ func startMassUpdate(t *testing.T, s *testenv.System, req massupdate.Request) cl
 // skips them all.
 func TestMassUpdateOfAPlanChange(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
-	planID := massFleet(t, s, 20, func(int) string { return "" })
+	planID := massFleet(t, s, 20, "", func(int) string { return "" })
 	newVersion(t, s, "2")
 
 	run := startMassUpdate(t, s, massupdate.Request{Name: s.Namespace + "/v2", Selector: massupdate.Selector{PlanIDs: []string{planID}}, Concurrency: 5})
