@@ -118,7 +118,7 @@ FUZZ_TIME ?= 20000x
 
 .PHONY: record-histories
 record-histories: tools ## Record the history of every workflow path again, for the replay test (workflows/testdata).
-	QM_BIN_DIR=$(BIN) go test -count=1 -run '^(TestHistories|TestWorkerRestartMidProvision|TestDeprovisionUnbindsFirst|TestRunsEndAsTheirOperations|TestRetriesShow|TestHealthChecksTCPAndHTTP|TestHealthChecksLoopContinuesAsNew|TestClaimUseCases|TestUsageInjectsIntoADeployment)$$' ./starter -record
+	QM_BIN_DIR=$(BIN) go test -count=1 -run '^(TestHistories|TestWorkerRestartMidProvision|TestDeprovisionUnbindsFirst|TestRunsEndAsTheirOperations|TestRetriesShow|TestHealthChecksTCPAndHTTP|TestHealthChecksLoopContinuesAsNew|TestClaimUseCases|TestUsageInjectsIntoADeployment|TestMassUpdateOfAPlanChange|TestMassUpdateFailureBudget)$$' ./starter -record
 	QM_BIN_DIR=$(BIN) go test -count=1 -run '^TestReplayRecordedHistories$$' ./workflows
 
 .PHONY: bench

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // updatedCount counts the instances rendered from generation 2.
@@ -88,6 +89,8 @@ func TestMassUpdateFailureBudget(t *testing.T) {
 		assert.GreaterOrEqual(c, q.Failed, p.Failed+3)
 	}, time.Minute, 50*time.Millisecond, "the run pauses again")
 	admin(t, s, http.MethodPost, "/admin/mass-updates/"+name+"/cancel", "", http.StatusAccepted, nil)
+	id := runs.MassUpdateID(name)
+	recorded(t, s.History(id, s.ClosedRun(id, runs.MassUpdateType)), "mass-update-steered")
 }
 
 // TestMassUpdateSurvivesAWorkerRestart: the worker stops in the middle of

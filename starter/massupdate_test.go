@@ -94,6 +94,9 @@ func TestMassUpdateOfAPlanChange(t *testing.T) {
 		assert.Equal(t, "2", cm.Data["version"])
 	}
 
+	id := runs.MassUpdateID(s.Namespace + "/v2")
+	recorded(t, s.History(id, s.ClosedRun(id, runs.MassUpdateType)), "mass-update")
+
 	run = startMassUpdate(t, s, massupdate.Request{Name: s.Namespace + "/v2-again", Selector: massupdate.Selector{PlanIDs: []string{planID}}})
 	require.NoError(t, run.Get(context.Background(), &p))
 	assert.Equal(t, massupdate.Progress{State: massupdate.Completed, Total: 20, Skipped: 20, Concurrency: 10, Started: p.Started, Rate: p.Rate}, p)

@@ -15,10 +15,12 @@ import (
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
+// massStartsPerRun bounds a run's history (each update is about six of
+// its events): after starting this many, a run lets those in flight end
+// and continues as new.
+var massStartsPerRun = 1500
+
 const (
-	// massHistoryLimit is the history length at which a run stops starting
-	// updates, lets those in flight end, and continues as new.
-	massHistoryLimit = 10000
 	// maxListedFailures bounds the failures a run lists (it counts all).
 	maxListedFailures = 100
 	// busyRetry is the first wait before an instance busy with another
@@ -57,6 +59,7 @@ type massRun struct {
 	sel       workflow.Selector
 	busy      []busy
 	lastStart time.Time
+	starts    int  // updates started by this run
 	waking    bool // a timer is set to look again
 	draining  bool // no new starts: continuing as new once none is in flight
 }
@@ -155,7 +158,7 @@ func (r *massRun) startWhatMay(ctx workflow.Context) {
 		}
 		r.start(ctx, t)
 		r.lastStart = now
-		if workflow.GetInfo(ctx).GetCurrentHistoryLength() >= massHistoryLimit {
+		if r.starts++; r.starts >= massStartsPerRun {
 			r.draining = true
 		}
 	}

@@ -1,0 +1,161 @@
+package workflows_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/quartermaster/qm/activities"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/massupdate"
+	"github.com/quartermaster/qm/workflows"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+var masses *activities.MassUpdates
+
+// fakeUpdates stands in for the instances' Update runs: each takes a
+// second; fail names those that fail.
+type fakeUpdates struct {
+	inFlight, most, started int
+	fail                    map[string]bool
+}
+
+func (f *fakeUpdates) update(ctx workflow.Context, t lifecycle.Target) (workflows.Result, error) {
+	f.inFlight++
+	f.started++
+	f.most = max(f.most, f.inFlight)
+	defer func() { f.inFlight-- }()
+	if err := workflow.Sleep(ctx, time.Second); err != nil {
+		return workflows.Result{}, err
+	}
+	if f.fail[t.Name] {
+		return workflows.Result{}, temporal.NewNonRetryableApplicationError("the template does not render", "TemplateError", nil)
+	}
+	return workflows.Result{State: "succeeded"}, nil
+}
+
+func massEnv(t *testing.T, n int, f *fakeUpdates) *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.MassUpdates{})
+	env.RegisterWorkflowWithOptions(f.update, workflow.RegisterOptions{Name: runs.WorkflowType(lifecycle.OpUpdate)})
+	sel := massupdate.Selection{Skipped: 2}
+	for i := range n {
+		sel.Targets = append(sel.Targets, massupdate.Target{Namespace: "apps", Name: fmt.Sprintf("i-%02d", i), PlanID: "p"})
+	}
+	env.OnActivity(masses.SelectInstances, mock.Anything, mock.Anything).Return(sel, nil).Once()
+	return env
+}
+
+func request(concurrency int) massupdate.Request {
+	return massupdate.Request{Name: "test", Selector: massupdate.Selector{PlanIDs: []string{"p"}}, Concurrency: concurrency}
+}
+
+func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) massupdate.Progress {
+	t.Helper()
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var p massupdate.Progress
+	require.NoError(t, env.GetWorkflowResult(&p))
+	return p
+}
+
+// TestMassUpdateKeepsItsConcurrency: never more than Concurrency updates
+// at once, all of them done, the current ones skipped.
+func TestMassUpdateKeepsItsConcurrency(t *testing.T) {
+	f := &fakeUpdates{}
+	env := massEnv(t, 7, f)
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(runs.QueryProgress)
+		require.NoError(t, err)
+		var p massupdate.Progress
+		require.NoError(t, v.Get(&p))
+		assert.Equal(t, massupdate.Progress{State: massupdate.Running, Total: 9, Succeeded: 3, Skipped: 2, InFlight: 3, Remaining: 1,
+			Concurrency: 3, Started: p.Started, Rate: p.Rate, ETA: p.ETA}, p)
+	}, 1500*time.Millisecond)
+	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: request(3)})
+	p := result(t, env)
+	assert.Equal(t, 3, f.most)
+	assert.Equal(t, massupdate.Completed, p.State)
+	assert.Equal(t, 7, p.Succeeded)
+	assert.Equal(t, 2, p.Skipped)
+	assert.Equal(t, 9, p.Total)
+}
+
+// TestMassUpdateSteered: a pause starts nothing new, a resume goes on, a
+// new concurrency holds from then on, a cancel leaves the rest.
+func TestMassUpdateSteered(t *testing.T) {
+	f := &fakeUpdates{}
+	env := massEnv(t, 20, f)
+	steer := func(at time.Duration, s massupdate.Steer) {
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalSteer, s) }, at)
+	}
+	steer(1500*time.Millisecond, massupdate.Steer{Action: massupdate.Pause})
+	env.RegisterDelayedCallback(func() { assert.Equal(t, 4, f.started, "paused: two in flight finish, nothing starts") }, time.Hour)
+	steer(time.Hour+time.Second, massupdate.Steer{Action: massupdate.SetConcurrency, Concurrency: 4})
+	steer(time.Hour+2*time.Second, massupdate.Steer{Action: massupdate.Resume})
+	steer(time.Hour+3500*time.Millisecond, massupdate.Steer{Action: massupdate.Cancel})
+	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: request(2)})
+	p := result(t, env)
+	assert.Equal(t, massupdate.Cancelled, p.State)
+	assert.Equal(t, "cancelled by the operator", p.Reason)
+	assert.Equal(t, 4, f.most)
+	assert.Equal(t, 12, p.Succeeded, "4 before the pause, 8 after the resume; the rest untouched")
+	assert.Equal(t, 12, f.started)
+}
+
+// TestMassUpdateFailureBudget: the run pauses once the budget is spent,
+// listing the failures.
+func TestMassUpdateFailureBudget(t *testing.T) {
+	f := &fakeUpdates{fail: map[string]bool{"i-01": true, "i-02": true, "i-05": true}}
+	env := massEnv(t, 10, f)
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(runs.QueryProgress)
+		require.NoError(t, err)
+		var p massupdate.Progress
+		require.NoError(t, v.Get(&p))
+		assert.Equal(t, massupdate.Paused, p.State)
+		assert.Equal(t, "2 updates failed (maxFailures 10%); resume to go on, or cancel", p.Reason)
+		assert.Equal(t, []massupdate.Failure{{Instance: "apps/i-01", Description: "the template does not render"},
+			{Instance: "apps/i-02", Description: "the template does not render"}}, p.Failures)
+		env.SignalWorkflow(runs.SignalSteer, massupdate.Steer{Action: massupdate.Resume})
+	}, time.Hour)
+	req := request(1)
+	req.MaxFailures = massupdate.Budget{Percent: 10} // 2 of 12 (10, and 2 skipped)
+	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: req})
+	p := result(t, env)
+	assert.Equal(t, massupdate.Completed, p.State)
+	assert.Equal(t, 3, p.Failed)
+	assert.Equal(t, 7, p.Succeeded)
+}
+
+// TestMassUpdateContinuesAsNew: past its history limit, a run lets its
+// updates in flight end and continues as new with what is left.
+func TestMassUpdateContinuesAsNew(t *testing.T) {
+	defer func(limit int) { *workflows.MassStartsPerRun = limit }(*workflows.MassStartsPerRun)
+	*workflows.MassStartsPerRun = 12
+	f := &fakeUpdates{}
+	env := massEnv(t, 30, f)
+	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: request(3)})
+	require.True(t, env.IsWorkflowCompleted())
+	var cont *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &cont), "%v", env.GetWorkflowError())
+	assert.Equal(t, runs.MassUpdateType, cont.WorkflowType.Name)
+	assert.Zero(t, f.inFlight, "none in flight when it continues")
+	var next workflows.MassUpdateInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(cont.Input, &next))
+	require.NotNil(t, next.Carry)
+	assert.Equal(t, f.started, next.Carry.Progress.Succeeded)
+	assert.Len(t, next.Carry.Pending, 30-f.started, "the rest go on in the next run")
+	assert.Equal(t, "test", next.Name)
+}
