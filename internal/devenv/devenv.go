@@ -154,6 +154,8 @@ func Run(ctx context.Context, o Options) error {
 			{"OSB API", "http://" + apiLn.Addr().String() + fmt.Sprintf(" (plain HTTP on loopback; user %s, password %s)", osb.Username, osb.Password)},
 			{"", fmt.Sprintf("curl -u %s:%s -H 'X-Broker-API-Version: 2.17' http://%s/v2/catalog", osb.Username, osb.Password, apiLn.Addr())},
 			{"admin API", fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, apiLn.Addr())},
+			{"mass update", fmt.Sprintf("%s mass-update list --url http://%s (QM_ADMIN_USERNAME=%s QM_ADMIN_PASSWORD=%s, or found in %s)",
+				filepath.Join(o.BinDir, "qm"), apiLn.Addr(), admin.Username, admin.Password, o.DataDir)},
 			{"Temporal UI", uiURL},
 			{"Temporal", fmt.Sprintf("%s (namespace %q, task queue %q)", o.temporalAddress(), o.Namespace, runs.TaskQueue)},
 			{"Kubernetes", kubeCfg.Host},
