@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/internal/testenv"
@@ -137,4 +139,40 @@ func TestMassUpdateSurvivesAWorkerRestart(t *testing.T) {
 			assert.Equal(c, 1, runs, id)
 		}
 	}, 20*time.Second, 200*time.Millisecond, "exactly one Update run per instance")
+}
+
+// TestMassUpdateWaitsForABusyInstance: an instance whose own update is
+// under way when the run reaches it is tried again once that update ends;
+// it is not failed.
+func TestMassUpdateWaitsForABusyInstance(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	planID := massFleet(t, s, 3, "", func(int) string { return "" })
+	newVersion(t, s, "2")
+	busy, err := s.GetInstance("m-001")
+	require.NoError(t, err)
+	base := busy.DeepCopy()
+	busy.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(`{"gated": true}`)}
+	require.NoError(t, s.Kube.Client.Patch(context.Background(), busy, ctrlclient.MergeFrom(base)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, []string{"m-001"}, runningUpdates(t, s))
+	}, 30*time.Second, 50*time.Millisecond, "m-001's own update waits for its gate")
+
+	name := s.Namespace + "/busy"
+	admin(t, s, http.MethodPost, "/admin/mass-updates", fmt.Sprintf(`{"name": %q, "plans": [%q], "concurrency": 1}`, name, planID), http.StatusAccepted, nil)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p := runProgress(t, s, name)
+		assert.Equal(c, 2, p.Succeeded)
+		assert.Equal(c, 1, p.Remaining, "m-001 waits")
+		assert.Equal(c, massupdate.Running, p.State)
+	}, 30*time.Second, 50*time.Millisecond, "the others are updated; the busy one waits")
+	openGates(t, s)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p := runProgress(t, s, name)
+		assert.Equal(c, massupdate.Completed, p.State)
+		assert.Zero(c, p.Failed)
+		assert.Equal(c, 3, p.Succeeded+p.Skipped)
+	}, time.Minute, 100*time.Millisecond, "the run completes once m-001's update ended")
+	inst, err := s.GetInstance("m-001")
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, inst.Status.AppliedPlanGeneration)
 }

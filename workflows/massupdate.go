@@ -39,7 +39,7 @@ type MassUpdateInput struct {
 // MassUpdateCarry is what a run hands to the run it continues as.
 type MassUpdateCarry struct {
 	Progress   massupdate.Progress `json:"progress"`
-	Pending    []massupdate.Target `json:"pending,omitempty"`
+	Pending    massupdate.Targets  `json:"pending,omitempty"`
 	Accepted   int                 `json:"accepted,omitempty"`
 	CanaryDone bool                `json:"canaryDone,omitempty"`
 }
