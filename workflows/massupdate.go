@@ -26,6 +26,8 @@ const (
 	// busyRetry is the first wait before an instance busy with another
 	// operation is tried again; it doubles up to busyRetryMax.
 	busyRetry, busyRetryMax = 2 * time.Second, 30 * time.Second
+	// detailsEvery is how often the progress shown in the UI is renewed.
+	detailsEvery = 2 * time.Second
 )
 
 // MassUpdateInput is a mass update's request (what the API and the
@@ -59,9 +61,10 @@ type massRun struct {
 	sel       workflow.Selector
 	busy      []busy
 	lastStart time.Time
-	starts    int  // updates started by this run
-	waking    bool // a timer is set to look again
-	draining  bool // no new starts: continuing as new once none is in flight
+	starts    int       // updates started by this run
+	shown     time.Time // when the progress was last shown
+	waking    bool      // a timer is set to look again
+	draining  bool      // no new starts: continuing as new once none is in flight
 }
 
 // MassUpdate updates every instance a selector selects, each through its
@@ -237,7 +240,17 @@ func (r *massRun) ended(ctx workflow.Context, b busy, err error, res Result) {
 	if limit := r.in.MaxFailures.Limit(p.Total); limit > 0 && p.Failed-r.carry.Accepted >= limit && p.State == massupdate.Running {
 		r.setState(ctx, massupdate.Paused, fmt.Sprintf("%d updates failed (maxFailures %s); resume to go on, or cancel", p.Failed, r.in.MaxFailures))
 	}
-	workflow.SetCurrentDetails(ctx, r.progress(ctx).Line())
+	r.showProgress(ctx, false)
+}
+
+// showProgress puts the progress in the run's current details, which the
+// UI shows: at most every detailsEvery while the counts move (each change
+// is written with the workflow task), at once when the state changes.
+func (r *massRun) showProgress(ctx workflow.Context, now bool) {
+	if t := workflow.Now(ctx); now || t.Sub(r.shown) >= detailsEvery {
+		r.shown = t
+		workflow.SetCurrentDetails(ctx, r.progress(ctx).Line())
+	}
 }
 
 // failureText is the description of a failed update: its run's failure.
@@ -291,7 +304,7 @@ func (r *massRun) setState(ctx workflow.Context, state, reason string) {
 	if err := workflow.UpsertTypedSearchAttributes(ctx, runs.AttrState.ValueSet(state)); err != nil {
 		workflow.GetLogger(ctx).Warn("setting the state's search attribute", "error", err)
 	}
-	workflow.SetCurrentDetails(ctx, r.progress(ctx).Line())
+	r.showProgress(ctx, true)
 }
 
 // wakeAt has the run look again at t, unless a wake is already set.
