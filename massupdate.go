@@ -119,15 +119,7 @@ their plan's generation are skipped. Follow a run here or in the Temporal UI
 }
 
 func newMassStartCommand(a *adminClient) *cobra.Command {
-	var req struct {
-		Name string `json:"name,omitempty"`
-		massupdate.Selector
-		Concurrency int     `json:"concurrency,omitempty"`
-		Rate        float64 `json:"rate,omitempty"`
-		Canary      int     `json:"canary,omitempty"`
-		MaxFailures string  `json:"maxFailures,omitempty"`
-		DryRun      bool    `json:"dryRun,omitempty"`
-	}
+	var req api.MassUpdateRequest
 	var wait bool
 	cmd := &cobra.Command{
 		Use:   "start",

@@ -22,8 +22,9 @@ import (
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
-// massUpdateRequest is the body of POST /admin/mass-updates.
-type massUpdateRequest struct {
+// MassUpdateRequest is the body of POST /admin/mass-updates; `qm
+// mass-update start` sends it.
+type MassUpdateRequest struct {
 	Name string `json:"name,omitempty"`
 	massupdate.Selector
 	Concurrency int     `json:"concurrency,omitempty"`
@@ -69,7 +70,7 @@ func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", "reading the request: "+err.Error())
 		return
 	}
-	var req massUpdateRequest
+	var req MassUpdateRequest
 	if rerr := decodeJSON(body, &req); rerr != nil {
 		writeError(w, http.StatusBadRequest, "", rerr.Error())
 		return
