@@ -115,3 +115,20 @@ func (a *Operations) recordMetadata(ctx context.Context, t *target, op lifecycle
 	}
 	return a.patchStatus(ctx, t, func(s *status) { s.Metadata = md })
 }
+
+// RecordResources marks the operation in progress and lists what the
+// templates applied in the status, before the operation waits for its
+// status template: a user sees them while it waits.
+func (a *Operations) RecordResources(ctx context.Context, tg lifecycle.Target, op lifecycle.Operation, refs []osbv1alpha1.Source) error {
+	t, err := a.loadObjects(ctx, tg, op)
+	if err != nil {
+		return err
+	}
+	return a.patchStatus(ctx, t, func(s *status) {
+		inProgress(op)(s)
+		if t.observed != "" {
+			s.Description = t.observed
+		}
+		s.Resources = refs
+	})
+}
