@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -166,7 +167,7 @@ func (b *BindingUsages) binding(ctx context.Context, namespace string, ref sc.Bi
 			}
 		}
 		if claim.Status.Binding == nil {
-			return "", "", "", pending("BindingNotReady", "ServiceClaim %s holds no service yet (%s)", ref.Name, cmpOr(string(claim.Status.State), "new")), nil
+			return "", "", "", pending("BindingNotReady", "ServiceClaim %s holds no service yet (%s)", ref.Name, cmp.Or(string(claim.Status.State), "new")), nil
 		}
 		return claim.Status.Binding.Name, typ, provider, nil, nil
 	}
@@ -184,16 +185,9 @@ func (b *BindingUsages) binding(ctx context.Context, namespace string, ref sc.Bi
 		}
 	}
 	if binding.Status.Response.SecretRef == "" {
-		return "", "", "", pending("BindingNotReady", "SFServiceBinding %s has no credentials yet (its bind is %s)", ref.Name, cmpOr(string(binding.Status.State), "not started")), nil
+		return "", "", "", pending("BindingNotReady", "SFServiceBinding %s has no credentials yet (its bind is %s)", ref.Name, cmp.Or(string(binding.Status.State), "not started")), nil
 	}
 	return binding.Status.Response.SecretRef, typ, "quartermaster", nil, nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // Inject applies the usage's injection into its workload, first removing

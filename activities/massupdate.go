@@ -18,13 +18,5 @@ type MassUpdates struct {
 // SelectInstances lists the instances a run updates now, and counts those
 // already current.
 func (m *MassUpdates) SelectInstances(ctx context.Context, sel massupdate.Selector) (massupdate.Selection, error) {
-	return massupdate.Select(ctx, m.Client, m.planGeneration, sel)
-}
-
-func (m *MassUpdates) planGeneration(ctx context.Context, planID string) (int64, bool) {
-	p, err := m.Offerings.Plan(ctx, planID)
-	if err != nil {
-		return 0, false
-	}
-	return p.Generation, true
+	return massupdate.Select(ctx, m.Client, m.Offerings, sel)
 }

@@ -61,7 +61,7 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 	if err != nil {
 		return Begun{}, err
 	}
-	if t.done(op) && (op != lifecycle.OpUpdate || t.instance.Status.AppliedPlanGeneration >= t.plan.Generation) {
+	if t.done(op) {
 		return Begun{Done: true, Generation: t.object().GetGeneration()}, nil
 	}
 	if err := a.checkParameters(t, op); err != nil {

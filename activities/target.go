@@ -65,9 +65,13 @@ func (t *target) planID() string {
 }
 
 // done reports whether op already ran to its end for the target's current
-// generation.
+// generation; an update, also for its plan's generation (a mass update
+// starts it for a changed plan, the instance unchanged).
 func (t *target) done(op lifecycle.Operation) bool {
 	state, observed, _ := t.status()
+	if op == lifecycle.OpUpdate && t.instance.Status.AppliedPlanGeneration < t.plan.Generation {
+		return false
+	}
 	return lifecycle.Done(op, state, observed, t.object().GetGeneration())
 }
 

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,7 +92,7 @@ func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.DryRun {
-		sel, err := massupdate.Select(r.Context(), s.Kube, s.planGeneration, req.Selector)
+		sel, err := massupdate.Select(r.Context(), s.Kube, s.Offerings, req.Selector)
 		if err != nil {
 			s.internalError(w, r, "selecting the instances", err)
 			return
@@ -136,14 +135,6 @@ func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]string{"name": req.Name, "workflow_id": id, "url": "/admin/mass-updates/" + req.Name})
 }
 
-func (s *Server) planGeneration(ctx context.Context, planID string) (int64, bool) {
-	p, err := s.Offerings.Plan(ctx, planID)
-	if err != nil {
-		return 0, false
-	}
-	return p.Generation, true
-}
-
 // listMassUpdates lists the runs, newest first.
 func (s *Server) listMassUpdates(w http.ResponseWriter, r *http.Request) {
 	if !s.needTemporal(w) {
@@ -162,7 +153,7 @@ func (s *Server) listMassUpdates(w http.ResponseWriter, r *http.Request) {
 	for _, e := range resp.GetExecutions() {
 		id := e.GetExecution().GetWorkflowId()
 		out.Runs = append(out.Runs, massUpdateRun{Name: strings.TrimPrefix(id, runs.MassUpdateID("")), WorkflowID: id,
-			Status: strings.ToLower(strings.TrimPrefix(e.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")), StartTime: e.GetStartTime().AsTime()})
+			Status: runStatus(e.GetStatus()), StartTime: e.GetStartTime().AsTime()})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -212,7 +203,13 @@ func (s *Server) describeRun(w http.ResponseWriter, r *http.Request, name string
 	}
 	info := d.GetWorkflowExecutionInfo()
 	return massUpdateRun{Name: name, WorkflowID: id, StartTime: info.GetStartTime().AsTime(),
-		Status: strings.ToLower(strings.TrimPrefix(info.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_"))}, true
+		Status: runStatus(info.GetStatus())}, true
+}
+
+// runStatus is a run's status as the admin API shows it: "running",
+// "completed", "failed", ...
+func runStatus(s enums.WorkflowExecutionStatus) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
 }
 
 // steerMassUpdate pauses, resumes or cancels a run, or sets its

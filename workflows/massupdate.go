@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -179,7 +180,6 @@ func (r *massRun) next(ctx workflow.Context, now time.Time) (busy, bool) {
 	if len(r.carry.Pending) > 0 {
 		t := r.carry.Pending[0]
 		r.carry.Pending = r.carry.Pending[1:]
-		r.carry.Progress.Remaining = len(r.carry.Pending)
 		return busy{target: t}, true
 	}
 	if len(r.busy) > 0 {
@@ -268,7 +268,7 @@ func (r *massRun) steer(ctx workflow.Context, s massupdate.Steer) {
 	switch s.Action {
 	case massupdate.Pause:
 		if p.State == massupdate.Running {
-			r.setState(ctx, massupdate.Paused, cmpOr(s.Reason, "paused by the operator"))
+			r.setState(ctx, massupdate.Paused, cmp.Or(s.Reason, "paused by the operator"))
 		}
 	case massupdate.Resume:
 		if p.State == massupdate.Paused {
@@ -278,8 +278,8 @@ func (r *massRun) steer(ctx workflow.Context, s massupdate.Steer) {
 		}
 	case massupdate.Cancel:
 		if p.State == massupdate.Running || p.State == massupdate.Paused {
-			r.carry.Pending, r.busy, p.Remaining = nil, nil, 0
-			r.setState(ctx, massupdate.Cancelled, cmpOr(s.Reason, "cancelled by the operator"))
+			r.carry.Pending, r.busy = nil, nil
+			r.setState(ctx, massupdate.Cancelled, cmp.Or(s.Reason, "cancelled by the operator"))
 		}
 	case massupdate.SetConcurrency:
 		if s.Concurrency > 0 {
@@ -288,13 +288,6 @@ func (r *massRun) steer(ctx workflow.Context, s massupdate.Steer) {
 	default:
 		workflow.GetLogger(ctx).Warn("unknown steering signal ignored", "action", s.Action)
 	}
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // setState records the run's state, on the run and in its search

@@ -77,15 +77,16 @@ type Selection struct {
 	Skipped int     `json:"skipped"`
 }
 
-// PlanGeneration returns the generation of the plan with an OSB plan ID,
-// and whether there is such a plan.
-type PlanGeneration func(ctx context.Context, planID string) (int64, bool)
+// Plans finds a plan by its OSB plan ID (the offerings cache).
+type Plans interface {
+	Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error)
+}
 
 // Select lists the instances the selector selects, page by page, and
 // sorts them into those to update and those already current. An instance
 // being deleted is left out; one of an unknown plan is kept (its update
 // fails, saying so).
-func Select(ctx context.Context, c ctrlclient.Client, generation PlanGeneration, sel Selector) (Selection, error) {
+func Select(ctx context.Context, c ctrlclient.Client, plans Plans, sel Selector) (Selection, error) {
 	if err := sel.Validate(); err != nil {
 		return Selection{}, err
 	}
@@ -105,7 +106,7 @@ func Select(ctx context.Context, c ctrlclient.Client, generation PlanGeneration,
 			if !inst.DeletionTimestamp.IsZero() || !sel.Matches(inst) {
 				continue
 			}
-			if gen, ok := generation(ctx, inst.Spec.PlanID); ok && Current(inst, gen) {
+			if plan, err := plans.Plan(ctx, inst.Spec.PlanID); err == nil && Current(inst, plan.Generation) {
 				out.Skipped++
 				continue
 			}
