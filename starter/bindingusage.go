@@ -88,22 +88,15 @@ func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts controller.Opt
 		return fmt.Errorf("registering the ServiceBindingUsage controller: %w", err)
 	}
 	u.usages = c
-	usageChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration() ||
-			e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
-	}}
 	bindingChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return secretOf(e.ObjectOld) != secretOf(e.ObjectNew) }}
-	kindChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration()
-	}}
 	secrets := &metav1.PartialObjectMetadata{}
 	secrets.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Secret"})
 	sources := []source.Source{
-		source.Kind[ctrlclient.Object](u.cache, &sc.ServiceBindingUsage{}, &handler.EnqueueRequestForObject{}, usageChanged),
+		source.Kind[ctrlclient.Object](u.cache, &sc.ServiceBindingUsage{}, &handler.EnqueueRequestForObject{}, specOrDeletion),
 		source.Kind[ctrlclient.Object](u.cache, &osbv1alpha1.SFServiceBinding{}, u.by(usageBindingField, bindingOf), bindingChanged),
 		source.Kind[ctrlclient.Object](u.cache, &primazav1alpha1.ServiceClaim{}, u.by(usageBindingField, bindingOf), bindingChanged),
 		source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(secrets), u.by(usageSecretField, nameOf)),
-		source.Kind[ctrlclient.Object](u.cache, &sc.UsageKind{}, u.by(usageKindField, nameOf), kindChanged),
+		source.Kind[ctrlclient.Object](u.cache, &sc.UsageKind{}, u.by(usageKindField, nameOf), predicate.GenerationChangedPredicate{}),
 	}
 	for _, src := range sources {
 		if err := c.Watch(src); err != nil {
@@ -122,10 +115,7 @@ func (u *BindingUsages) watchWorkloads(gvk schema.GroupVersionKind) error {
 	}
 	workloads := &metav1.PartialObjectMetadata{}
 	workloads.SetGroupVersionKind(gvk)
-	changed := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration()
-	}}
-	src := source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(workloads), u.by(usageWorkloadField, nameOf), changed)
+	src := source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(workloads), u.by(usageWorkloadField, nameOf), predicate.GenerationChangedPredicate{})
 	if err := u.usages.Watch(src); err != nil {
 		return fmt.Errorf("watching %s for the ServiceBindingUsages: %w", gvk, err)
 	}

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -48,11 +47,7 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts controller.Options) e
 		return fmt.Errorf("indexing RegisteredServices by their claim: %w", err)
 	}
 	// A claim's own finalizer and status writes wake nothing.
-	claimChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration() ||
-			e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
-	}}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.ServiceClaim{}, builder.WithPredicates(claimChanged)).
+	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.ServiceClaim{}, builder.WithPredicates(specOrDeletion)).
 		Named("serviceclaim").WithOptions(copts).Complete(ReconcilerFunc(c.ReconcileClaim)); err != nil {
 		return fmt.Errorf("registering the ServiceClaim reconciler: %w", err)
 	}

@@ -20,9 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -295,3 +297,11 @@ func instanceID(inst *osbv1alpha1.SFServiceInstance) string {
 	}
 	return inst.Name
 }
+
+// specOrDeletion passes the updates of a resource whose spec changed (its
+// generation) or whose deletion began: its own finalizer and status writes
+// wake nothing.
+var specOrDeletion = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration() ||
+		e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
+}}
