@@ -5,12 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/log"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/quartermaster/qm/internal/telemetry"
 )
 
 // kubeConfig reads the kubeconfig at path, or the pod's service account.
@@ -49,6 +54,13 @@ func (g *globals) temporalOptions() (client.Options, error) {
 	return opts, nil
 }
 
+// temporalMetrics records the Temporal client's metrics into
+// controller-runtime's registry, which the worker's and the watcher's
+// /metrics serve; once per process, as the registry is.
+var temporalMetrics = sync.OnceValues(func() (client.MetricsHandler, error) {
+	return telemetry.TemporalMetrics(ctrlmetrics.Registry, slog.Default())
+})
+
 // temporal dials the Temporal frontend of temporalOptions, and returns the
 // client and its namespace.
 func (g *globals) temporal(ctx context.Context) (client.Client, string, error) {
@@ -57,6 +69,9 @@ func (g *globals) temporal(ctx context.Context) (client.Client, string, error) {
 		return nil, "", err
 	}
 	opts.Logger = log.NewStructuredLogger(g.logger)
+	if opts.MetricsHandler, err = temporalMetrics(); err != nil {
+		return nil, "", err
+	}
 	tc, err := client.DialContext(ctx, opts)
 	if err != nil {
 		return nil, "", fmt.Errorf("connecting to Temporal at %s (namespace %s): %w", opts.HostPort, opts.Namespace, err)

@@ -22,10 +22,12 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/contrib/envconfig"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/internal/devenv"
 	"github.com/quartermaster/qm/internal/system"
+	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/starter"
 )
 
@@ -141,14 +143,18 @@ const healthCheckMinuteUsage = "how long a minute of the RegisteredServices' hea
 func newWorkerCommand(g *globals) *cobra.Command {
 	var hosts []string
 	var minute time.Duration
+	probes := &telemetry.Server{Gatherer: ctrlmetrics.Registry}
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run the Temporal worker that hosts the workflows and activities (scales horizontally)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, HealthCheckMinute: minute})
+			probes.Logger = g.logger
+			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, HealthCheckMinute: minute, Probes: probes})
 		},
 	}
+	cmd.Flags().StringVar(&probes.HealthAddr, "health-addr", ":8081", "address serving /healthz and /readyz (ready while Temporal answers); 0 turns them off")
+	cmd.Flags().StringVar(&probes.MetricsAddr, "metrics-addr", ":9090", "address serving Prometheus /metrics (the Temporal SDK's and client-go's); 0 turns it off")
 	cmd.Flags().StringSliceVar(&hosts, "template-hosts", splitList(os.Getenv("QM_TEMPLATE_HOSTS")),
 		"the only hosts a template url may name (env QM_TEMPLATE_HOSTS, comma-separated; empty allows any)")
 	cmd.Flags().DurationVar(&minute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
@@ -179,7 +185,8 @@ func newWatcherCommand(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect one active watcher among replicas")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
-	f.StringVar(&o.HealthAddr, "health-addr", ":8081", "address serving /healthz and /readyz")
+	f.StringVar(&o.HealthAddr, "health-addr", ":8081", "address serving /healthz and /readyz; 0 turns them off")
+	f.StringVar(&o.MetricsAddr, "metrics-addr", ":9090", "address serving Prometheus /metrics (controller-runtime's and the Temporal client's); 0 turns it off")
 	return cmd
 }
 
@@ -268,6 +275,10 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 		}
 		defer tc.Close()
 		o.Temporal = tc
+		if o.Probes != nil {
+			opts, _ := g.temporalOptions() // g.temporal succeeded with them
+			o.Probes.Ready = telemetry.TemporalReachable(tc, opts.HostPort)
+		}
 		if o.Worker {
 			o.TemporalNamespace = namespace
 		}

@@ -1,6 +1,7 @@
 package starter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,9 @@ type WatcherOptions struct {
 	LeaderElectionNamespace string
 	// HealthAddr serves /healthz and /readyz; empty or "0" turns them off.
 	HealthAddr string
+	// MetricsAddr serves /metrics: controller-runtime's, client-go's and the
+	// Temporal client's; empty or "0" turns it off.
+	MetricsAddr string
 	// Concurrency is the number of resources reconciled at once per kind.
 	Concurrency int
 }
@@ -66,7 +70,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		LeaderElectionID:        "qm-watcher.quartermaster.io",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		HealthProbeBindAddress:  healthAddr,
-		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		Metrics:                 metricsserver.Options{BindAddress: cmp.Or(opts.MetricsAddr, "0")},
 		// A process may build a second watcher after the first stopped (qm dev
 		// restarted in-process, tests); controller names stay unique per manager.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},

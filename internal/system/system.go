@@ -24,6 +24,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/offerings"
 	"github.com/quartermaster/qm/internal/plan"
+	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/worker"
 )
@@ -54,6 +55,9 @@ type Options struct {
 	// and Offerings are filled in.
 	API         *api.Server
 	APIListener net.Listener
+	// Probes, when set, serves this process's /healthz, /readyz and
+	// /metrics (the worker's; the watcher and the API serve their own).
+	Probes *telemetry.Server
 }
 
 // System is a set of running components.
@@ -134,6 +138,9 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 			return err
 		}
 		g.Go(func() error { return mgr.Start(ctx) })
+	}
+	if o.Probes != nil {
+		g.Go(func() error { return o.Probes.Run(ctx) })
 	}
 	if o.API != nil {
 		if o.APIListener == nil {
