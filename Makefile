@@ -44,10 +44,24 @@ help: ## Show the targets.
 .PHONY: tools
 tools: $(TOOLS) ## Build the control plane, kwok, etcd, kubectl, controller-gen and temporal into bin/ (once).
 
+# The Kubernetes version hack/go.mod pins. Stamped into the binaries as
+# Kubernetes' own build stamps it, so that the API server reports v1.x.y
+# (Helm checks a chart's kubeVersion against it) and not v0.0.0-master.
+K8S_VERSION := $(shell sed -n 's/^\tk8s.io\/kubernetes \(v[0-9.]*\).*/\1/p' hack/go.mod)
+K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
+               -X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
+               -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
+               -X k8s.io/component-base/version.gitTreeState=clean
+
+# Rewritten only when the flags change, so that a change of them rebuilds the
+# tools and nothing else does.
+K8S_STAMP := $(BIN)/.k8s-build-flags
+$(shell mkdir -p $(BIN) && (echo '$(K8S_LDFLAGS)' | cmp -s - $(K8S_STAMP) || echo '$(K8S_LDFLAGS)' > $(K8S_STAMP)))
+
 # One `go build` for the Kubernetes tools so that they share compiled packages.
-$(K8S_TOOLS) &: hack/go.mod hack/go.sum
-	@echo ">> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and controller-gen from hack/go.mod (first time only, several minutes)"
-	cd hack && go build -o $(BIN)/ tool
+$(K8S_TOOLS) &: hack/go.mod hack/go.sum $(K8S_STAMP)
+	@echo ">> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and controller-gen $(K8S_VERSION) from hack/go.mod (first time only, several minutes)"
+	cd hack && go build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/ tool
 
 $(BIN)/etcd: hack/go.mod hack/go.sum hack/etcd/main.go
 	@echo ">> building etcd from hack/go.mod"
@@ -89,6 +103,15 @@ check-generated: $(BIN)/controller-gen
 	  echo "generated code was stale: 'make generate' has now updated it; review and commit the result" >&2; exit 1; \
 	fi
 
+# The image's version and revision labels.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE    ?= ghcr.io/quartermaster/qm:$(VERSION)
+
+.PHONY: image
+image: ## Write the container image of qm, an OCI image tarball, to bin/qm-image.tar (no Docker, no network).
+	cd hack && go run ./image -module .. -out $(BIN)/qm-image.tar -ref $(IMAGE) -version $(VERSION) -revision $(REVISION)
+
 ## Run ---------------------------------------------------------------------
 
 .PHONY: run
@@ -107,6 +130,7 @@ vet:
 .PHONY: test
 test: tools check-generated vet ## Run every test (race detector on), against the real API server and Temporal, then the fuzz tests.
 	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m $(TEST_FLAGS) $(PKG)
+	cd hack && go test -count=1 ./image
 	QM_BIN_DIR=$(BIN) go test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./api
 
 # How much `make test` fuzzes the OSB request decoding: a count of runs, not

@@ -65,7 +65,7 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	sys := testenv.Start(t, testenv.Parts{})
-	cache, err := offerings.New(sys.Kube.Config, crds.NewScheme())
+	cache, err := offerings.New(sys.Kube.Config, crds.NewScheme(), "")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -42,7 +42,11 @@ replace (
 	k8s.io/streaming => k8s.io/streaming v0.37.1
 )
 
-require go.etcd.io/etcd/server/v3 v3.7.3
+require (
+	github.com/google/go-containerregistry v0.22.1
+	github.com/stretchr/testify v1.11.1
+	go.etcd.io/etcd/server/v3 v3.7.3
+)
 
 require (
 	cel.dev/expr v0.25.2 // indirect
@@ -112,6 +116,7 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
 	github.com/lithammer/dedent v1.1.0 // indirect
@@ -188,6 +193,7 @@ require (
 	gopkg.in/go-jose/go-jose.v2 v2.6.3 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.37.1 // indirect
 	k8s.io/apiextensions-apiserver v0.37.0 // indirect
 	k8s.io/apimachinery v0.37.1 // indirect

@@ -69,8 +69,11 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "qm-watcher.quartermaster.io",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
-		HealthProbeBindAddress:  healthAddr,
-		Metrics:                 metricsserver.Options{BindAddress: cmp.Or(opts.MetricsAddr, "0")},
+		// A watcher that stops (a rolling update, a drained node) hands the
+		// lease over at once instead of making the next wait out its term.
+		LeaderElectionReleaseOnCancel: true,
+		HealthProbeBindAddress:        healthAddr,
+		Metrics:                       metricsserver.Options{BindAddress: cmp.Or(opts.MetricsAddr, "0")},
 		// A process may build a second watcher after the first stopped (qm dev
 		// restarted in-process, tests); controller names stay unique per manager.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},

@@ -28,16 +28,21 @@ type Cache struct {
 	cache cache.Cache
 }
 
-// New returns a cache of the offerings of the cluster cfg reaches. It serves once Start
-// has synced its cache.
-func New(cfg *rest.Config, scheme *runtime.Scheme) (*Cache, error) {
-	c, err := cache.New(cfg, cache.Options{
+// New returns a cache of the offerings of the cluster cfg reaches, of one
+// namespace or, when namespace is empty, of all. It serves once Start has
+// synced its cache.
+func New(cfg *rest.Config, scheme *runtime.Scheme, namespace string) (*Cache, error) {
+	opts := cache.Options{
 		Scheme: scheme,
 		ByObject: map[client.Object]cache.ByObject{
 			&osbv1alpha1.SFService{}: {},
 			&osbv1alpha1.SFPlan{}:    {},
 		},
-	})
+	}
+	if namespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	}
+	c, err := cache.New(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating the offerings cache: %w", err)
 	}

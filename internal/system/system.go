@@ -106,7 +106,13 @@ func Run(ctx context.Context, o Options) error {
 
 func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error {
 	if o.Worker || o.API != nil {
-		cache, err := offerings.New(o.Kube, crds.NewScheme())
+		// The API alone reads the catalog of its namespace only, which is
+		// all its role may read; the worker reads every namespace's plans.
+		namespace := ""
+		if !o.Worker {
+			namespace = o.API.Namespace
+		}
+		cache, err := offerings.New(o.Kube, crds.NewScheme(), namespace)
 		if err != nil {
 			return err
 		}

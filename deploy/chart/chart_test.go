@@ -1,0 +1,268 @@
+// Package chart_test checks the Helm chart of Quartermaster
+// (deploy/chart/quartermaster) as `helm lint`, `helm template` and
+// `helm install` would, through Helm's Go SDK, against the real API server.
+package chart_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/strvals"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// chartDir is the chart under test.
+const chartDir = "quartermaster"
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// variation is a set of values `helm template` must render.
+type variation struct {
+	name string
+	set  string
+	// check looks at the rendered objects, by "Kind/name".
+	check func(t *testing.T, objs map[string]*unstructured.Unstructured)
+}
+
+// kubeVersion is the embedded cluster's; its API versions include the
+// MutatingAdmissionPolicy of the finalizer policies.
+var kubeVersion = &chartutil.KubeVersion{Version: "v1.37.1", Major: "1", Minor: "37"}
+
+var variations = []variation{
+	{name: "defaults", check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+		for _, name := range []string{"Secret/qm-quartermaster-osb", "Secret/qm-quartermaster-admin",
+			"PodDisruptionBudget/qm-quartermaster-api", "PodDisruptionBudget/qm-quartermaster-watcher", "PodDisruptionBudget/qm-quartermaster-worker",
+			"MutatingAdmissionPolicy/qm-quartermaster-instance-finalizer", "MutatingAdmissionPolicyBinding/qm-quartermaster-instance-finalizer",
+			"CustomResourceDefinition/sfserviceinstances.osb.servicefabrik.io", "Service/qm-quartermaster-api"} {
+			assert.Contains(t, objs, name)
+		}
+		assert.NotContains(t, objs, "HorizontalPodAutoscaler/qm-quartermaster-worker")
+		assert.NotContains(t, objs, "ServiceMonitor/qm-quartermaster")
+		assert.NotContains(t, objs, "SFPlan/key-value-store-small", "the sample catalog is off by default")
+		worker := objs["Deployment/qm-quartermaster-worker"]
+		assert.EqualValues(t, 2, dig(worker.Object, "spec", "replicas"))
+		pod := podSpec(t, worker)
+		c := pod["containers"].([]any)[0].(map[string]any)
+		assert.Equal(t, "ghcr.io/quartermaster/qm:0.1.0", c["image"])
+		assert.Equal(t, "/readyz", dig(c, "readinessProbe", "httpGet", "path"))
+		assert.Equal(t, true, dig(c, "securityContext", "readOnlyRootFilesystem"))
+		assert.Equal(t, []any{"ALL"}, dig(c, "securityContext", "capabilities", "drop"))
+		assert.Equal(t, true, dig(pod, "securityContext", "runAsNonRoot"))
+		spread := pod["topologySpreadConstraints"].([]any)
+		assert.Equal(t, "topology.kubernetes.io/zone", spread[0].(map[string]any)["topologyKey"])
+		assert.Contains(t, envOf(c), "TEMPORAL_ADDRESS=temporal-frontend.temporal:7233")
+		api := objs["Deployment/qm-quartermaster-api"]
+		assert.Contains(t, envOf(podSpec(t, api)["containers"].([]any)[0].(map[string]any)), "QM_OSB_PASSWORD<-qm-quartermaster-osb/password")
+	}},
+	{name: "existing secrets and mTLS", set: "credentials.osb.existingSecret=platform-creds,credentials.admin.existingSecret=operator-creds," +
+		"temporal.address=temporal.example.com:7233,temporal.namespace=prod,temporal.tls.enabled=true,temporal.tls.secretName=temporal-client," +
+		"temporal.apiKey.secretName=temporal-key",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			assert.NotContains(t, objs, "Secret/qm-quartermaster-osb", "no generated Secret")
+			assert.NotContains(t, objs, "Secret/qm-quartermaster-admin")
+			api := podSpec(t, objs["Deployment/qm-quartermaster-api"])
+			env := envOf(api["containers"].([]any)[0].(map[string]any))
+			assert.Contains(t, env, "QM_OSB_PASSWORD<-platform-creds/password")
+			assert.Contains(t, env, "QM_ADMIN_PASSWORD<-operator-creds/password")
+			worker := podSpec(t, objs["Deployment/qm-quartermaster-worker"])
+			env = envOf(worker["containers"].([]any)[0].(map[string]any))
+			for _, want := range []string{"TEMPORAL_ADDRESS=temporal.example.com:7233", "TEMPORAL_NAMESPACE=prod", "TEMPORAL_TLS=true",
+				"TEMPORAL_TLS_CLIENT_CERT_PATH=/etc/temporal-tls/tls.crt", "TEMPORAL_API_KEY<-temporal-key/api-key"} {
+				assert.Contains(t, env, want)
+			}
+			assert.Contains(t, worker["volumes"], map[string]any{"name": "temporal-tls", "secret": map[string]any{"secretName": "temporal-client"}})
+		}},
+	{name: "autoscaled workers", set: "worker.autoscaling.enabled=true,worker.autoscaling.maxReplicas=6,metrics.serviceMonitor.enabled=true",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			hpa := objs["HorizontalPodAutoscaler/qm-quartermaster-worker"]
+			require.NotNil(t, hpa)
+			assert.EqualValues(t, 6, dig(hpa.Object, "spec", "maxReplicas"))
+			assert.Nil(t, dig(objs["Deployment/qm-quartermaster-worker"].Object, "spec", "replicas"), "the autoscaler owns the replicas")
+			assert.Contains(t, objs, "ServiceMonitor/qm-quartermaster")
+		}},
+	{name: "custom scheduler and samples", set: "schedulerName=zone-aware,sampleCatalog={key-value-store},catalogNamespace=brokers",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			for _, d := range []string{"api", "watcher", "worker"} {
+				assert.Equal(t, "zone-aware", podSpec(t, objs["Deployment/qm-quartermaster-"+d])["schedulerName"], d)
+			}
+			plan := objs["SFPlan/key-value-store-small"]
+			require.NotNil(t, plan, "the sample plan is installed")
+			assert.Equal(t, "brokers", plan.GetNamespace())
+			assert.Equal(t, "brokers", objs["Role/qm-quartermaster-api"].GetNamespace(), "the API's role is in the catalog namespace")
+		}},
+}
+
+// TestChartLints: `helm lint` finds nothing, with each variation's values.
+func TestChartLints(t *testing.T) {
+	for _, v := range variations {
+		t.Run(v.name, func(t *testing.T) {
+			linter := lint.AllWithKubeVersion(chartDir, values(t, v.set), "default", kubeVersion)
+			for _, m := range linter.Messages {
+				assert.Less(t, m.Severity, support.WarningSev, "helm lint: %s", m)
+			}
+		})
+	}
+}
+
+// TestChartRenders: `helm template` renders each variation with the
+// standard labels on every object, and the output applies to the real API
+// server (server-side dry run), CRDs included.
+func TestChartRenders(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ch := load(t)
+	for _, v := range variations {
+		t.Run(v.name, func(t *testing.T) {
+			ns := kube.Namespace(t)
+			objs := render(t, ch, ns, v.set)
+			v.check(t, objs)
+			for key, obj := range objs {
+				obj = obj.DeepCopy()
+				labels := obj.GetLabels()
+				if obj.GetKind() != "CustomResourceDefinition" {
+					for _, l := range []string{"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version"} {
+						assert.NotEmpty(t, labels[l], "%s has label %s", key, l)
+					}
+				}
+				if obj.GetKind() == "ServiceMonitor" {
+					continue // the Prometheus Operator's CRD is not on this cluster
+				}
+				if obj.GetNamespace() != "" {
+					obj.SetNamespace(ns) // catalogNamespace=brokers: into the test's namespace
+				}
+				err := kube.Client.Patch(context.Background(), obj, ctrlclient.Apply, ctrlclient.DryRunAll,
+					ctrlclient.FieldOwner("helm-test"), ctrlclient.ForceOwnership)
+				assert.NoError(t, err, "server-side dry run of %s", key)
+			}
+		})
+	}
+}
+
+// TestChartInstalls: `helm install` into the embedded cluster, and the
+// three Deployments become available on the simulated nodes.
+func TestChartInstalls(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, kube.Kubeconfig, 0o600))
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig, flags.Namespace = &kubeconfig, &ns
+	cfg := &action.Configuration{}
+	require.NoError(t, cfg.Init(flags, ns, "secret", t.Logf))
+
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace = "qm", ns
+	install.Wait, install.Timeout = true, 3*time.Minute
+	rel, err := install.Run(load(t), values(t, "sampleCatalog={key-value-store}"))
+	require.NoError(t, err, "helm install")
+	assert.Contains(t, rel.Info.Notes, "get secret qm-quartermaster-osb")
+
+	for _, name := range []string{"qm-quartermaster-api", "qm-quartermaster-watcher", "qm-quartermaster-worker"} {
+		var d appsv1.Deployment
+		require.NoError(t, kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: name}, &d))
+		assert.EqualValues(t, 2, d.Status.AvailableReplicas, "%s is available", name)
+	}
+	uninstall := action.NewUninstall(cfg)
+	uninstall.Wait, uninstall.Timeout = true, 2*time.Minute
+	_, err = uninstall.Run("qm")
+	require.NoError(t, err, "helm uninstall")
+	var d appsv1.Deployment
+	err = kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: "qm-quartermaster-api"}, &d)
+	assert.True(t, ctrlclient.IgnoreNotFound(err) == nil && err != nil, "uninstall removes the Deployments: %v", err)
+}
+
+func load(t *testing.T) *chart.Chart {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	require.NoError(t, err)
+	return ch
+}
+
+func values(t *testing.T, set string) map[string]any {
+	t.Helper()
+	vals := map[string]any{}
+	if set != "" {
+		require.NoError(t, strvals.ParseInto(set, vals))
+	}
+	return vals
+}
+
+// render is `helm template qm deploy/chart/quartermaster --include-crds`,
+// keyed by "Kind/name".
+func render(t *testing.T, ch *chart.Chart, ns, set string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	install := action.NewInstall(&action.Configuration{})
+	install.DryRun, install.ClientOnly, install.IncludeCRDs = true, true, true
+	install.ReleaseName, install.Namespace = "qm", ns
+	install.KubeVersion = kubeVersion
+	install.APIVersions = chartutil.VersionSet{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "monitoring.coreos.com/v1/ServiceMonitor"}
+	rel, err := install.Run(ch, values(t, set))
+	require.NoError(t, err, "helm template")
+	objs := map[string]*unstructured.Unstructured{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rel.Manifest), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			require.ErrorContains(t, err, "EOF")
+			break
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		key := obj.GetKind() + "/" + obj.GetName()
+		require.NotContains(t, objs, key, "rendered twice")
+		objs[key] = obj
+	}
+	return objs
+}
+
+func podSpec(t *testing.T, deploy *unstructured.Unstructured) map[string]any {
+	t.Helper()
+	require.NotNil(t, deploy)
+	spec, found, err := unstructured.NestedMap(deploy.Object, "spec", "template", "spec")
+	require.True(t, found && err == nil, "%s has a pod template", deploy.GetName())
+	return spec
+}
+
+// envOf writes a container's variables as NAME=value or NAME<-secret/key.
+func envOf(container map[string]any) []string {
+	var out []string
+	for _, e := range container["env"].([]any) {
+		e := e.(map[string]any)
+		if ref, ok := dig(e, "valueFrom", "secretKeyRef").(map[string]any); ok {
+			out = append(out, e["name"].(string)+"<-"+ref["name"].(string)+"/"+ref["key"].(string))
+			continue
+		}
+		out = append(out, e["name"].(string)+"="+e["value"].(string))
+	}
+	return out
+}
+
+func dig(m map[string]any, path ...string) any {
+	var v any = m
+	for _, p := range path {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[p]
+	}
+	return v
+}
