@@ -185,6 +185,9 @@ func newWatcherCommand(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect one active watcher among replicas")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's namespace)")
+	f.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before it takes over")
+	f.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives up leading")
+	f.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often the leader renews and a standby tries")
 	f.StringVar(&o.HealthAddr, "health-addr", ":8081", "address serving /healthz and /readyz; 0 turns them off")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", ":9090", "address serving Prometheus /metrics (controller-runtime's and the Temporal client's); 0 turns it off")
 	return cmd

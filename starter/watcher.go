@@ -39,6 +39,11 @@ type WatcherOptions struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the lease; empty means the namespace qm runs in.
 	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod time the leader election
+	// (controller-runtime's defaults, 15 s, 10 s and 2 s, when zero): a
+	// standby takes over at most about LeaseDuration after the leader's last
+	// renewal.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// HealthAddr serves /healthz and /readyz; empty or "0" turns them off.
 	HealthAddr string
 	// MetricsAddr serves /metrics: controller-runtime's, client-go's and the
@@ -72,6 +77,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		// A watcher that stops (a rolling update, a drained node) hands the
 		// lease over at once instead of making the next wait out its term.
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 nonZero(opts.LeaseDuration),
+		RenewDeadline:                 nonZero(opts.RenewDeadline),
+		RetryPeriod:                   nonZero(opts.RetryPeriod),
 		HealthProbeBindAddress:        healthAddr,
 		Metrics:                       metricsserver.Options{BindAddress: cmp.Or(opts.MetricsAddr, "0")},
 		// A process may build a second watcher after the first stopped (qm dev
@@ -312,3 +320,11 @@ var specOrDeletion = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool 
 	return e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration() ||
 		e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
 }}
+
+// nonZero is d, or nil for controller-runtime's default.
+func nonZero(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
+}
