@@ -128,10 +128,12 @@ vet:
 	cd hack && go vet ./...
 
 .PHONY: test
-test: tools check-generated vet ## Run every test (race detector on), against the real API server and Temporal, then the fuzz tests.
+test: tools check-generated vet ## Run every test (race detector on), against the real API server and Temporal, then the fuzz tests (OSB requests, templates).
 	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m $(TEST_FLAGS) $(PKG)
 	cd hack && go test -count=1 ./image
 	QM_BIN_DIR=$(BIN) go test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./api
+	go test -run '^$$' -fuzz '^FuzzGo$$' -fuzztime $(FUZZ_TIME_TEMPLATES) ./internal/plan
+	go test -run '^$$' -fuzz '^FuzzObjects$$' -fuzztime $(FUZZ_TIME_TEMPLATES) ./internal/plan
 
 # How much `make test` fuzzes the OSB request decoding: a count of runs, not
 # a duration. Go 1.26's fuzzing coordinator races its own -fuzztime
@@ -139,6 +141,9 @@ test: tools check-generated vet ## Run every test (race detector on), against th
 # and no crasher (golang/go#75804, fixed in Go 1.27); a count has no
 # deadline to race. 20000 runs take 5 to 40 s on two cores.
 FUZZ_TIME ?= 20000x
+# The template renderer and the YAML splitting: arbitrary templates, values
+# and rendered text, fewer runs as each costs more (5000 take 10 to 30 s).
+FUZZ_TIME_TEMPLATES ?= 5000x
 
 .PHONY: record-histories
 record-histories: tools ## Record the history of every workflow path again, for the replay test (workflows/testdata).

@@ -20,12 +20,14 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/contrib/envconfig"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/internal/devenv"
+	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/starter"
@@ -143,6 +145,7 @@ const healthCheckMinuteUsage = "how long a minute of the RegisteredServices' hea
 func newWorkerCommand(g *globals) *cobra.Command {
 	var hosts []string
 	var minute time.Duration
+	var bounds plan.Bounds
 	probes := &telemetry.Server{Gatherer: ctrlmetrics.Registry}
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -150,14 +153,24 @@ func newWorkerCommand(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			probes.Logger = g.logger
-			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, HealthCheckMinute: minute, Probes: probes})
+			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes})
 		},
 	}
-	cmd.Flags().StringVar(&probes.HealthAddr, "health-addr", ":8081", "address serving /healthz and /readyz (ready while Temporal answers); 0 turns them off")
-	cmd.Flags().StringVar(&probes.MetricsAddr, "metrics-addr", ":9090", "address serving Prometheus /metrics (the Temporal SDK's and client-go's); 0 turns it off")
-	cmd.Flags().StringSliceVar(&hosts, "template-hosts", splitList(os.Getenv("QM_TEMPLATE_HOSTS")),
-		"the only hosts a template url may name (env QM_TEMPLATE_HOSTS, comma-separated; empty allows any)")
-	cmd.Flags().DurationVar(&minute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
+	f := cmd.Flags()
+	f.StringVar(&probes.HealthAddr, "health-addr", ":8081", "address serving /healthz and /readyz (ready while Temporal answers); 0 turns them off")
+	f.StringVar(&probes.MetricsAddr, "metrics-addr", ":9090", "address serving Prometheus /metrics (the Temporal SDK's and client-go's); 0 turns it off")
+	f.StringSliceVar(&hosts, "chart-url-allow", splitList(os.Getenv("QM_TEMPLATE_HOSTS")),
+		"the only hosts a template or chart url may name, redirects included (env QM_TEMPLATE_HOSTS, comma-separated; empty allows any)")
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "template-hosts" { // its name before it covered charts too
+			name = "chart-url-allow"
+		}
+		return pflag.NormalizedName(name)
+	})
+	f.DurationVar(&bounds.Timeout, "render-timeout", plan.DefaultRenderTimeout, "wall time of one render of a template; beyond it the operation fails")
+	f.Int64Var(&bounds.MaxOutput, "render-max-output", plan.DefaultRenderMaxOutput, "bytes one render of a template may write")
+	f.Int64Var(&bounds.MaxMemory, "render-max-memory", plan.DefaultRenderMaxMemory, "bytes the functions of one render may make (strings, lists), checked before each call")
+	f.DurationVar(&minute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
 	return cmd
 }
 

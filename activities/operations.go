@@ -42,6 +42,8 @@ type Operations struct {
 	// Templates fetches the templates that name a url (nil: any host, the
 	// default bounds).
 	Templates *plan.Fetcher
+	// Bounds limit each render of a template (zero: plan.DefaultBounds).
+	Bounds plan.Bounds
 
 	runs   runCache
 	params parameters.Checker
@@ -352,7 +354,7 @@ func (a *Operations) subject(ctx context.Context, t *target) (*plan.Subject, *co
 	if err != nil {
 		return nil, nil, err
 	}
-	return &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates}, secret, nil
+	return &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds}, secret, nil
 }
 
 // values builds the template variables. withSources adds every object the

@@ -27,6 +27,8 @@ type Activities struct {
 	Offerings activities.Offerings
 	// Templates fetches the templates plans name by url.
 	Templates *plan.Fetcher
+	// Bounds limit each render of a template (zero: plan.DefaultBounds).
+	Bounds plan.Bounds
 	// HealthChecks and Claims run the registered services' checks and the
 	// claims (nil: through Kube, without a cache or Events).
 	HealthChecks *activities.HealthChecks
@@ -39,7 +41,7 @@ func New(c client.Client, a Activities) sdkworker.Worker {
 	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
-	w.RegisterActivity(&activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates})
+	w.RegisterActivity(&activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds})
 	if a.HealthChecks == nil {
 		a.HealthChecks = &activities.HealthChecks{Client: a.Kube}
 	}

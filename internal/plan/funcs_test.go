@@ -26,7 +26,7 @@ func TestFuncs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := plan.Go(tc.name, tc.tmpl, nil, plan.FuncMap())
+			got, err := plan.Go(tc.name, tc.tmpl, nil, plan.FuncMap(), plan.Bounds{})
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
@@ -47,7 +47,7 @@ func TestFuncErrorsFailTheRender(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := plan.Go(tc.name, tc.tmpl, nil, plan.FuncMap())
+			_, err := plan.Go(tc.name, tc.tmpl, nil, plan.FuncMap(), plan.Bounds{})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})

@@ -14,18 +14,35 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
-// Go renders a gotemplate template. name appears in error messages, which
-// carry the template's line: "template: provision:12:5: ...".
-func Go(name, content string, values Values, funcs template.FuncMap) (string, error) {
-	tmpl, err := template.New(name).Funcs(funcs).Parse(content)
+// Go renders a gotemplate template within bounds (zero bounds are
+// DefaultBounds). name appears in error messages, which carry the
+// template's line: "template: provision:12:5: ...".
+func Go(name, content string, values Values, funcs template.FuncMap, bounds Bounds) (string, error) {
+	b := newBudget(bounds)
+	tmpl, err := template.New(name).Funcs(b.guard(funcs)).Parse(content)
 	if err != nil {
 		return "", err
 	}
-	var out bytes.Buffer
-	if err := tmpl.Execute(&out, map[string]any(values)); err != nil {
-		return "", err
+	return within(b, func() (string, error) {
+		out := &boundedBuffer{budget: b}
+		if err := tmpl.Execute(out, map[string]any(values)); err != nil {
+			return "", err
+		}
+		return out.String(), nil
+	})
+}
+
+// boundedBuffer keeps a render's output within its budget.
+type boundedBuffer struct {
+	bytes.Buffer
+	budget *budget
+}
+
+func (w *boundedBuffer) Write(p []byte) (int, error) {
+	if _, err := w.budget.Write(p); err != nil {
+		return 0, err
 	}
-	return out.String(), nil
+	return w.Buffer.Write(p)
 }
 
 // Objects decodes rendered YAML into Kubernetes objects, one per document,

@@ -68,7 +68,7 @@ func TestSeedPostgresqlPlanGolden(t *testing.T) {
 	sfplan := values["plan"].(map[string]any)
 
 	t.Run("provision", func(t *testing.T) {
-		out, err := plan.Go("provision", template(t, sfplan, "provision"), values, plan.FuncMap())
+		out, err := plan.Go("provision", template(t, sfplan, "provision"), values, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
 		golden(t, "postgresql-provision.yaml", out)
 
@@ -80,7 +80,7 @@ func TestSeedPostgresqlPlanGolden(t *testing.T) {
 	})
 
 	t.Run("sources without a binding", func(t *testing.T) {
-		out, err := plan.Go("sources", template(t, sfplan, "sources"), values, plan.FuncMap())
+		out, err := plan.Go("sources", template(t, sfplan, "sources"), values, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
 		golden(t, "postgresql-sources.yaml", out)
 		src, err := plan.Sources(out)
@@ -96,7 +96,7 @@ func TestSeedPostgresqlPlanGolden(t *testing.T) {
 		for k, v := range values {
 			bound[k] = v
 		}
-		out, err := plan.Go("sources", template(t, sfplan, "sources"), bound, plan.FuncMap())
+		out, err := plan.Go("sources", template(t, sfplan, "sources"), bound, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
 		src, err := plan.Sources(out)
 		require.NoError(t, err)
@@ -122,7 +122,7 @@ func TestSeedPostgresqlStatus(t *testing.T) {
 
 	t.Run("running", func(t *testing.T) {
 		values["postgresql"] = map[string]any{"status": map[string]any{"PostgresClusterStatus": "Running"}}
-		out, err := plan.Go("status", template(t, sfplan, "status"), values, plan.FuncMap())
+		out, err := plan.Go("status", template(t, sfplan, "status"), values, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
 		st, err := plan.Statuses(out)
 		require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestSeedPostgresqlStatus(t *testing.T) {
 
 	t.Run("create failed", func(t *testing.T) {
 		values["postgresql"] = map[string]any{"status": map[string]any{"PostgresClusterStatus": "CreateFailed"}}
-		out, err := plan.Go("status", template(t, sfplan, "status"), values, plan.FuncMap())
+		out, err := plan.Go("status", template(t, sfplan, "status"), values, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
 		st, err := plan.Statuses(out)
 		require.NoError(t, err)
@@ -150,7 +150,7 @@ func TestSeedPostgresqlStatus(t *testing.T) {
 	t.Run("deprovisioned", func(t *testing.T) {
 		delete(values, "postgresql")
 		delete(values, "svc")
-		out, err := plan.Go("status", template(t, sfplan, "status"), values, plan.FuncMap())
+		out, err := plan.Go("status", template(t, sfplan, "status"), values, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
 		st, err := plan.Statuses(out)
 		require.NoError(t, err)
@@ -176,7 +176,7 @@ func TestSeedPostgresqlBind(t *testing.T) {
 	}
 
 	values["postgresql"] = postgresql()
-	out, err := plan.Go("bind", template(t, sfplan, "bind"), values, plan.FuncMap())
+	out, err := plan.Go("bind", template(t, sfplan, "bind"), values, plan.FuncMap(), plan.Bounds{})
 	require.NoError(t, err)
 	golden(t, "postgresql-bind.yaml", out)
 	objs, err := plan.Objects(out)
@@ -187,7 +187,7 @@ func TestSeedPostgresqlBind(t *testing.T) {
 
 	values["postgresql"] = postgresql()
 	values["postgresql"].(map[string]any)["spec"].(map[string]any)["users"].(map[string]any)["de3dd272-fcfc-11e8-a31b-b6001f10c97f"] = []any{"superuser"}
-	out, err = plan.Go("unbind", template(t, sfplan, "unbind"), values, plan.FuncMap())
+	out, err = plan.Go("unbind", template(t, sfplan, "unbind"), values, plan.FuncMap(), plan.Bounds{})
 	require.NoError(t, err)
 	objs, err = plan.Objects(out)
 	require.NoError(t, err)
@@ -206,7 +206,7 @@ func TestSeedClusterSelector(t *testing.T) {
 	content := template(t, sfplan, "clusterSelector")
 
 	values := plan.Values{"instance": map[string]any{"spec": map[string]any{"planId": "plan-1"}}}
-	out, err := plan.Go("clusterSelector", content, values, plan.FuncMap())
+	out, err := plan.Go("clusterSelector", content, values, plan.FuncMap(), plan.Bounds{})
 	require.NoError(t, err)
 	sel, err := labels.Parse(strings.TrimSpace(out))
 	require.NoError(t, err, "the template renders a label selector")

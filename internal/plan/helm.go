@@ -37,7 +37,15 @@ func LoadChart(archive []byte) (*chart.Chart, error) {
 // values (the plan context merged with the request parameters), with the
 // template variables (.service, .plan, .instance, ...) beside them under
 // .Values. The objects come back in the order of their template files.
-func Helm(ch *chart.Chart, rel Release, values map[string]any, vars Values) ([]*unstructured.Unstructured, error) {
+//
+// Helm's engine takes no functions of ours, so a chart is bounded in time
+// and in output (bounds), not call by call as a gotemplate is.
+func Helm(ch *chart.Chart, rel Release, values map[string]any, vars Values, bounds Bounds) ([]*unstructured.Unstructured, error) {
+	b := newBudget(bounds)
+	return within(b, func() ([]*unstructured.Unstructured, error) { return renderChart(ch, rel, values, vars, b) })
+}
+
+func renderChart(ch *chart.Chart, rel Release, values map[string]any, vars Values, b *budget) ([]*unstructured.Unstructured, error) {
 	merged := make(map[string]any, len(values)+len(vars))
 	for k, v := range values {
 		merged[k] = v
@@ -69,6 +77,11 @@ func Helm(ch *chart.Chart, rel Release, values map[string]any, vars Values) ([]*
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	for _, name := range names {
+		if _, err := b.Write([]byte(files[name])); err != nil {
+			return nil, fmt.Errorf("helm chart %s: %w", ch.Name(), err)
+		}
+	}
 	var objs []*unstructured.Unstructured
 	for _, name := range names {
 		o, err := Objects(files[name])

@@ -19,7 +19,7 @@ func TestHelm(t *testing.T) {
 
 	ch, err := plan.LoadChart(archive)
 	require.NoError(t, err)
-	objs, err := plan.Helm(ch, plan.Release{Name: "i-1", Namespace: "tenant-a"}, map[string]any{"size": "large"}, vars)
+	objs, err := plan.Helm(ch, plan.Release{Name: "i-1", Namespace: "tenant-a"}, map[string]any{"size": "large"}, vars, plan.Bounds{})
 	require.NoError(t, err)
 	require.Len(t, objs, 2, "NOTES.txt and partials are not objects; the upgrade-only object is absent")
 	cm := objs[0]
@@ -30,7 +30,7 @@ func TestHelm(t *testing.T) {
 	assert.Equal(t, "ResourceQuota", objs[1].GetKind())
 	assert.Equal(t, map[string]any{"pods": "4"}, objs[1].Object["spec"].(map[string]any)["hard"], "chart defaults stay")
 
-	objs, err = plan.Helm(ch, plan.Release{Name: "i-1", Namespace: "tenant-a", Upgrade: true}, nil, vars)
+	objs, err = plan.Helm(ch, plan.Release{Name: "i-1", Namespace: "tenant-a", Upgrade: true}, nil, vars, plan.Bounds{})
 	require.NoError(t, err)
 	assert.Len(t, objs, 3)
 }

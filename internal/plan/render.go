@@ -56,7 +56,7 @@ func (s *Subject) Text(action osbv1alpha1.TemplateAction, values Values) (string
 	if err != nil {
 		return "", err
 	}
-	out, err := Go(string(action), content, values, Funcs(s.Registry))
+	out, err := Go(string(action), content, values, Funcs(s.Registry), s.Bounds)
 	if err != nil {
 		return "", templateError(action, err)
 	}
@@ -120,7 +120,7 @@ func (s *Subject) helmObjects(tmpl *osbv1alpha1.TemplateSpec, values Values) ([]
 	if err != nil {
 		return nil, templateError(tmpl.Action, err)
 	}
-	objs, err := Helm(ch, s.release(), s.chartValues(), values)
+	objs, err := Helm(ch, s.release(), s.chartValues(), values, s.Bounds)
 	if err != nil {
 		return nil, templateError(tmpl.Action, err)
 	}

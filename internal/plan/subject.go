@@ -28,6 +28,8 @@ type Subject struct {
 	// Fetcher downloads the templates that name a url; nil uses one with
 	// the default bounds and any host.
 	Fetcher *Fetcher
+	// Bounds limit each render (zero: DefaultBounds).
+	Bounds Bounds
 }
 
 // Values are the variables of a template (see the package doc). Every value

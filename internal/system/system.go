@@ -36,6 +36,8 @@ type Options struct {
 	// TemplateHosts, when set, are the only hosts the worker fetches
 	// templates from (plan.Fetcher.AllowedHosts).
 	TemplateHosts []string
+	// RenderBounds limit each render of a template (zero: plan.DefaultBounds).
+	RenderBounds plan.Bounds
 	// Temporal is a client of the Temporal frontend, for the worker and the
 	// watcher, and for the API's mass updates (the API runs without it).
 	Temporal client.Client
@@ -132,7 +134,7 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 			return err
 		}
 		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
-			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, HealthChecks: checks, Claims: claims})
+			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
 		}
