@@ -26,6 +26,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/devenv"
 	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/system"
@@ -47,6 +48,9 @@ type globals struct {
 }
 
 func main() {
+	// Started through a link of internal/childproc, this process becomes
+	// etcd, kube-apiserver or temporal, bound to die with qm dev.
+	childproc.Run()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
@@ -291,9 +295,12 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 		}
 		defer tc.Close()
 		o.Temporal = tc
+		opts, _ := g.temporalOptions() // g.temporal succeeded with them
 		if o.Probes != nil {
-			opts, _ := g.temporalOptions() // g.temporal succeeded with them
 			o.Probes.Ready = telemetry.TemporalReachable(tc, opts.HostPort)
+		}
+		if o.Watcher != nil {
+			o.Watcher.TemporalAddress = opts.HostPort
 		}
 		if o.Worker {
 			o.TemporalNamespace = namespace

@@ -10,8 +10,11 @@ import (
 	"strconv"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -72,7 +75,7 @@ func instanceProgress(inst *osbv1alpha1.SFServiceInstance) lastOperation {
 		return lastOperation{State: osbFailed, Description: st.Description,
 			InstanceUsable: st.InstanceUsable, UpdateRepeatable: st.UpdateRepeatable}
 	}
-	return lastOperation{State: osbInProgress, Description: inProgressDescription(instanceOperation(inst), st.State, st.Description)}
+	return lastOperation{State: osbInProgress, Description: inProgressDescription(instanceOperation(inst), st.State, st.Description, st.Conditions)}
 }
 
 // bindingOperation names the OSB operation a binding's state is about.
@@ -92,12 +95,15 @@ func bindingProgress(b *osbv1alpha1.SFServiceBinding) lastOperation {
 	if st.State.Terminal() && st.ObservedGeneration >= b.Generation {
 		return lastOperation{State: string(st.State), Description: st.Description}
 	}
-	return lastOperation{State: osbInProgress, Description: inProgressDescription(string(lifecycle.OpBind), st.State, st.Description)}
+	return lastOperation{State: osbInProgress, Description: inProgressDescription(string(lifecycle.OpBind), st.State, st.Description, st.Conditions)}
 }
 
-func inProgressDescription(op string, state osbv1alpha1.OperationState, description string) string {
+func inProgressDescription(op string, state osbv1alpha1.OperationState, description string, conds []metav1.Condition) string {
 	if state == osbv1alpha1.StateInProgress && description != "" {
 		return description
+	}
+	if c := meta.FindStatusCondition(conds, lifecycle.ConditionStarted); c != nil && c.Status == metav1.ConditionFalse {
+		return op + " is queued: " + c.Message
 	}
 	return op + " is queued"
 }

@@ -49,6 +49,9 @@ type WatcherOptions struct {
 	// MetricsAddr serves /metrics: controller-runtime's, client-go's and the
 	// Temporal client's; empty or "0" turns it off.
 	MetricsAddr string
+	// TemporalAddress names the workflow engine in what the watcher records
+	// when it cannot start a run.
+	TemporalAddress string
 	// Concurrency is the number of resources reconciled at once per kind.
 	Concurrency int
 }
@@ -97,7 +100,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 			return nil, err
 		}
 	}
-	s := &Starter{Client: mgr.GetClient(), Temporal: tc}
+	s := &Starter{Client: mgr.GetClient(), Temporal: tc, TemporalAddress: opts.TemporalAddress}
 	copts := controller.Options{MaxConcurrentReconciles: opts.Concurrency}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceInstance{}).Named("sfserviceinstance").
 		WithOptions(copts).Complete(ReconcilerFunc(s.ReconcileInstance)); err != nil {
@@ -143,6 +146,8 @@ type Starter struct {
 	Client ctrlclient.Client
 	// Temporal starts the workflows.
 	Temporal client.Client
+	// TemporalAddress names the engine in the Started condition's message.
+	TemporalAddress string
 
 	startedOnce sync.Once
 	started     *utilcache.LRUExpireCache // operations started, by resource UID, generation and operation
@@ -261,6 +266,7 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 	if _, ok := s.memo().Get(key); ok {
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
+	s.engineBack(ctx, obj)
 	id := runs.WorkflowID(t)
 	attrs = append(attrs,
 		runs.AttrKind.ValueSet(string(t.Kind)),
@@ -287,6 +293,7 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
 	if err != nil {
+		s.notStarted(ctx, obj, op, err)
 		return ctrl.Result{}, fmt.Errorf("starting %s of %s: %w", op, id, err)
 	}
 	s.memo().Add(key, run.GetRunID(), startedTTL)

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/childproc"
 )
 
 // Options configure an embedded control plane.
@@ -105,8 +107,22 @@ func Start(opts Options) (*ControlPlane, error) {
 			// one has, so pods get their account as on a real cluster.
 			Disable("disable-admission-plugins")
 	}
+	// etcd and kube-apiserver die with this process even on SIGKILL, and
+	// whatever a crashed run left holding their ports goes first.
+	pidDir := filepath.Join(clusterDir, "pids")
+	killed, err := childproc.Cleanup(pidDir, opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(killed) > 0 && opts.Out != nil {
+		fmt.Fprintf(opts.Out, "stopped what an earlier run left running: %s\n", strings.Join(killed, ", "))
+	}
+	binDir, err := childproc.Links(filepath.Join(clusterDir, "bin"), opts.BinDir, pidDir, "etcd", "kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
 	env := &envtest.Environment{
-		BinaryAssetsDirectory:    opts.BinDir,
+		BinaryAssetsDirectory:    binDir,
 		ControlPlane:             envtest.ControlPlane{Etcd: etcd, APIServer: apiServer},
 		CRDInstallOptions:        envtest.CRDInstallOptions{CRDs: defs},
 		ControlPlaneStartTimeout: 2 * time.Minute,

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.temporal.io/api/enums/v1"
@@ -29,6 +30,7 @@ import (
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/deploy/samples"
+	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/controlplane"
 	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/internal/system"
@@ -74,6 +76,18 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("creating %s: %w", o.DataDir, err)
 	}
 
+	// What a killed qm dev left running goes first: its servers die with it,
+	// but may still hold their ports a moment after it.
+	for _, pids := range []string{filepath.Join(o.DataDir, "cluster", "pids"), filepath.Join(o.DataDir, "temporal", "pids")} {
+		killed, err := childproc.Cleanup(pids, o.BinDir)
+		if err != nil {
+			return err
+		}
+		if len(killed) > 0 {
+			fmt.Fprintf(o.Out, "Stopped what an earlier qm dev left running: %s\n", strings.Join(killed, ", "))
+		}
+	}
+
 	// Fail before starting anything if a fixed port is taken: the messages of
 	// the child processes would be far less clear.
 	apiLn := o.APIListener
@@ -104,7 +118,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer stopKube()
 
-	tc, uiURL, stopTemporal, err := startTemporal(ctx, o)
+	sv := &supervisor{o: o}
+	tc, uiURL, stopTemporal, err := startTemporal(ctx, o, sv)
 	if err != nil {
 		return err
 	}
@@ -127,7 +142,7 @@ func Run(ctx context.Context, o Options) error {
 		TemporalNamespace: o.Namespace,
 		HealthCheckMinute: o.HealthCheckMinute,
 		Worker:            true,
-		Watcher:           &starter.WatcherOptions{},
+		Watcher:           &starter.WatcherOptions{TemporalAddress: o.temporalAddress()},
 		API:               &api.Server{Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger},
 		APIListener:       apiLn,
 	})
@@ -143,6 +158,13 @@ func Run(ctx context.Context, o Options) error {
 
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(sys.Wait)
+	g.Go(func() error {
+		if err := sv.run(gctx); err != nil {
+			stop()
+			return err
+		}
+		return nil
+	})
 	g.Go(func() error {
 		if _, err := selfCheck(gctx, tc); err != nil {
 			stop()
@@ -242,8 +264,8 @@ func startKubernetes(o Options) (*rest.Config, string, func(), error) {
 }
 
 // startTemporal connects to o.TemporalAddress, or starts the dev server with
-// SQLite under the data directory and the Web UI.
-func startTemporal(ctx context.Context, o Options) (client.Client, string, func(), error) {
+// SQLite under the data directory and the Web UI, for sv to supervise.
+func startTemporal(ctx context.Context, o Options, sv *supervisor) (client.Client, string, func(), error) {
 	if o.TemporalAddress != "" {
 		tc, err := client.DialContext(ctx, client.Options{
 			HostPort: o.TemporalAddress, Namespace: o.Namespace, Logger: log.NewStructuredLogger(o.Logger),
@@ -259,28 +281,32 @@ func startTemporal(ctx context.Context, o Options) (client.Client, string, func(
 		return nil, "", nil, err
 	}
 	fmt.Fprintf(o.Out, "Starting the Temporal dev server (history in %s)...\n", filepath.Join(o.DataDir, "temporal.db"))
-	srv, err := devserver.Start(ctx, devserver.Options{
+	sv.temporal = devserver.Options{
 		Path:      filepath.Join(o.BinDir, "temporal"),
+		RunDir:    filepath.Join(o.DataDir, "temporal"),
 		DBFile:    filepath.Join(o.DataDir, "temporal.db"),
 		Address:   o.temporalAddress(),
 		UIPort:    o.UIPort,
 		Namespace: o.Namespace,
 		Out:       logFile,
 		Logger:    o.Logger,
-	})
+	}
+	srv, err := devserver.Start(ctx, sv.temporal)
 	if err != nil {
 		logFile.Close()
 		return nil, "", nil, fmt.Errorf("%w (see %s)", err, logFile.Name())
 	}
+	sv.srv = srv
+	tc := srv.Client()
 	stop := func() {
-		srv.Client().Close()
+		tc.Close()
 		// On Ctrl-C the terminal interrupts the dev server too; it may be gone already.
-		if err := srv.Stop(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		if err := sv.srv.Stop(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			o.Logger.Debug("stopping the Temporal dev server", "error", err)
 		}
 		logFile.Close()
 	}
-	return srv.Client(), fmt.Sprintf("http://127.0.0.1:%d", o.UIPort), stop, nil
+	return tc, fmt.Sprintf("http://127.0.0.1:%d", o.UIPort), stop, nil
 }
 
 // credentials returns API credentials of qm dev: the ones in the
@@ -358,10 +384,22 @@ func selfCheck(ctx context.Context, tc client.Client) (workflows.SelfCheckResult
 
 // portFree fails with a message naming the port and its use when something
 // already listens on it.
+//
+// It gives a process that is still exiting (the server of a qm dev killed
+// a moment ago, whose threads are not all gone) a few seconds to let go.
 func portFree(port int, what string) error {
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		return fmt.Errorf("port %d (%s) is already in use; stop whatever holds it or choose another port: %w", port, what, err)
+	deadline := time.Now().Add(portWait)
+	for {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			return ln.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("port %d (%s) is already in use; stop whatever holds it or choose another port: %w", port, what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return ln.Close()
 }
+
+// portWait is how long portFree waits for a port to be let go.
+const portWait = 5 * time.Second

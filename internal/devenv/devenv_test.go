@@ -39,6 +39,8 @@ import (
 // TestDevStartsStopsAndRestarts runs `qm dev` as `make run` does, on free
 // ports and a fresh data directory: everything comes up, Ctrl-C leaves no
 // process behind, and a second start finds the first one's instances.
+func TestMain(m *testing.M) { testenv.Main(m) }
+
 func TestDevStartsStopsAndRestarts(t *testing.T) {
 	dataDir := t.TempDir()
 	// The API gets a listener that is open already. The other ports are

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"go.temporal.io/sdk/client"
@@ -16,6 +18,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -23,6 +26,10 @@ import (
 type Options struct {
 	// Path is the temporal CLI binary.
 	Path string
+	// RunDir holds the link the server is started through, so that it dies
+	// with this process (internal/childproc), and its pid file; empty: a
+	// temporary directory.
+	RunDir string
 	// DBFile keeps history in SQLite across restarts; empty keeps it in memory.
 	DBFile string
 	// Address is the frontend's host:port; empty picks a free port on localhost.
@@ -61,8 +68,22 @@ func Start(ctx context.Context, opts Options) (*testsuite.DevServer, error) {
 		// at a few dozen workflows a second on this kind of disk.
 		extra = append(extra, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
 	}
+	runDir := opts.RunDir
+	if runDir == "" {
+		var err error
+		if runDir, err = os.MkdirTemp("", "qm-temporal-"); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := Cleanup(runDir, opts.Path); err != nil {
+		return nil, err
+	}
+	linkDir, err := childproc.Links(filepath.Join(runDir, "bin"), filepath.Dir(opts.Path), filepath.Join(runDir, "pids"), filepath.Base(opts.Path))
+	if err != nil {
+		return nil, err
+	}
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath: opts.Path,
+		ExistingPath: filepath.Join(linkDir, filepath.Base(opts.Path)),
 		ClientOptions: &client.Options{
 			HostPort:  opts.Address,
 			Namespace: opts.Namespace,
@@ -89,4 +110,10 @@ func uiPort(p int) string {
 		return ""
 	}
 	return strconv.Itoa(p)
+}
+
+// Cleanup kills a dev server that a crashed run started from runDir and
+// left running; it returns what it killed.
+func Cleanup(runDir, path string) ([]string, error) {
+	return childproc.Cleanup(filepath.Join(runDir, "pids"), filepath.Dir(path))
 }

@@ -45,6 +45,10 @@ type Target struct {
 // ConditionReady is the condition every operation leaves on its resource.
 const ConditionReady = "Ready"
 
+// ConditionStarted is False while the watcher cannot start a resource's
+// run (the workflow engine is unreachable), with the reason.
+const ConditionStarted = "Started"
+
 // Removes reports whether the operation takes its target away.
 func (o Operation) Removes() bool { return o == OpDeprovision || o == OpUnbind }
 

@@ -15,7 +15,7 @@ import (
 
 func renderWith(t *testing.T, r *registry.Registry, tmpl string) (string, error) {
 	t.Helper()
-	return plan.Go("test", tmpl, plan.Values{"registry": r.Values()}, plan.Funcs(r))
+	return plan.Go("test", tmpl, plan.Values{"registry": r.Values()}, plan.Funcs(r), plan.Bounds{})
 }
 
 // roundTrip stores and reloads a registry, as a retried activity would.

@@ -37,6 +37,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/controlplane"
 	"github.com/quartermaster/qm/internal/devserver"
 )
@@ -67,6 +68,9 @@ var (
 
 // Main runs the tests of a package and then stops the servers they started.
 func Main(m *testing.M) {
+	// The servers start through the test binary itself (internal/childproc),
+	// so that they die with it.
+	childproc.Run()
 	// Controllers under test log through controller-runtime; without a
 	// logger it prints a warning with a stack trace instead.
 	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))

@@ -113,6 +113,7 @@ type SFServiceBindingStatus struct {
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.spec.instanceId`
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.status.response.secretRef`,priority=1
+// +kubebuilder:printcolumn:name="Waiting",type=string,JSONPath=`.status.conditions[?(@.type=="Started")].message`,description="why the operation's run cannot start, while it cannot (the Started=False condition)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SFServiceBinding struct {
 	metav1.TypeMeta   `json:",inline"`

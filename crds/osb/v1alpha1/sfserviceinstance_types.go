@@ -99,6 +99,7 @@ type InstanceMetadata struct {
 // +kubebuilder:printcolumn:name="Plan",type=string,JSONPath=`.spec.planId`
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterId`,priority=1
 // +kubebuilder:printcolumn:name="Description",type=string,JSONPath=`.status.description`,priority=1
+// +kubebuilder:printcolumn:name="Waiting",type=string,JSONPath=`.status.conditions[?(@.type=="Started")].message`,description="why the operation's run cannot start, while it cannot (the Started=False condition)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SFServiceInstance struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/internal/childproc"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// devBurst is how many provisions are in flight when the dev server dies.
+const devBurst = 20
+
+// TestDevSurvivesItsChildrenAndItself runs `qm dev` as a user does, and
+// hurts it twice. Its Temporal dev server is killed in the middle of a burst
+// of provisions: qm dev says so, starts it again on the same data, and every
+// instance succeeds with no action by the user. Then qm dev itself is
+// killed with SIGKILL: etcd, kube-apiserver and Temporal die with it, and a
+// new qm dev, started at once on the same ports, comes up.
+func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
+	qm := buildQM(t)
+	binDir := os.Getenv("QM_BIN_DIR")
+	require.NotEmpty(t, binDir, "QM_BIN_DIR names the tools (make test sets it)")
+	data := t.TempDir()
+	ports := freePorts(t, 4)
+	args := []string{"dev", "--bin-dir", binDir, "--data-dir", data, "--kube-port", ports[0], "--temporal-port", ports[1],
+		"--ui-port", ports[2], "--listen", "127.0.0.1:" + ports[3]}
+	dev := start(t, qm, "qm-dev", nil, args...)
+	waitFor(t, dev, "Quartermaster is running.", 3*time.Minute)
+
+	var osb api.Credentials
+	raw, err := os.ReadFile(filepath.Join(data, "osb-credentials.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &osb))
+	url := "http://127.0.0.1:" + ports[3] + "/v2/service_instances/"
+	provision := func(name string) {
+		status, body, _ := testenv.HTTP(t, http.MethodPut, url+name+"?accepts_incomplete=true",
+			fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "o", "space_guid": "s"}`,
+				testenv.KeyValueService, testenv.KeyValuePlan), &osb, testenv.OSBHeader)
+		assert.Equal(t, http.StatusAccepted, status, "PUT %s: %s", name, body)
+	}
+
+	// The dev server dies in the middle of a burst.
+	for i := range devBurst / 2 {
+		provision(fmt.Sprintf("burst-%02d", i))
+	}
+	pid, ok := childproc.Running(filepath.Join(data, "temporal", "pids", "temporal.pid"))
+	require.True(t, ok, "the dev server runs as a child of qm dev")
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	for i := devBurst / 2; i < devBurst; i++ {
+		provision(fmt.Sprintf("burst-%02d", i))
+	}
+	waitFor(t, dev, fmt.Sprintf("The Temporal dev server (pid %d) died; restarting it", pid), time.Minute)
+	waitFor(t, dev, "The Temporal dev server is back", 2*time.Minute)
+	for i := range devBurst {
+		path := fmt.Sprintf("%sburst-%02d/last_operation?operation=provision", url, i)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			status, body, _ := testenv.HTTP(t, http.MethodGet, path, "", &osb, testenv.OSBHeader)
+			assert.Equal(c, http.StatusOK, status, body)
+			assert.Contains(c, body, `"state":"succeeded"`)
+		}, 3*time.Minute, 200*time.Millisecond, "burst-%02d succeeds once Temporal is back", i)
+	}
+
+	// SIGKILL of qm dev: its servers die with it, and a new one starts at once.
+	var children []int
+	for _, f := range []string{"cluster/pids/etcd.pid", "cluster/pids/kube-apiserver.pid", "temporal/pids/temporal.pid"} {
+		pid, ok := childproc.Running(filepath.Join(data, f))
+		require.True(t, ok, "%s runs", f)
+		children = append(children, pid)
+	}
+	dev.kill(t)
+	again := start(t, qm, "qm-dev-again", nil, args...)
+	waitFor(t, again, "Quartermaster is running.", 3*time.Minute)
+	for _, pid := range children {
+		_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+		assert.True(t, os.IsNotExist(err) || !running(pid), "pid %d of the killed qm dev is gone", pid)
+	}
+	status, body, _ := testenv.HTTP(t, http.MethodGet, url+"burst-00", "", &osb, testenv.OSBHeader)
+	assert.Equal(t, http.StatusOK, status, "the new qm dev serves what the old one made: %s", body)
+}
+
+// waitFor waits until a process has written want.
+func waitFor(t *testing.T, p *process, want string, timeout time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(p.log.String(), want) }, timeout, 100*time.Millisecond,
+		"%s says %q", p.name, want)
+}
+
+// freePorts returns n ports nothing listens on.
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var ports []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		lns = append(lns, ln)
+		ports = append(ports, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	}
+	for _, ln := range lns {
+		require.NoError(t, ln.Close())
+	}
+	return ports
+}
+
+// running reports whether pid runs (a zombie does not).
+func running(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(stat), ") Z ")
+}

@@ -1,0 +1,52 @@
+package childproc_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quartermaster/qm/internal/childproc"
+)
+
+// TestCleanup kills what a pid file names only while that process still
+// runs the binary it was recorded for: a reused pid is left alone.
+func TestCleanup(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	require.NoError(t, err)
+	sleep, err = filepath.EvalSymlinks(sleep)
+	require.NoError(t, err)
+	binDir, pids := filepath.Dir(sleep), t.TempDir()
+
+	left := exec.Command(sleep, "60")
+	require.NoError(t, left.Start())
+	other := exec.Command(sleep, "60")
+	require.NoError(t, other.Start())
+	defer other.Process.Kill()
+	write := func(name string, pid int) {
+		require.NoError(t, os.WriteFile(filepath.Join(pids, name+".pid"), []byte(strconv.Itoa(pid)), 0o644))
+	}
+	write(filepath.Base(sleep), left.Process.Pid)
+	write("etcd", other.Process.Pid) // the pid now runs something else
+
+	killed, err := childproc.Cleanup(pids, binDir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{filepath.Base(sleep) + " (pid " + strconv.Itoa(left.Process.Pid) + ")"}, killed)
+	assert.Error(t, left.Wait(), "the leftover was killed")
+	_, running := childproc.Running(filepath.Join(pids, "etcd.pid"))
+	assert.False(t, running, "its pid file is gone")
+	require.NoError(t, syscall.Kill(other.Process.Pid, 0), "the other process lives")
+}
+
+// TestLinksNeedRun: links without Run wired into main would start the
+// program itself instead of the server; Links refuses.
+func TestLinksNeedRun(t *testing.T) {
+	_, err := childproc.Links(t.TempDir(), "/usr/bin", t.TempDir(), "etcd")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "childproc.Run must be called first")
+}
