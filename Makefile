@@ -150,6 +150,19 @@ record-histories: tools ## Record the history of every workflow path again, for 
 	QM_BIN_DIR=$(BIN) go test -count=1 -run '^(TestHistories|TestWorkerRestartMidProvision|TestDeprovisionUnbindsFirst|TestRunsEndAsTheirOperations|TestRetriesShow|TestHealthChecksTCPAndHTTP|TestHealthChecksLoopContinuesAsNew|TestClaimUseCases|TestUsageInjectsIntoADeployment|TestMassUpdateOfAPlanChange|TestMassUpdateFailureBudget)$$' ./starter -record
 	QM_BIN_DIR=$(BIN) go test -count=1 -run '^TestReplayRecordedHistories$$' ./workflows
 
+# The long chaos run (the short one is part of `make test`): a seed picked
+# at random unless SEED is given, N instances, FAULTS faults (30 of each of
+# the six kinds) over DURATION.
+SEED     ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+N        ?= 200
+DURATION ?= 25m
+FAULTS   ?= 180
+
+.PHONY: chaos
+chaos: tools ## Run Quartermaster as processes under seeded faults and check its invariants (SEED, N, DURATION, FAULTS).
+	QM_BIN_DIR=$(BIN) QM_CHAOS_SEED=$(SEED) QM_CHAOS_N=$(N) QM_CHAOS_DURATION=$(DURATION) QM_CHAOS_FAULTS=$(FAULTS) \
+	  go test -count=1 -v -run '^TestChaos$$' -timeout 180m .
+
 .PHONY: bench
 # -p 1: one benchmark binary at a time, or they share the machine's two cores.
 bench: tools ## Run the benchmarks and print their figures (QM_BENCH_N sets the provision count, default 1000).

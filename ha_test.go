@@ -183,7 +183,14 @@ func buildQM(t *testing.T) string {
 // environment. Its output is shown if the test fails.
 func start(t *testing.T, qm, name string, env []string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, cmd: exec.Command(qm, args...), log: &testenv.SyncBuffer{}, done: make(chan struct{})}
+	return startLogged(t, qm, name, env, &testenv.SyncBuffer{}, args...)
+}
+
+// startLogged is start, writing to log (a restarted process adds to the
+// log of the one before).
+func startLogged(t *testing.T, qm, name string, env []string, log *testenv.SyncBuffer, args ...string) *process {
+	t.Helper()
+	p := &process{name: name, cmd: exec.Command(qm, args...), log: log, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.Env = append(os.Environ(), env...)
 	require.NoError(t, p.cmd.Start(), "starting %s", name)

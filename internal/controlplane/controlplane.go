@@ -62,6 +62,9 @@ type ControlPlane struct {
 	Config *rest.Config
 	// Kubeconfig is Config as a kubeconfig file, for kubectl.
 	Kubeconfig []byte
+
+	clusterDir string
+	out        io.Writer
 }
 
 // Start starts etcd and kube-apiserver, waits until they serve, installs
@@ -73,7 +76,7 @@ func Start(opts Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{}
+	cp := &ControlPlane{out: opts.Out}
 	dataDir := opts.DataDir
 	if dataDir == "" {
 		if dataDir, err = os.MkdirTemp("", "qm-cluster-"); err != nil {
@@ -85,6 +88,7 @@ func Start(opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	clusterDir := filepath.Join(dataDir, "cluster")
+	cp.clusterDir = clusterDir
 	if err := os.MkdirAll(clusterDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", clusterDir, err)
 	}

@@ -174,6 +174,13 @@ spec:
 	return s
 }
 
+// Over returns a System of no components of its own over a cluster the
+// test started itself (the chaos run's), for the helpers that register
+// services and plans.
+func Over(t testing.TB, kube *Cluster, namespace, serviceID string) *System {
+	return &System{t: t, Kube: kube, Namespace: namespace, ServiceID: serviceID}
+}
+
 // run starts components until the test ends; the test fails if one of them
 // stops with an error.
 func (s *System) run(o system.Options) *system.System {

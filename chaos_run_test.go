@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/encoding/protojson"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/crds"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/chaos"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// expectation is what the workload did to one instance, for the checks.
+type expectation struct {
+	name, binding    string
+	plan             string // the plan the instance is on
+	updates          int64  // completed updates: the instance's final generation is 1 + updates
+	unbound, deleted bool
+	osb              bool
+	provisionAcked   bool
+	states           map[string][]string // last_operation states seen, by operation
+}
+
+// TestChaos is the chaos run: Quartermaster as separate processes (two
+// workers, a watcher, an API) on its own control plane and dev server, a
+// mixed workload half through OSB and half through the Kubernetes API, and
+// seeded faults of every kind meanwhile; then the invariants. `make test`
+// runs a short version; `make chaos` a long one.
+func TestChaos(t *testing.T) {
+	k := knobs(t)
+	t.Logf("chaos run: seed %d (QM_CHAOS_SEED=%d replays it), N %d, %d faults over %s", k.seed, k.seed, k.n, k.faults, k.duration)
+	qm := buildQM(t)
+	c := startCluster(t, qm)
+	kube, err := ctrlclient.New(c.cp.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chaosNamespace}}))
+	sys := testenv.Over(t, &testenv.Cluster{Config: c.cp.Config, Client: kube}, chaosNamespace, "chaos-svc")
+	sys.Create(`{"apiVersion": "osb.servicefabrik.io/v1alpha1", "kind": "SFService", "metadata": {"name": "svc", "namespace": "chaos"},
+		"spec": {"name": "chaos", "id": "chaos-svc", "description": "d", "bindable": true, "planUpdatable": true, "instancesRetrievable": true, "bindingsRetrievable": true}}`)
+	small := sys.Plan("small", "  manager: {async: true}\n", testenv.Templates("chaos"))
+	large := sys.Plan("large", "  manager: {async: true}\n", testenv.Templates("chaos"))
+	require.Eventually(t, func() bool {
+		status, body, _ := testenv.HTTP(t, http.MethodGet, c.apiURL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
+		return status == http.StatusOK && strings.Contains(body, small) && strings.Contains(body, large)
+	}, time.Minute, 100*time.Millisecond, "the API serves the plans")
+	time.Sleep(2 * time.Second) // and the workers' caches have them too
+
+	// The observer: passwords as first seen, completions, memory.
+	var (
+		obsMu       sync.Mutex
+		passwords   = map[string]string{}
+		changed     int
+		completions []time.Time
+		lastGen     = map[string]int64{}
+	)
+	stopObs := make(chan struct{})
+	obsDone := make(chan struct{})
+	go func() {
+		defer close(obsDone)
+		for {
+			select {
+			case <-stopObs:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			c.sampleRSS()
+			var secrets corev1.SecretList
+			var insts osbv1alpha1.SFServiceInstanceList
+			if kube.List(ctx, &secrets, ctrlclient.InNamespace(chaosNamespace), ctrlclient.MatchingLabels{"app": "chaos"}) != nil ||
+				kube.List(ctx, &insts, ctrlclient.InNamespace(chaosNamespace)) != nil {
+				continue // the API server is down
+			}
+			obsMu.Lock()
+			for _, s := range secrets.Items {
+				p := string(s.Data["password"])
+				if first, ok := passwords[s.Name]; ok && first != p && s.DeletionTimestamp == nil {
+					changed++
+				} else if !ok && p != "" {
+					passwords[s.Name] = p
+				}
+			}
+			for _, i := range insts.Items {
+				if i.Status.State == osbv1alpha1.StateSucceeded && i.Status.ObservedGeneration > lastGen[i.Name] {
+					lastGen[i.Name] = i.Status.ObservedGeneration
+					completions = append(completions, time.Now())
+				}
+			}
+			obsMu.Unlock()
+		}
+	}()
+
+	// The faults.
+	schedule := chaos.Schedule(k.seed, k.duration, k.faults, chaos.Kinds)
+	type struck struct {
+		kind       chaos.Kind
+		start, end time.Time
+	}
+	var faultsDone []struck
+	begin := time.Now()
+	injector := make(chan error, 1)
+	go func() {
+		for _, f := range schedule {
+			time.Sleep(time.Until(begin.Add(f.At)))
+			s := struck{kind: f.Kind, start: time.Now()}
+			if err := c.inject(ctx, f); err != nil {
+				injector <- err
+				return
+			}
+			s.end = time.Now()
+			faultsDone = append(faultsDone, s)
+		}
+		injector <- nil
+	}()
+
+	// The workload, meanwhile.
+	deadline := begin.Add(k.duration + 20*time.Minute)
+	osb := &osbClient{url: c.apiURL, codes: map[string][]int{}}
+	exps := make([]*expectation, k.n)
+	// Instances start over the whole run, so that every fault finds
+	// operations in flight.
+	testenv.Parallel(t, k.n, func(i int) error {
+		time.Sleep(time.Until(begin.Add(k.duration * time.Duration(i) / time.Duration(k.n))))
+		e := &expectation{name: fmt.Sprintf("c-%03d", i), binding: fmt.Sprintf("c-%03d-b", i), osb: i%2 == 0, states: map[string][]string{}}
+		exps[i] = e
+		w := workload{t: t, kube: kube, osb: osb, e: e, deadline: deadline, small: small, large: large}
+		return w.run(i)
+	})
+	workloadEnd := time.Now()
+	require.NoError(t, <-injector, "the fault injector")
+	if len(faultsDone) > 0 {
+		t.Logf("the workload ended %s after the last fault ended", workloadEnd.Sub(faultsDone[len(faultsDone)-1].end).Round(time.Second))
+	}
+	close(stopObs)
+	<-obsDone
+
+	report := chaos.Report{Seed: k.seed, N: k.n, Duration: time.Since(begin), Faults: map[chaos.Kind]int{},
+		Operations: map[string]int{}, ChangedSecrets: changed, BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{}}
+	for _, f := range faultsDone {
+		report.Faults[f.kind]++
+		for _, at := range completions {
+			if !at.Before(f.end) {
+				report.Recovery = append(report.Recovery, at.Sub(f.start))
+				break
+			}
+		}
+	}
+	for name, r := range c.roles {
+		report.PeakRSS[strings.TrimSuffix(strings.TrimSuffix(name, "-0"), "-1")] = max(report.PeakRSS[strings.TrimSuffix(strings.TrimSuffix(name, "-0"), "-1")], r.peak)
+	}
+	checkFinalStates(t, kube, exps, passwords, &report)
+	checkRuns(t, c, exps, passwords, &report)
+	report.Print(os.Stdout)
+	assert.Empty(t, report.Broken(), "every invariant holds (seed %d)", k.seed)
+}
+
+// checkFinalStates counts what is stuck, duplicated or lost.
+func checkFinalStates(t *testing.T, kube ctrlclient.Client, exps []*expectation, passwords map[string]string, r *chaos.Report) {
+	ctx := context.Background()
+	var secrets corev1.SecretList
+	require.NoError(t, kube.List(ctx, &secrets, ctrlclient.InNamespace(chaosNamespace), ctrlclient.MatchingLabels{"app": "chaos"}))
+	have := map[string]bool{}
+	for _, s := range secrets.Items {
+		have[s.Name] = true
+	}
+	for _, e := range exps {
+		var inst osbv1alpha1.SFServiceInstance
+		err := kube.Get(ctx, ctrlclient.ObjectKey{Namespace: chaosNamespace, Name: e.name}, &inst)
+		switch {
+		case e.deleted && !apierrors.IsNotFound(err):
+			r.Stuck++
+		case !e.deleted && (err != nil || !testenv.Succeeded(1+e.updates)(&inst)):
+			r.Stuck++
+			if err != nil && e.provisionAcked {
+				r.Lost++
+			}
+		}
+		if have[e.name+"-db"] == e.deleted {
+			r.Duplicated++ // an object without its instance, or an instance without its object
+		}
+		delete(have, e.name+"-db")
+		var b osbv1alpha1.SFServiceBinding
+		err = kube.Get(ctx, ctrlclient.ObjectKey{Namespace: chaosNamespace, Name: e.binding}, &b)
+		if gone := e.unbound || e.deleted; gone != apierrors.IsNotFound(err) || !gone && b.Status.State != osbv1alpha1.StateSucceeded {
+			r.Stuck++
+		}
+		for op, states := range e.states {
+			for i := 1; i < len(states); i++ {
+				if states[i-1] == "succeeded" && states[i] == "in progress" {
+					r.NotMonotonic++
+					t.Logf("%s %s: last_operation went %v", e.name, op, states)
+				}
+			}
+		}
+	}
+	r.Duplicated += len(have) // objects of instances the run never made
+}
+
+// checkRuns reads every run from Temporal: exactly one completed run per
+// (resource, generation, operation), none left running, and no secret in
+// a history, a search attribute or a log.
+func checkRuns(t *testing.T, c *cluster, exps []*expectation, passwords map[string]string, r *chaos.Report) {
+	ctx := context.Background()
+	tc, err := client.Dial(client.Options{HostPort: c.temporal.Address})
+	require.NoError(t, err)
+	defer tc.Close()
+	texts := map[string]string{}
+	completed := map[string]int{} // "workflowID operation"
+	var token []byte
+	for {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("QmNamespace = %q", chaosNamespace), NextPageToken: token})
+		require.NoError(t, err)
+		for _, ex := range resp.Executions {
+			attrs, _ := protojson.Marshal(ex.SearchAttributes)
+			texts["search attributes of "+ex.Execution.WorkflowId] += string(attrs)
+			var op string
+			_ = json.Unmarshal(ex.SearchAttributes.IndexedFields["Operation"].Data, &op)
+			switch ex.Status {
+			case enums.WORKFLOW_EXECUTION_STATUS_RUNNING:
+				r.StillRunning++
+			case enums.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+				completed[ex.Execution.WorkflowId+" "+op]++
+				r.Operations[op]++
+			}
+			iter := tc.GetWorkflowHistory(ctx, ex.Execution.WorkflowId, ex.Execution.RunId, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+			for iter.HasNext() {
+				ev, err := iter.Next()
+				require.NoError(t, err)
+				raw, _ := protojson.Marshal(ev)
+				texts["history of "+ex.Execution.WorkflowId] += string(raw)
+			}
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			break
+		}
+	}
+	for _, e := range exps {
+		want := map[string]int{"provision": 1, "update": int(e.updates)}
+		if e.deleted {
+			want["deprovision"] = 1
+		}
+		for op, n := range want {
+			if got := completed["sfserviceinstance/"+chaosNamespace+"/"+e.name+" "+op]; got != n {
+				r.NotOnce++
+				t.Logf("%s: %d completed %s runs, want %d", e.name, got, op, n)
+			}
+		}
+		bwant := map[string]int{"bind": 1}
+		if e.unbound || e.deleted {
+			bwant["unbind"] = 1
+		}
+		for op, n := range bwant {
+			if got := completed["sfservicebinding/"+chaosNamespace+"/"+e.binding+" "+op]; got != n {
+				r.NotOnce++
+				t.Logf("%s: %d completed %s runs, want %d", e.binding, got, op, n)
+			}
+		}
+	}
+	for name, role := range c.roles {
+		texts["log of "+name] = role.log.String()
+	}
+	texts["log of the control plane"] = c.cpLog.String()
+	texts["log of the dev server"] = c.temporal.Out.(*testenv.SyncBuffer).String()
+	secrets := []string{testenv.OSBCredentials.Password}
+	for _, p := range passwords {
+		secrets = append(secrets, p)
+	}
+	hits := chaos.Scan(texts, secrets)
+	for _, h := range hits {
+		t.Logf("a secret (%s) in the %s", h.Secret, h.Where)
+	}
+	r.SecretHits = len(hits)
+	// The scan finds what is there: a password planted in a log line.
+	if len(secrets) > 1 {
+		planted := map[string]string{"log of a test": "level=INFO msg=oops password=" + secrets[1]}
+		assert.Len(t, chaos.Scan(planted, secrets), 1, "the scan finds a planted secret")
+	}
+}

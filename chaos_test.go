@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/quartermaster/qm/internal/chaos"
+	"github.com/quartermaster/qm/internal/childproc"
+	"github.com/quartermaster/qm/internal/controlplane"
+	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// chaosKnobs are the run's size: `make chaos` sets them (SEED, N, DURATION,
+// FAULTS); `make test` runs the short default.
+type chaosKnobs struct {
+	seed     uint64
+	n        int
+	duration time.Duration
+	faults   int
+}
+
+func knobs(t *testing.T) chaosKnobs {
+	k := chaosKnobs{seed: 1, n: 16, duration: time.Minute, faults: len(chaos.Kinds)}
+	if v := os.Getenv("QM_CHAOS_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "QM_CHAOS_SEED")
+		k.seed = seed
+	}
+	if v := os.Getenv("QM_CHAOS_N"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "QM_CHAOS_N")
+		k.n = n
+	}
+	if v := os.Getenv("QM_CHAOS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err, "QM_CHAOS_DURATION")
+		k.duration = d
+	}
+	if v := os.Getenv("QM_CHAOS_FAULTS"); v != "" {
+		f, err := strconv.Atoi(v)
+		require.NoError(t, err, "QM_CHAOS_FAULTS")
+		k.faults = f
+	}
+	return k
+}
+
+// cluster is the chaos run's system: its own control plane and dev server
+// (so that they can be hurt without hurting other tests), and qm as four
+// processes.
+type cluster struct {
+	t          *testing.T
+	qm         string
+	data       string
+	cp         *controlplane.ControlPlane
+	cpLog      *testenv.SyncBuffer
+	temporal   devserver.Options
+	temporalMu sync.Mutex
+	roles      map[string]*role
+	apiURL     string
+}
+
+// role is one qm process, restarted under the same name and log.
+type role struct {
+	name string
+	args []string
+	env  []string
+	log  *testenv.SyncBuffer
+
+	mu   sync.Mutex
+	p    *process
+	peak int64
+}
+
+func (r *role) current() *process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.p
+}
+
+func (c *cluster) start(r *role) {
+	p := startLogged(c.t, c.qm, r.name, r.env, r.log, r.args...)
+	r.mu.Lock()
+	r.p = p
+	r.mu.Unlock()
+}
+
+// sampleRSS records the resident memory of every qm process.
+func (c *cluster) sampleRSS() {
+	for _, r := range c.roles {
+		p := r.current()
+		if p == nil || p.cmd.Process == nil {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		var kb int64
+		for _, line := range splitLines(string(raw)) {
+			if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &kb); err == nil {
+				break
+			}
+		}
+		r.mu.Lock()
+		r.peak = max(r.peak, kb<<10)
+		r.mu.Unlock()
+	}
+}
+
+// startCluster starts the control plane, the dev server on SQLite, two
+// workers, the watcher and the API.
+func startCluster(t *testing.T, qm string) *cluster {
+	c := &cluster{t: t, qm: qm, data: t.TempDir(), cpLog: &testenv.SyncBuffer{}, roles: map[string]*role{}}
+	cp, err := controlplane.Start(controlplane.Options{BinDir: testenv.BinDir(), DataDir: filepath.Join(c.data, "kube"), Out: c.cpLog})
+	require.NoError(t, err, "starting the control plane")
+	c.cp = cp
+	t.Cleanup(func() { _ = cp.Stop() })
+	ports := freePorts(t, 2)
+	c.temporal = devserver.Options{Path: filepath.Join(testenv.BinDir(), "temporal"), RunDir: filepath.Join(c.data, "temporal"),
+		DBFile: filepath.Join(c.data, "temporal.db"), Address: "127.0.0.1:" + ports[0], Out: &testenv.SyncBuffer{}}
+	srv, err := devserver.Start(context.Background(), c.temporal)
+	require.NoError(t, err, "starting the dev server")
+	srv.Client().Close()
+	t.Cleanup(func() { c.killTemporal() })
+
+	kubeconfig := filepath.Join(c.data, "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, cp.Kubeconfig, 0o600))
+	common := []string{"--kubeconfig", kubeconfig, "--temporal-address", c.temporal.Address, "--log-level", "info"}
+	add := func(name string, env []string, args ...string) {
+		c.roles[name] = &role{name: name, args: append(args, common...), env: env, log: &testenv.SyncBuffer{}}
+		c.start(c.roles[name])
+	}
+	add("worker-0", nil, "worker", "--health-addr", "0", "--metrics-addr", "0")
+	add("worker-1", nil, "worker", "--health-addr", "0", "--metrics-addr", "0")
+	add("watcher", nil, "watcher", "--leader-elect=false", "--health-addr", "0", "--metrics-addr", "0")
+	c.apiURL = "http://127.0.0.1:" + ports[1]
+	add("api", []string{"QM_OSB_USERNAME=" + testenv.OSBCredentials.Username, "QM_OSB_PASSWORD=" + testenv.OSBCredentials.Password},
+		"api", "--listen", "127.0.0.1:"+ports[1], "--namespace", chaosNamespace)
+	return c
+}
+
+// chaosNamespace holds the run's catalog and instances.
+const chaosNamespace = "chaos"
+
+// killTemporal kills the dev server, wherever it is in its restarts.
+func (c *cluster) killTemporal() {
+	if pid, ok := childproc.Running(filepath.Join(c.temporal.RunDir, "pids", "temporal.pid")); ok {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// inject applies one fault, waits its downtime, and undoes it.
+func (c *cluster) inject(ctx context.Context, f chaos.Fault) error {
+	sleep := func(d time.Duration) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	kill := func(name string) {
+		r := c.roles[name]
+		_ = r.current().cmd.Process.Kill()
+		<-r.current().done
+		sleep(f.For)
+		c.start(r)
+	}
+	switch f.Kind {
+	case chaos.KillWorker:
+		kill(fmt.Sprintf("worker-%d", f.Which))
+	case chaos.KillWatcher:
+		kill("watcher")
+	case chaos.KillAPI:
+		kill("api")
+	case chaos.PauseWorker:
+		p := c.roles[fmt.Sprintf("worker-%d", f.Which)].current()
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		sleep(f.For)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	case chaos.KillTemporal:
+		c.temporalMu.Lock()
+		defer c.temporalMu.Unlock()
+		c.killTemporal()
+		sleep(f.For)
+		srv, err := devserver.Start(context.Background(), c.temporal)
+		if err != nil {
+			return fmt.Errorf("restarting the dev server: %w", err)
+		}
+		srv.Client().Close()
+	case chaos.StopKube:
+		return c.cp.RestartAPIServer(f.For)
+	}
+	return nil
+}
+
+// osbClient is a platform: it retries connection errors and 5xx, as
+// platforms do, and records every code it got.
+type osbClient struct {
+	url   string
+	mu    sync.Mutex
+	codes map[string][]int // by request kind
+}
+
+func (o *osbClient) do(t *testing.T, kind, method, path, body string, deadline time.Time) (int, string) {
+	for {
+		status, got, _ := testenv.HTTP(t, method, o.url+path, body, &testenv.OSBCredentials, testenv.OSBHeader)
+		if status != 0 {
+			o.mu.Lock()
+			o.codes[kind] = append(o.codes[kind], status)
+			o.mu.Unlock()
+		}
+		if status != 0 && status < 500 || time.Now().After(deadline) {
+			return status, got
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// allowedCodes are the codes OSB 2.17 allows for each request (5xx are
+// allowed everywhere and retried).
+var allowedCodes = map[string][]int{
+	"provision":      {200, 201, 202, 400, 409, 422},
+	"update":         {200, 202, 400, 422},
+	"deprovision":    {200, 202, 400, 410, 422},
+	"bind":           {200, 201, 202, 400, 409, 422},
+	"unbind":         {200, 202, 400, 410, 422},
+	"last_operation": {200, 400, 404, 410},
+}
+
+func badCodes(codes map[string][]int) int {
+	n := 0
+	for kind, cs := range codes {
+		for _, c := range cs {
+			if c >= 500 {
+				continue
+			}
+			ok := false
+			for _, a := range allowedCodes[kind] {
+				ok = ok || a == c
+			}
+			if !ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i, r := range s {
+		if r == '\n' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}

@@ -1,0 +1,59 @@
+package chaos_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/quartermaster/qm/internal/chaos"
+)
+
+func TestSchedule(t *testing.T) {
+	a := chaos.Schedule(42, 10*time.Minute, 180, chaos.Kinds)
+	b := chaos.Schedule(42, 10*time.Minute, 180, chaos.Kinds)
+	assert.Equal(t, a, b, "a seed replays its run")
+	assert.NotEqual(t, a, chaos.Schedule(43, 10*time.Minute, 180, chaos.Kinds), "another seed, another run")
+	count := map[chaos.Kind]int{}
+	var end time.Duration
+	for _, f := range a {
+		count[f.Kind]++
+		assert.GreaterOrEqual(t, f.At, end, "faults do not overlap")
+		end = f.At + f.For
+		switch f.Kind {
+		case chaos.StopKube:
+			assert.LessOrEqual(t, f.For, 20*time.Second)
+		case chaos.PauseWorker:
+			assert.LessOrEqual(t, f.For, 30*time.Second)
+		default:
+			assert.LessOrEqual(t, f.For, 5*time.Second)
+		}
+	}
+	for _, k := range chaos.Kinds {
+		assert.Equal(t, 30, count[k], "%s comes 30 times", k)
+	}
+}
+
+func TestScan(t *testing.T) {
+	texts := map[string]string{
+		"log of worker-1":      `level=INFO msg="provisioned" name=db-1`,
+		"log of api":           `level=WARN msg="oops" password=s3cr3t-Pa55word`,
+		"history sfsi/ns/db-1": `{"events":[{"input":"ns/db-1"}]}`,
+	}
+	hits := chaos.Scan(texts, []string{"s3cr3t-Pa55word", "db-1", "never-there-0000"})
+	assert.Equal(t, []chaos.Hit{{Where: "log of api", Secret: "s3cr…"}}, hits, "a planted secret is found; short needles are skipped")
+}
+
+func TestReport(t *testing.T) {
+	r := chaos.Report{Seed: 7, N: 10, Duration: time.Minute, Faults: map[chaos.Kind]int{chaos.KillWorker: 2},
+		Operations: map[string]int{"provision": 10}, Recovery: []time.Duration{time.Second, 3 * time.Second},
+		PeakRSS: map[string]int64{"worker": 100 << 20}}
+	assert.Empty(t, r.Broken())
+	var out strings.Builder
+	r.Print(&out)
+	assert.Contains(t, out.String(), "seed 7, N 10")
+	assert.Regexp(t, `peak RSS of worker +100 MiB`, out.String())
+	r.Stuck, r.SecretHits = 1, 2
+	assert.Equal(t, []string{"stuck: 1", "secrets found: 2"}, r.Broken())
+}
