@@ -31,25 +31,15 @@ type chaosKnobs struct {
 
 func knobs(t *testing.T) chaosKnobs {
 	k := chaosKnobs{seed: 1, n: 16, duration: time.Minute, faults: len(chaos.Kinds)}
-	if v := os.Getenv("QM_CHAOS_SEED"); v != "" {
-		seed, err := strconv.ParseUint(v, 10, 64)
-		require.NoError(t, err, "QM_CHAOS_SEED")
-		k.seed = seed
-	}
-	if v := os.Getenv("QM_CHAOS_N"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(t, err, "QM_CHAOS_N")
-		k.n = n
-	}
-	if v := os.Getenv("QM_CHAOS_DURATION"); v != "" {
-		d, err := time.ParseDuration(v)
-		require.NoError(t, err, "QM_CHAOS_DURATION")
-		k.duration = d
-	}
-	if v := os.Getenv("QM_CHAOS_FAULTS"); v != "" {
-		f, err := strconv.Atoi(v)
-		require.NoError(t, err, "QM_CHAOS_FAULTS")
-		k.faults = f
+	for name, parse := range map[string]func(string) error{
+		"QM_CHAOS_SEED":     func(v string) (err error) { k.seed, err = strconv.ParseUint(v, 10, 64); return err },
+		"QM_CHAOS_N":        func(v string) (err error) { k.n, err = strconv.Atoi(v); return err },
+		"QM_CHAOS_DURATION": func(v string) (err error) { k.duration, err = time.ParseDuration(v); return err },
+		"QM_CHAOS_FAULTS":   func(v string) (err error) { k.faults, err = strconv.Atoi(v); return err },
+	} {
+		if v := os.Getenv(name); v != "" {
+			require.NoError(t, parse(v), name)
+		}
 	}
 	return k
 }
