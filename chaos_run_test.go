@@ -68,7 +68,7 @@ func TestChaos(t *testing.T) {
 	var (
 		obsMu       sync.Mutex
 		passwords   = map[string]string{}
-		changed     int
+		changed     = map[string]bool{} // the Secrets whose password changed
 		completions []time.Time
 		lastGen     = map[string]int64{}
 	)
@@ -93,7 +93,7 @@ func TestChaos(t *testing.T) {
 			for _, s := range secrets.Items {
 				p := string(s.Data["password"])
 				if first, ok := passwords[s.Name]; ok && first != p && s.DeletionTimestamp == nil {
-					changed++
+					changed[s.Name] = true
 				} else if !ok && p != "" {
 					passwords[s.Name] = p
 				}
@@ -153,7 +153,7 @@ func TestChaos(t *testing.T) {
 	<-obsDone
 
 	report := chaos.Report{Seed: k.seed, N: k.n, Duration: time.Since(begin), Faults: map[chaos.Kind]int{},
-		Operations: map[string]int{}, ChangedSecrets: changed, BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{}}
+		Operations: map[string]int{}, ChangedSecrets: len(changed), BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{}}
 	for _, f := range faultsDone {
 		report.Faults[f.kind]++
 		for _, at := range completions {
