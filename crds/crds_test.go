@@ -169,7 +169,8 @@ metadata: {name: kubectl-test}
 spec: {serviceId: svc-1, planId: plan-1}`)
 	obj.SetNamespace(ns)
 	require.NoError(t, kube.Client.Create(ctx, obj))
-	patch := []byte(`{"status":{"state":"succeeded","observedGeneration":1}}`)
+	patch := []byte(`{"status":{"state":"succeeded","observedGeneration":1,"conditions":[{"type":"Started","status":"False",
+		"reason":"EngineUnreachable","message":"engine-unreachable","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`)
 	require.NoError(t, kube.Client.Status().Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)))
 	// A change to the spec shows as pending at once: Generation runs ahead
 	// of Observed until an operation has taken it up.
@@ -185,8 +186,9 @@ spec: {serviceId: svc-1, planId: plan-1}`)
 	require.NoError(t, err, string(out))
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	require.Len(t, lines, 2, string(out))
-	assert.Equal(t, []string{"NAME", "STATE", "GENERATION", "OBSERVED", "SERVICE", "PLAN", "AGE"}, strings.Fields(lines[0]))
-	assert.Equal(t, []string{"kubectl-test", "succeeded", "2", "1", "svc-1", "plan-1"}, strings.Fields(lines[1])[:6])
+	assert.Equal(t, []string{"NAME", "STATE", "GENERATION", "OBSERVED", "SERVICE", "PLAN", "WAITING", "AGE"}, strings.Fields(lines[0]))
+	assert.Equal(t, []string{"kubectl-test", "succeeded", "2", "1", "svc-1", "plan-1", "engine-unreachable"}, strings.Fields(lines[1])[:7],
+		"a run that cannot start says why (the Started condition)")
 }
 
 func readObjects(t *testing.T, path string) []*unstructured.Unstructured {
