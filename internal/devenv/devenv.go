@@ -5,9 +5,6 @@ package devenv
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -307,36 +304,6 @@ func startTemporal(ctx context.Context, o Options, sv *supervisor) (client.Clien
 		logFile.Close()
 	}
 	return tc, fmt.Sprintf("http://127.0.0.1:%d", o.UIPort), stop, nil
-}
-
-// credentials returns API credentials of qm dev: the ones in the
-// environment variables userEnv/passEnv, or those generated on the first
-// start and kept in file in the data directory, so that a restart keeps them.
-func credentials(dataDir, file, userEnv, passEnv, user string) (api.Credentials, error) {
-	if u, p := os.Getenv(userEnv), os.Getenv(passEnv); u != "" && p != "" {
-		return api.Credentials{Username: u, Password: p}, nil
-	}
-	path := filepath.Join(dataDir, file)
-	var c api.Credentials
-	if raw, err := os.ReadFile(path); err == nil {
-		if err := json.Unmarshal(raw, &c); err != nil || c.Username == "" || c.Password == "" {
-			return c, fmt.Errorf("%s is damaged; delete it for new credentials", path)
-		}
-		return c, nil
-	}
-	secret := make([]byte, 18)
-	if _, err := rand.Read(secret); err != nil {
-		return c, err
-	}
-	c = api.Credentials{Username: user, Password: base64.RawURLEncoding.EncodeToString(secret)}
-	raw, err := json.Marshal(c)
-	if err != nil {
-		return c, err
-	}
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		return c, fmt.Errorf("keeping the credentials in %s: %w", path, err)
-	}
-	return c, nil
 }
 
 // SampleNamespace is where `qm dev` installs the sample service and plan.

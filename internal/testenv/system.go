@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/quartermaster/qm/api"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -382,24 +381,4 @@ func (s *System) Runs(workflowID string) int {
 	})
 	require.NoError(s.t, err)
 	return len(resp.Executions)
-}
-
-// SampleTemplates returns the `templates:` list of a sample's plan, for a
-// test plan that renders like the sample with a context of its own.
-func SampleTemplates(t testing.TB, sample string) string {
-	t.Helper()
-	objs, err := samples.Load(sample)
-	require.NoError(t, err)
-	for _, obj := range objs {
-		if obj.GetKind() != "SFPlan" {
-			continue
-		}
-		list, _, err := unstructured.NestedSlice(obj.Object, "spec", "templates")
-		require.NoError(t, err)
-		raw, err := yaml.Marshal(list)
-		require.NoError(t, err)
-		return "  " + strings.ReplaceAll(strings.TrimSuffix(string(raw), "\n"), "\n", "\n  ")
-	}
-	t.Fatalf("sample %s has no plan", sample)
-	return ""
 }
