@@ -161,8 +161,10 @@ func newWorkerCommand(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&probes.HealthAddr, "health-addr", ":8081", "address serving /healthz and /readyz (ready while Temporal answers); 0 turns them off")
-	f.StringVar(&probes.MetricsAddr, "metrics-addr", ":9090", "address serving Prometheus /metrics (the Temporal SDK's and client-go's); 0 turns it off")
+	// Ports apart from the watcher's, so that both run side by side on one
+	// machine; in a pod the chart sets them.
+	f.StringVar(&probes.HealthAddr, "health-addr", ":8082", "address serving /healthz and /readyz (ready while Temporal answers); 0 turns them off")
+	f.StringVar(&probes.MetricsAddr, "metrics-addr", ":9091", "address serving Prometheus /metrics (the Temporal SDK's and client-go's); 0 turns it off")
 	f.StringSliceVar(&hosts, "chart-url-allow", splitList(os.Getenv("QM_TEMPLATE_HOSTS")),
 		"the only hosts a template or chart url may name, redirects included (env QM_TEMPLATE_HOSTS, comma-separated; empty allows any)")
 	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
