@@ -16,6 +16,7 @@ import (
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // Reasons of the Started condition.
@@ -105,4 +106,18 @@ func (s *Starter) address() string {
 		return "its address"
 	}
 	return s.TemporalAddress
+}
+
+// adopt remembers a run of op already under way under id as if this
+// watcher had started it: a watcher started after it (a restart, a new
+// leader) would otherwise take the run's end, seen before its cache sees
+// the outcome, for a request to start it again.
+func (s *Starter) adopt(ctx context.Context, key, id string, op lifecycle.Operation) {
+	d, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return
+	}
+	if info := d.GetWorkflowExecutionInfo(); info.GetType().GetName() == runs.WorkflowType(op) {
+		s.memo().Add(key, info.GetExecution().GetRunId(), startedTTL)
+	}
 }

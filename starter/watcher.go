@@ -100,7 +100,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 			return nil, err
 		}
 	}
-	s := &Starter{Client: mgr.GetClient(), Temporal: tc, TemporalAddress: opts.TemporalAddress}
+	s := &Starter{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Temporal: tc, TemporalAddress: opts.TemporalAddress}
 	copts := controller.Options{MaxConcurrentReconciles: opts.Concurrency}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceInstance{}).Named("sfserviceinstance").
 		WithOptions(copts).Complete(ReconcilerFunc(s.ReconcileInstance)); err != nil {
@@ -148,6 +148,9 @@ type Starter struct {
 	Temporal client.Client
 	// TemporalAddress names the engine in the Started condition's message.
 	TemporalAddress string
+	// Live reads the API server itself, not the cache: the watcher checks
+	// that a resource is still there before it starts its removal.
+	Live ctrlclient.Reader
 
 	startedOnce sync.Once
 	started     *utilcache.LRUExpireCache // operations started, by resource UID, generation and operation
@@ -266,6 +269,13 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 	if _, ok := s.memo().Get(key); ok {
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
+	if op.Removes() && s.Live != nil {
+		// A removal ends by letting the resource go; a cache that has not
+		// seen it go yet must not start the removal a second time.
+		if err := s.Live.Get(ctx, ctrlclient.ObjectKeyFromObject(obj), obj.DeepCopyObject().(ctrlclient.Object)); apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+	}
 	s.engineBack(ctx, obj)
 	id := runs.WorkflowID(t)
 	attrs = append(attrs,
@@ -289,6 +299,7 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 	}, runs.WorkflowType(op), t)
 	var running *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &running) {
+		s.adopt(ctx, key, id, op)
 		log.FromContext(ctx).V(1).Info("a run is under way; looking again shortly", "workflowID", id, "operation", op)
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
