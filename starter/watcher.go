@@ -272,8 +272,10 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 	if op.Removes() && s.Live != nil {
 		// A removal ends by letting the resource go; a cache that has not
 		// seen it go yet must not start the removal a second time.
-		if err := s.Live.Get(ctx, ctrlclient.ObjectKeyFromObject(obj), obj.DeepCopyObject().(ctrlclient.Object)); apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
+		live := obj.DeepCopyObject().(ctrlclient.Object)
+		err := s.Live.Get(ctx, ctrlclient.ObjectKeyFromObject(obj), live)
+		if apierrors.IsNotFound(err) || err == nil && live.GetUID() != obj.GetUID() {
+			return ctrl.Result{}, nil // gone, or gone and made again
 		}
 	}
 	s.engineBack(ctx, obj)
