@@ -164,7 +164,8 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	for name, r := range c.roles {
-		report.PeakRSS[strings.TrimSuffix(strings.TrimSuffix(name, "-0"), "-1")] = max(report.PeakRSS[strings.TrimSuffix(strings.TrimSuffix(name, "-0"), "-1")], r.peak)
+		role := strings.TrimSuffix(strings.TrimSuffix(name, "-0"), "-1") // worker-0 and worker-1 are one role
+		report.PeakRSS[role] = max(report.PeakRSS[role], r.peak)
 	}
 	checkFinalStates(t, kube, exps, passwords, &report)
 	checkRuns(t, c, exps, passwords, &report)

@@ -85,8 +85,7 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 	again := start(t, qm, "qm-dev-again", nil, args...)
 	waitFor(t, again, "Quartermaster is running.", 3*time.Minute)
 	for _, pid := range children {
-		_, err := os.Stat("/proc/" + strconv.Itoa(pid))
-		assert.True(t, os.IsNotExist(err) || !running(pid), "pid %d of the killed qm dev is gone", pid)
+		assert.False(t, childproc.Alive(pid), "pid %d of the killed qm dev is gone", pid)
 	}
 	status, body, _ := testenv.HTTP(t, http.MethodGet, url+"burst-00", "", &osb, testenv.OSBHeader)
 	assert.Equal(t, http.StatusOK, status, "the new qm dev serves what the old one made: %s", body)
@@ -114,10 +113,4 @@ func freePorts(t *testing.T, n int) []string {
 		require.NoError(t, ln.Close())
 	}
 	return ports
-}
-
-// running reports whether pid runs (a zombie does not).
-func running(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	return err == nil && !strings.Contains(string(stat), ") Z ")
 }

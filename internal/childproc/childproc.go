@@ -172,7 +172,7 @@ func Cleanup(pidDir, binDir string) ([]string, error) {
 // exiting has no executable link left, yet may still hold its ports: its
 // command name tells then.
 func ours(pid int, name, binDir string) bool {
-	if !alive(pid) {
+	if !Alive(pid) {
 		return false
 	}
 	real, _ := filepath.Abs(filepath.Join(binDir, name))
@@ -187,7 +187,7 @@ func ours(pid int, name, binDir string) bool {
 func waitGone(pid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if !alive(pid) {
+		if !Alive(pid) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -195,8 +195,8 @@ func waitGone(pid int, timeout time.Duration) error {
 	return errors.New("still running after SIGKILL")
 }
 
-// alive reports whether pid runs (a zombie does not).
-func alive(pid int) bool {
+// Alive reports whether pid runs (a zombie does not).
+func Alive(pid int) bool {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	return err == nil && !strings.Contains(string(stat), ") Z ")
 }
@@ -212,5 +212,5 @@ func Running(pidFile string) (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return pid, alive(pid)
+	return pid, Alive(pid)
 }
