@@ -148,24 +148,6 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	return refs, nil
 }
 
-// RemoveResources deletes what the target's templates applied: the first
-// step of deprovision and the second of unbind.
-func (a *Operations) RemoveResources(ctx context.Context, tg lifecycle.Target, op lifecycle.Operation) error {
-	t, err := a.load(ctx, tg, op)
-	if err != nil {
-		return err
-	}
-	_, secret, err := registry.Store{Client: a.Client}.Get(ctx, t.registryKey())
-	owner := apply.Owner{Name: t.registryKey().SecretName(), Namespace: tg.Namespace}
-	switch {
-	case err == nil:
-		owner.UID = secret.UID
-	case !apierrors.IsNotFound(err):
-		return err
-	}
-	return apply.Delete(ctx, a.Client, owner, t.resources())
-}
-
 // Observe reads the sources and evaluates the status template for the
 // operation. Without a status template, applying is success, and removal
 // succeeds once every applied object is gone. A bind that succeeded stores
@@ -242,19 +224,7 @@ func (a *Operations) defaultOutcome(ctx context.Context, t *target, op lifecycle
 		}
 		return Outcome{State: osbv1alpha1.StateSucceeded}, nil
 	}
-	for _, ref := range t.resources() {
-		obj := &unstructured.Unstructured{}
-		obj.SetAPIVersion(ref.APIVersion)
-		obj.SetKind(ref.Kind)
-		err := a.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj)
-		if err == nil {
-			return Outcome{State: osbv1alpha1.StateInProgress, Description: fmt.Sprintf("waiting for %s %s to go", ref.Kind, ref.Name)}, nil
-		}
-		if !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
-			return Outcome{}, err
-		}
-	}
-	return Outcome{State: osbv1alpha1.StateSucceeded}, nil
+	return a.removalOutcome(ctx, t)
 }
 
 // showProgress puts what the status template says of an operation under

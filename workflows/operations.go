@@ -18,10 +18,13 @@ import (
 )
 
 // Result is what a run returns when its operation succeeded: the state
-// and description it wrote, and what it applied.
+// and description it wrote, the generation of the resource it worked on,
+// and what it applied. The generation tells an operator which spec a run
+// applied: a run that began again after a lost worker reads the spec anew.
 type Result struct {
 	State       osbv1alpha1.OperationState `json:"state"`
 	Description string                     `json:"description,omitempty"`
+	Generation  int64                      `json:"generation,omitempty"`
 	Resources   []osbv1alpha1.Source       `json:"resources,omitempty"`
 }
 
@@ -255,7 +258,7 @@ func finish(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, ge
 	if o.State == osbv1alpha1.StateFailed {
 		return Result{}, temporal.NewNonRetryableApplicationError(o.Description, cmp.Or(o.Kind, KindStatusFailed), nil)
 	}
-	return Result{State: o.State, Description: o.Description, Resources: refs}, nil
+	return Result{State: o.State, Description: o.Description, Generation: generation, Resources: refs}, nil
 }
 
 // endEarly handles a failed first step: a target deleted meanwhile ends the

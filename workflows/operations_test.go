@@ -74,7 +74,7 @@ func TestProvision(t *testing.T) {
 		require.NoError(t, env.GetWorkflowError())
 		var res workflows.Result
 		require.NoError(t, env.GetWorkflowResult(&res))
-		assert.Equal(t, workflows.Result{State: osbv1alpha1.StateSucceeded, Description: "ready", Resources: applied}, res)
+		assert.Equal(t, workflows.Result{State: osbv1alpha1.StateSucceeded, Description: "ready", Generation: 3, Resources: applied}, res)
 		assert.Equal(t, 4, polls, "the first check runs right after apply")
 		assert.EqualValues(t, 3, gen, "the generation begun is the one recorded")
 		assert.Equal(t, 7*time.Second, env.Now().Sub(start), "waits of 1s, 2s and 4s between checks")

@@ -1,0 +1,74 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Run is a completed run of an operation on one resource, as Temporal's
+// visibility and the run's result tell it.
+type Run struct {
+	Operation string
+	// Generation is the generation of the resource the run worked on; 0
+	// for a run that found its resource gone and did nothing.
+	Generation int64
+}
+
+// Expected is what the workload asked of one resource.
+type Expected struct {
+	// Creates is the creating operation ("provision" or "bind"); Updates
+	// how many updates were asked of it after that.
+	Creates string
+	Updates int64
+	// Removed says whether the resource was then removed.
+	Removed bool
+}
+
+// removal is the removing operation of each creating one.
+var removal = map[string]string{"provision": "deprovision", "bind": "unbind"}
+
+// ExactlyOnce checks a resource's completed runs against what was asked:
+// one run created it, one removed it if it was removed, and every
+// generation it reached was applied by exactly one run. A run that began
+// again on another worker reads the spec anew, so an update asked while
+// the create was being taken over is applied by the create itself, at the
+// new generation; that is once, not zero times. Runs that did nothing
+// (generation 0) do not count. It returns what is wrong, or nothing.
+func ExactlyOnce(runs []Run, want Expected) []string {
+	var problems []string
+	count := map[string]int{}
+	var applied []int64 // the generations the create and update runs applied
+	for _, r := range runs {
+		if r.Generation == 0 {
+			continue
+		}
+		count[r.Operation]++
+		if r.Operation == want.Creates || r.Operation == "update" {
+			applied = append(applied, r.Generation)
+		}
+	}
+	expect := func(op string, n int) {
+		if count[op] != n {
+			problems = append(problems, fmt.Sprintf("%d completed %s runs, want %d", count[op], op, n))
+		}
+	}
+	expect(want.Creates, 1)
+	if want.Removed {
+		expect(removal[want.Creates], 1)
+	} else {
+		expect(removal[want.Creates], 0)
+	}
+	if count["update"] > int(want.Updates) {
+		expect("update", int(want.Updates))
+	}
+	slices.Sort(applied)
+	for i := 1; i < len(applied); i++ {
+		if applied[i] == applied[i-1] {
+			problems = append(problems, fmt.Sprintf("generation %d applied twice", applied[i]))
+		}
+	}
+	if last := 1 + want.Updates; len(applied) > 0 && applied[len(applied)-1] != last {
+		problems = append(problems, fmt.Sprintf("the last generation applied is %d, want %d", applied[len(applied)-1], last))
+	}
+	return problems
+}
