@@ -54,6 +54,9 @@ type WatcherOptions struct {
 	TemporalAddress string
 	// Concurrency is the number of resources reconciled at once per kind.
 	Concurrency int
+	// ClusterProbePeriod is how often each SFCluster's cluster is probed
+	// (0: DefaultClusterProbePeriod).
+	ClusterProbePeriod time.Duration
 }
 
 // NewWatcher returns a controller-runtime manager whose reconcilers start
@@ -126,6 +129,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		return nil, err
 	}
 	if err := setupAutoUpdates(mgr, tc, copts); err != nil {
+		return nil, err
+	}
+	if err := setupClusters(mgr, opts.ClusterProbePeriod, copts); err != nil {
 		return nil, err
 	}
 	return mgr, nil

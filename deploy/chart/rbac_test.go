@@ -15,6 +15,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -22,6 +23,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
+	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
@@ -87,6 +89,16 @@ func TestChartRBACIsEnough(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "rbac-1-db"}, &db)), "and what it applied")
 
 	assert.NotContains(t, apiLog.String(), "forbidden", "the API was refused nothing on the way")
+
+	// The watcher's account probes a registered cluster: here the one it
+	// runs in, whose nodes and pods it lists.
+	require.NoError(t, kube.Client.Create(ctx, &resourcev1alpha1.SFCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "1"},
+		Spec: resourcev1alpha1.SFClusterSpec{SecretRef: "unused"}}))
+	require.Eventually(t, func() bool {
+		var sfc resourcev1alpha1.SFCluster
+		err := kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "1"}, &sfc)
+		return err == nil && meta.IsStatusConditionTrue(sfc.Status.Conditions, "Ready") && sfc.Status.CurrentCapacity.Cpu().Sign() > 0
+	}, 30*time.Second, 50*time.Millisecond, "the watcher probed the cluster it runs in")
 
 	// The API's account reads Secrets of its namespace (binding
 	// credentials) and writes none, here or elsewhere.

@@ -67,6 +67,8 @@ type Parts struct {
 	Worker, Watcher, API bool
 	// Concurrency is the watcher's reconciles at once per kind (0: its default).
 	Concurrency int
+	// ClusterProbePeriod is how often the watcher probes SFClusters (0: its default).
+	ClusterProbePeriod time.Duration
 	// FileTemporal gives the System a dev server of its own with SQLite in a
 	// file, as `qm dev` runs it, for benchmarks whose figures should be
 	// those of the embedded default. Otherwise it shares the test binary's.
@@ -152,7 +154,7 @@ spec:
 	}
 	o := system.Options{Kube: s.Kube.Config, Temporal: s.Temporal}
 	if parts.Watcher {
-		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency}
+		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency, ClusterProbePeriod: parts.ClusterProbePeriod}
 	}
 	if parts.API {
 		logger := parts.APILogger

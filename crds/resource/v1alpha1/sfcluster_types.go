@@ -26,7 +26,8 @@ type SFClusterSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	SchedulingLimitPercentage *int32 `json:"schedulingLimitPercentage,omitempty"`
-	// TotalCapacity overrides the capacity read from the cluster's nodes.
+	// TotalCapacity overrides the capacity read from the cluster's nodes,
+	// for the resources it names: an autoscaler's maximum, say.
 	// +optional
 	TotalCapacity corev1.ResourceList `json:"totalCapacity,omitempty"`
 }
@@ -35,11 +36,22 @@ type SFClusterSpec struct {
 type SFClusterStatus struct {
 	// +optional
 	State ClusterState `json:"state,omitempty"`
+	// KubernetesVersion is what the cluster's API server reported at the
+	// last probe.
+	// +optional
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 	// ServiceInstanceCount is the number of instances scheduled on the cluster.
 	// +optional
-	ServiceInstanceCount int64 `json:"serviceInstanceCount,omitempty"`
+	ServiceInstanceCount int64 `json:"serviceInstanceCount"`
+	// CurrentCapacity is what the scheduler fills: spec.totalCapacity for
+	// the resources it names, the nodes' allocatable for the others.
 	// +optional
 	CurrentCapacity corev1.ResourceList `json:"currentCapacity,omitempty"`
+	// Allocatable is the sum of the schedulable nodes' allocatable.
+	// +optional
+	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+	// Requests are the requests of the pods running or pending on the
+	// cluster, and their number under "pods".
 	// +optional
 	Requests corev1.ResourceList `json:"requests,omitempty"`
 	// +optional
@@ -55,9 +67,16 @@ type SFClusterStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sfc,categories=quartermaster
-// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
-// +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.spec.secretRef`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.kubernetesVersion`
 // +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.serviceInstanceCount`
+// +kubebuilder:printcolumn:name="CPU",type=string,JSONPath=`.status.requests.cpu`,description="CPU requested by the cluster's pods"
+// +kubebuilder:printcolumn:name="CPU Capacity",type=string,JSONPath=`.status.currentCapacity.cpu`
+// +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.status.requests.memory`,description="memory requested by the cluster's pods"
+// +kubebuilder:printcolumn:name="Memory Capacity",type=string,JSONPath=`.status.currentCapacity.memory`
+// +kubebuilder:printcolumn:name="Limit",type=integer,JSONPath=`.spec.schedulingLimitPercentage`,description="percent of the capacity the scheduler fills"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
+// +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.spec.secretRef`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SFCluster struct {
 	metav1.TypeMeta   `json:",inline"`

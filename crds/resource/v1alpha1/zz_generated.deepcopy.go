@@ -106,6 +106,13 @@ func (in *SFClusterStatus) DeepCopyInto(out *SFClusterStatus) {
 			(*out)[key] = val.DeepCopy()
 		}
 	}
+	if in.Allocatable != nil {
+		in, out := &in.Allocatable, &out.Allocatable
+		*out = make(v1.ResourceList, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val.DeepCopy()
+		}
+	}
 	if in.Requests != nil {
 		in, out := &in.Requests, &out.Requests
 		*out = make(v1.ResourceList, len(*in))

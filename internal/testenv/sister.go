@@ -1,0 +1,38 @@
+package testenv
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/controlplane"
+)
+
+// Sister is a cluster of its own for one test: a kube-apiserver and etcd,
+// apart from the shared cluster, to register as an SFCluster. It has no
+// controllers and no nodes; a test creates the nodes it wants.
+type Sister struct {
+	*Cluster
+	cp *controlplane.ControlPlane
+}
+
+// StartSister starts a sister cluster, stopped when the test ends.
+func StartSister(t testing.TB) *Sister {
+	t.Helper()
+	requireTool(t, "kube-apiserver")
+	requireTool(t, "etcd")
+	cp, err := controlplane.Start(controlplane.Options{BinDir: BinDir(), Bare: true})
+	require.NoError(t, err, "starting a sister cluster")
+	t.Cleanup(func() { _ = cp.Stop() })
+	kube, err := crds.NewClient(cp.Config)
+	require.NoError(t, err)
+	return &Sister{Cluster: &Cluster{Config: cp.Config, Client: kube, Kubeconfig: cp.Kubeconfig}, cp: cp}
+}
+
+// Stop stops the sister's API server for good: what an unreachable
+// cluster looks like.
+func (s *Sister) Stop(t testing.TB) {
+	t.Helper()
+	require.NoError(t, s.cp.Stop())
+}

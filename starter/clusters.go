@@ -1,0 +1,211 @@
+package starter
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/discovery"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/quartermaster/qm/crds"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	"github.com/quartermaster/qm/internal/clusters"
+	"github.com/quartermaster/qm/internal/scheduling"
+)
+
+// DefaultClusterProbePeriod is how often each SFCluster's cluster is
+// probed when nothing else brings it up sooner.
+const DefaultClusterProbePeriod = 30 * time.Second
+
+// ClusterFinalizer holds an SFCluster while instances are scheduled on it:
+// deleting it would strand them.
+const ClusterFinalizer = "quartermaster.io/instances-scheduled"
+
+// clusterIDField indexes instances by the cluster they are scheduled on.
+const clusterIDField = "spec.clusterId"
+
+// ClusterRegistry keeps the status of every SFCluster: whether its
+// cluster answers (the Ready condition and its Kubernetes version), its
+// capacity and its pods' requests, and the instances scheduled there; and
+// holds an SFCluster that still has instances.
+type ClusterRegistry struct {
+	// Client reads SFClusters and instances from the cache and writes them.
+	Client  ctrlclient.Client
+	Clients *clusters.Clients
+	// Period is how often a cluster is probed (0: DefaultClusterProbePeriod).
+	Period time.Duration
+}
+
+// setupClusters registers the SFCluster reconciler.
+func setupClusters(mgr ctrl.Manager, period time.Duration, copts controller.Options) error {
+	err := mgr.GetFieldIndexer().IndexField(context.Background(), &osbv1alpha1.SFServiceInstance{}, clusterIDField, func(o ctrlclient.Object) []string {
+		if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" {
+			return []string{id}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("indexing instances by cluster: %w", err)
+	}
+	// The prober lists nodes and pods of the cluster it runs in through a
+	// client without a cache: a cache would hold every pod.
+	local, err := ctrlclient.New(mgr.GetConfig(), ctrlclient.Options{Scheme: crds.NewScheme()})
+	if err != nil {
+		return err
+	}
+	r := &ClusterRegistry{Client: mgr.GetClient(), Period: period, Clients: &clusters.Clients{
+		Local: local, LocalConfig: mgr.GetConfig(), Reader: mgr.GetAPIReader(), Scheme: crds.NewScheme()}}
+	scheduledOn := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o ctrlclient.Object) []reconcile.Request {
+		if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" {
+			return []reconcile.Request{{NamespacedName: ctrlclient.ObjectKey{Namespace: o.GetNamespace(), Name: id}}}
+		}
+		return nil
+	})
+	err = ctrl.NewControllerManagedBy(mgr).For(&resourcev1alpha1.SFCluster{}).Named("sfcluster").
+		Watches(&osbv1alpha1.SFServiceInstance{}, scheduledOn).
+		WithOptions(copts).Complete(ReconcilerFunc(r.Reconcile))
+	if err != nil {
+		return fmt.Errorf("registering the SFCluster reconciler: %w", err)
+	}
+	return nil
+}
+
+// Reconcile probes one SFCluster's cluster and writes what it found.
+func (r *ClusterRegistry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var sfc resourcev1alpha1.SFCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &sfc); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	var insts osbv1alpha1.SFServiceInstanceList
+	if err := r.Client.List(ctx, &insts, ctrlclient.InNamespace(sfc.Namespace), ctrlclient.MatchingFields{clusterIDField: sfc.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if done, err := r.holdWhileUsed(ctx, &sfc, len(insts.Items)); done || err != nil {
+		return ctrl.Result{}, err
+	}
+
+	base := sfc.DeepCopy()
+	sfc.Status.ServiceInstanceCount = int64(len(insts.Items))
+	sfc.Status.ObservedGeneration = sfc.Generation
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Reachable", ObservedGeneration: sfc.Generation}
+	probe, err := r.probe(ctx, &sfc)
+	if err != nil {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, probe.reason, err.Error()
+		sfc.Status.State = resourcev1alpha1.ClusterUnreachable
+	} else {
+		ready.Message = fmt.Sprintf("Kubernetes %s, %d schedulable nodes", probe.version, probe.nodes)
+		sfc.Status.State = resourcev1alpha1.ClusterReady
+		sfc.Status.KubernetesVersion = probe.version
+		sfc.Status.Allocatable = probe.allocatable
+		sfc.Status.Requests = probe.requests
+		sfc.Status.CurrentCapacity = probe.allocatable.DeepCopy()
+		maps.Copy(sfc.Status.CurrentCapacity, sfc.Spec.TotalCapacity)
+	}
+	if sfc.DeletionTimestamp != nil {
+		ready.Message += fmt.Sprintf("; deleted, held until its %d instances are deprovisioned", len(insts.Items))
+	}
+	meta.SetStatusCondition(&sfc.Status.Conditions, ready)
+	if !equality.Semantic.DeepEqual(base.Status, sfc.Status) {
+		// An update, not a merge patch: a patch leaves out the zero count
+		// of a new SFCluster, and kubectl would show nothing for it.
+		if err := r.Client.Status().Update(ctx, &sfc); err != nil {
+			return ctrl.Result{}, fmt.Errorf("writing the status of SFCluster %s: %w", sfc.Name, err)
+		}
+	}
+	return ctrl.Result{RequeueAfter: r.period()}, nil
+}
+
+func (r *ClusterRegistry) period() time.Duration {
+	if r.Period > 0 {
+		return r.Period
+	}
+	return DefaultClusterProbePeriod
+}
+
+// holdWhileUsed keeps the finalizer on an SFCluster exactly while
+// instances are scheduled on it. It reports done when the SFCluster was
+// released for deletion.
+func (r *ClusterRegistry) holdWhileUsed(ctx context.Context, sfc *resourcev1alpha1.SFCluster, instances int) (bool, error) {
+	has := controllerutil.ContainsFinalizer(sfc, ClusterFinalizer)
+	switch {
+	case instances > 0 && !has && sfc.DeletionTimestamp == nil:
+		base := sfc.DeepCopy()
+		controllerutil.AddFinalizer(sfc, ClusterFinalizer)
+		return false, r.Client.Patch(ctx, sfc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
+	case instances == 0 && has:
+		base := sfc.DeepCopy()
+		controllerutil.RemoveFinalizer(sfc, ClusterFinalizer)
+		err := r.Client.Patch(ctx, sfc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
+		return sfc.DeletionTimestamp != nil, ctrlclient.IgnoreNotFound(err)
+	}
+	return false, nil
+}
+
+// probed is what a probe found.
+type probed struct {
+	reason                string // why it failed
+	version               string
+	nodes                 int
+	allocatable, requests corev1.ResourceList
+}
+
+// probe reaches the cluster: its version, its nodes' allocatable and its
+// pods' requests.
+func (r *ClusterRegistry) probe(ctx context.Context, sfc *resourcev1alpha1.SFCluster) (probed, error) {
+	cl, err := r.Clients.ForSFCluster(ctx, sfc)
+	if err != nil {
+		return probed{reason: "Misconfigured"}, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cl.Config)
+	if err != nil {
+		return probed{reason: "Misconfigured"}, err
+	}
+	v, err := dc.ServerVersion()
+	if err != nil {
+		return probed{reason: reasonOf(err)}, fmt.Errorf("reaching the cluster: %w", err)
+	}
+	var nodes corev1.NodeList
+	if err := cl.Client.List(ctx, &nodes); err != nil {
+		return probed{reason: reasonOf(err)}, fmt.Errorf("listing the cluster's nodes: %w", err)
+	}
+	var pods corev1.PodList
+	running := fields.AndSelectors(fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)))
+	if err := cl.Client.List(ctx, &pods, ctrlclient.MatchingFieldsSelector{Selector: running}); err != nil {
+		return probed{reason: reasonOf(err)}, fmt.Errorf("listing the cluster's pods: %w", err)
+	}
+	schedulable := 0
+	for _, n := range nodes.Items {
+		if !n.Spec.Unschedulable {
+			schedulable++
+		}
+	}
+	return probed{version: v.GitVersion, nodes: schedulable,
+		allocatable: scheduling.Allocatable(nodes.Items), requests: scheduling.PodRequests(pods.Items)}, nil
+}
+
+// reasonOf names what kept a probe from its answer.
+func reasonOf(err error) string {
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return "Unauthorized"
+	case apierrors.IsForbidden(err):
+		return "Forbidden"
+	default:
+		return "Unreachable"
+	}
+}
