@@ -29,6 +29,7 @@ import (
 	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/devenv"
 	"github.com/quartermaster/qm/internal/plan"
+	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/starter"
@@ -129,6 +130,9 @@ TEMPORAL_ADDRESS set, that Temporal is used instead of the dev server.`,
 			o.Namespace = cmp.Or(g.temporalNamespace, os.Getenv("TEMPORAL_NAMESPACE"), "default")
 			o.Out = cmd.OutOrStdout()
 			o.Logger = g.logger
+			if _, err := scheduling.Parse(string(o.Scheduler)); err != nil {
+				return fmt.Errorf("QM_SCHEDULER: %w", err)
+			}
 			return devenv.Run(cmd.Context(), o)
 		},
 	}
@@ -140,7 +144,32 @@ TEMPORAL_ADDRESS set, that Temporal is used instead of the dev server.`,
 	f.IntVar(&o.UIPort, "ui-port", 8233, "port of the Temporal Web UI")
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "listen address of the OSB and admin API")
 	f.DurationVar(&o.HealthCheckMinute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
+	schedulerFlag(f, &o.Scheduler)
 	return cmd
+}
+
+// schedulerFlag adds --scheduler, whose default is QM_SCHEDULER's.
+func schedulerFlag(f *pflag.FlagSet, s *scheduling.Scheduler) {
+	names := make([]string, len(scheduling.Schedulers))
+	for i, name := range scheduling.Schedulers {
+		names[i] = string(name)
+	}
+	f.Var(&schedulerValue{s}, "scheduler", "how the cluster of a new instance is chosen among the SFClusters: "+strings.Join(names, ", ")+" (env QM_SCHEDULER)")
+	*s = scheduling.Scheduler(envOr("QM_SCHEDULER", string(scheduling.Default)))
+}
+
+// schedulerValue is --scheduler, which names one of the schedulers.
+type schedulerValue struct{ s *scheduling.Scheduler }
+
+func (v *schedulerValue) String() string { return string(*v.s) }
+func (v *schedulerValue) Type() string   { return "name" }
+func (v *schedulerValue) Set(name string) error {
+	s, err := scheduling.Parse(name)
+	if err != nil {
+		return err
+	}
+	*v.s = s
+	return nil
 }
 
 // healthCheckMinuteUsage explains --healthcheck-minute.
@@ -150,6 +179,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 	var hosts []string
 	var minute time.Duration
 	var bounds plan.Bounds
+	var scheduler scheduling.Scheduler
 	probes := &telemetry.Server{Gatherer: ctrlmetrics.Registry}
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -157,7 +187,10 @@ func newWorkerCommand(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			probes.Logger = g.logger
-			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes})
+			if _, err := scheduling.Parse(string(scheduler)); err != nil {
+				return fmt.Errorf("QM_SCHEDULER: %w", err)
+			}
+			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes, Scheduler: scheduler})
 		},
 	}
 	f := cmd.Flags()
@@ -177,6 +210,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 	f.Int64Var(&bounds.MaxOutput, "render-max-output", plan.DefaultRenderMaxOutput, "bytes one render of a template may write")
 	f.Int64Var(&bounds.MaxMemory, "render-max-memory", plan.DefaultRenderMaxMemory, "bytes the functions of one render may make (strings, lists), checked before each call")
 	f.DurationVar(&minute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
+	schedulerFlag(f, &scheduler)
 	return cmd
 }
 

@@ -38,7 +38,7 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 		}
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credentialsName(t.binding), Namespace: t.Namespace}}
-	_, err := controllerutil.CreateOrUpdate(ctx, a.Client, secret, func() error {
+	_, err := controllerutil.CreateOrUpdate(ctx, t.kube, secret, func() error {
 		secret.Labels = map[string]string{"quartermaster.io/binding": t.binding.Name}
 		secret.Data = map[string][]byte{}
 		var jsonKeys []string
@@ -60,6 +60,9 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 		} else {
 			delete(secret.Annotations, osbv1alpha1.CredentialsJSONKeysAnnotation)
 		}
+		if t.remote {
+			return nil // the binding is in another cluster: unbind deletes the Secret
+		}
 		return controllerutil.SetOwnerReference(t.binding, secret, a.Client.Scheme())
 	})
 	if err != nil {
@@ -69,7 +72,7 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 		if err := reg.Set(registry.KeyCredentials, creds); err != nil {
 			return err
 		}
-		if err := (registry.Store{Client: a.Client}).Save(ctx, regSecret, reg); err != nil {
+		if err := (registry.Store{Client: t.kube}).Save(ctx, regSecret, reg); err != nil {
 			return err
 		}
 	}

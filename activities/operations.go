@@ -18,6 +18,7 @@ import (
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/apply"
+	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/parameters"
 	"github.com/quartermaster/qm/internal/plan"
@@ -44,6 +45,12 @@ type Operations struct {
 	Templates *plan.Fetcher
 	// Bounds limit each render of a template (zero: plan.DefaultBounds).
 	Bounds plan.Bounds
+	// Clusters reaches the clusters instances are scheduled on (nil: only
+	// the one Client reaches).
+	Clusters *clusters.Clients
+	// Schedules says that a scheduler chooses the cluster of a new
+	// instance (Scheduling.Schedule), as any but the default one does.
+	Schedules bool
 
 	runs   runCache
 	params parameters.Checker
@@ -85,6 +92,7 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 		}
 	}
 	b := Begun{Generation: t.object().GetGeneration(), MaxPolling: DefaultMaxPolling}
+	b.Schedule = op == lifecycle.OpProvision && a.Schedules && t.instance.Spec.ClusterID == ""
 	if op == lifecycle.OpUnbind {
 		b.NoUnbindTemplate = (&plan.Subject{Plan: t.plan}).Template(osbv1alpha1.ActionUnbind) == nil
 	}
@@ -108,6 +116,9 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	if !ok {
 		return t.resources(), nil
 	}
+	if err := t.ensureNamespace(ctx, op); err != nil {
+		return nil, err
+	}
 	subject, secret, err := a.subject(ctx, t)
 	if err != nil {
 		return nil, err
@@ -122,11 +133,11 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	}
 	// Generated values are stored before anything that uses them exists, so
 	// a retry renders the same password into the same objects.
-	if err := (registry.Store{Client: a.Client}).Save(ctx, secret, subject.Registry); err != nil {
+	if err := (registry.Store{Client: t.kube}).Save(ctx, secret, subject.Registry); err != nil {
 		return nil, err
 	}
 	owner := apply.Owner{Name: secret.Name, Namespace: secret.Namespace, UID: secret.UID}
-	refs, err := apply.Objects(ctx, a.Client, owner, tg.Namespace, objs)
+	refs, err := apply.Objects(ctx, t.kube, owner, tg.Namespace, objs)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -141,7 +152,7 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 		// it creates nothing that the binding owns afterwards.
 		return t.resources(), nil
 	case lifecycle.OpUpdate:
-		if err := apply.Prune(ctx, a.Client, owner, t.resources(), refs); err != nil {
+		if err := apply.Prune(ctx, t.kube, owner, t.resources(), refs); err != nil {
 			return nil, err
 		}
 	}
@@ -301,7 +312,7 @@ func (a *Operations) release(ctx context.Context, t *target) error {
 	}
 	for _, name := range names {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: name}}
-		if err := a.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+		if err := t.kube.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting Secret %s/%s: %w", t.Namespace, name, err)
 		}
 	}
@@ -324,7 +335,8 @@ func (a *Operations) subject(ctx context.Context, t *target) (*plan.Subject, *co
 	if err != nil {
 		return nil, nil, err
 	}
-	return &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds}, secret, nil
+	return &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds,
+		Cluster: t.clusterName()}, secret, nil
 }
 
 // values builds the template variables. withSources adds every object the
@@ -348,7 +360,7 @@ func (a *Operations) values(ctx context.Context, t *target, subject *plan.Subjec
 		if ns == "" {
 			ns = t.Namespace
 		}
-		err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: src.Name}, obj)
+		err := t.kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: src.Name}, obj)
 		switch {
 		case err == nil:
 			objects[key] = obj.Object

@@ -54,7 +54,7 @@ func (t *target) readOnlyKeys() map[string]string {
 // registry returns the target's registry and its Secret, creating both on
 // first use. A binding registry inherits the instance's keys when created.
 func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registry, *corev1.Secret, error) {
-	store := registry.Store{Client: a.Client}
+	store := registry.Store{Client: t.kube}
 	key := t.registryKey()
 	// A target that never applied anything has no registry yet: try to
 	// create it straight away, and read it only if that fails.
@@ -66,7 +66,7 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 	}
 	reg := registry.New(key.Kind, t.readOnlyKeys())
 	if t.binding != nil && t.instance != nil {
-		instance := &target{Target: lifecycle.InstanceTarget(t.instance), instance: t.instance, plan: t.plan, service: t.service}
+		instance := &target{Target: lifecycle.InstanceTarget(t.instance), instance: t.instance, plan: t.plan, service: t.service, kube: t.kube, remote: t.remote}
 		inst, _, err := a.registry(ctx, instance)
 		if err != nil {
 			return nil, nil, err

@@ -29,7 +29,7 @@ func (a *Operations) RemoveResources(ctx context.Context, tg lifecycle.Target, o
 // deleteApplied deletes refs, objects the target's templates applied, as
 // the owner that its registry Secret is.
 func (a *Operations) deleteApplied(ctx context.Context, t *target, refs []apply.Ref) error {
-	_, secret, err := registry.Store{Client: a.Client}.Get(ctx, t.registryKey())
+	_, secret, err := registry.Store{Client: t.kube}.Get(ctx, t.registryKey())
 	owner := apply.Owner{Name: t.registryKey().SecretName(), Namespace: t.Namespace}
 	switch {
 	case err == nil:
@@ -37,7 +37,7 @@ func (a *Operations) deleteApplied(ctx context.Context, t *target, refs []apply.
 	case !apierrors.IsNotFound(err):
 		return err
 	}
-	return apply.Delete(ctx, a.Client, owner, refs)
+	return apply.Delete(ctx, t.kube, owner, refs)
 }
 
 // removalOutcome is the outcome of a removal whose plan has no status
@@ -47,7 +47,7 @@ func (a *Operations) removalOutcome(ctx context.Context, t *target) (Outcome, er
 		obj := &unstructured.Unstructured{}
 		obj.SetAPIVersion(ref.APIVersion)
 		obj.SetKind(ref.Kind)
-		err := a.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj)
+		err := t.kube.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj)
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) || err == nil && a.released(t, obj) {
 			continue
 		}

@@ -9,13 +9,17 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/offerings"
+	"github.com/quartermaster/qm/internal/plan"
 )
 
 // target is an instance or binding, loaded with what its templates need.
@@ -30,6 +34,11 @@ type target struct {
 	// renderedPlan is the generation of the plan this run rendered (0:
 	// not known to this worker).
 	renderedPlan int64
+	// kube reaches the cluster the instance is scheduled on: what its
+	// templates apply, its registry and its bindings' credentials live
+	// there. remote says it is not the cluster Quartermaster runs in.
+	kube   client.Client
+	remote bool
 }
 
 func (t *target) object() client.Object {
@@ -100,7 +109,9 @@ func (a *Operations) load(ctx context.Context, tg lifecycle.Target, op lifecycle
 // loadObjects reads the target and its instance, without the offerings:
 // what writing a status needs, even for an instance whose plan is unknown.
 func (a *Operations) loadObjects(ctx context.Context, tg lifecycle.Target, op lifecycle.Operation) (*target, error) {
-	if t := a.recalled(ctx, tg); t != nil {
+	// A provision's copy from before its scheduling step has no cluster
+	// yet: the step wrote one since.
+	if t := a.recalled(ctx, tg); t != nil && !(a.Schedules && t.instance != nil && t.instance.Spec.ClusterID == "") {
 		return t, nil
 	}
 	t := &target{Target: tg}
@@ -125,8 +136,37 @@ func (a *Operations) loadObjects(ctx context.Context, tg lifecycle.Target, op li
 	default:
 		return nil, gone(err, tg)
 	}
+	if err := a.reach(ctx, t); err != nil {
+		return nil, err
+	}
 	a.remember(ctx, t)
 	return t, nil
+}
+
+// clusterName is the name of the SFCluster the target's instance is
+// scheduled on: "1", the cluster Quartermaster runs in, unless scheduled
+// elsewhere.
+func (t *target) clusterName() string {
+	if t.instance == nil || clusters.IsLocal(t.instance.Spec.ClusterID) {
+		return plan.LocalCluster
+	}
+	return t.instance.Spec.ClusterID
+}
+
+// reach finds the client of the cluster the target's instance is
+// scheduled on. An unbind whose instance is gone works in the cluster
+// Quartermaster runs in.
+func (a *Operations) reach(ctx context.Context, t *target) error {
+	t.kube = a.Client
+	if a.Clusters == nil || t.instance == nil || clusters.IsLocal(t.instance.Spec.ClusterID) {
+		return nil
+	}
+	c, err := a.Clusters.Get(ctx, t.Namespace, t.instance.Spec.ClusterID)
+	if err != nil {
+		return fmt.Errorf("reaching the cluster %s of instance %s: %w", t.instance.Spec.ClusterID, t.instance.Name, err)
+	}
+	t.kube, t.remote = c.Client, true
+	return nil
 }
 
 // The objects a workflow run has read or written are kept for the run's
@@ -160,7 +200,7 @@ func runKey(ctx context.Context, tg lifecycle.Target) string {
 // copyObjects copies the target's objects, and only those: the
 // offerings cache serves the plan and service again each time.
 func (t *target) copyObjects() *target {
-	c := &target{Target: t.Target, observed: t.observed, renderedPlan: t.renderedPlan}
+	c := &target{Target: t.Target, observed: t.observed, renderedPlan: t.renderedPlan, kube: t.kube, remote: t.remote}
 	if t.instance != nil {
 		c.instance = t.instance.DeepCopy()
 	}
@@ -194,4 +234,18 @@ func (a *Operations) forget(ctx context.Context, tg lifecycle.Target) {
 	if key := runKey(ctx, tg); key != "" {
 		a.runs.get().Remove(key)
 	}
+}
+
+// ensureNamespace creates the target's namespace in the cluster it is
+// scheduled on, before the provision puts its registry and objects there:
+// a sister cluster has Quartermaster's namespaces only as it needs them.
+func (t *target) ensureNamespace(ctx context.Context, op lifecycle.Operation) error {
+	if !t.remote || op != lifecycle.OpProvision {
+		return nil
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: t.Namespace}}
+	if err := t.kube.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s in cluster %s: %w", t.Namespace, t.clusterName(), err)
+	}
+	return nil
 }

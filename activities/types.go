@@ -20,6 +20,20 @@ type Begun struct {
 	// NoUnbindTemplate is set for an unbind whose plan has no unbind
 	// template: the workflow has nothing to apply.
 	NoUnbindTemplate bool `json:"noUnbindTemplate,omitempty"`
+	// Schedule is set for a provision whose instance has no cluster yet,
+	// under a scheduler that chooses one: the workflow schedules first.
+	Schedule bool `json:"schedule,omitempty"`
+}
+
+// Scheduled is the outcome of a scheduling step.
+type Scheduled struct {
+	// Cluster is the cluster chosen; "" while none qualifies.
+	Cluster string `json:"cluster,omitempty"`
+	// Explanation says why, cluster by cluster.
+	Explanation string `json:"explanation"`
+	// Generation is the instance's generation after the decision was
+	// written into its spec: the generation the provision applies.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // Outcome is the state an operation reached, as written to the status.

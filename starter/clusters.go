@@ -112,6 +112,7 @@ func (r *ClusterRegistry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		sfc.Status.KubernetesVersion = probe.version
 		sfc.Status.Allocatable = probe.allocatable
 		sfc.Status.Requests = probe.requests
+		sfc.Status.ProbedAt = metav1.Now()
 		sfc.Status.CurrentCapacity = probe.allocatable.DeepCopy()
 		maps.Copy(sfc.Status.CurrentCapacity, sfc.Spec.TotalCapacity)
 	}
@@ -122,7 +123,11 @@ func (r *ClusterRegistry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if !equality.Semantic.DeepEqual(base.Status, sfc.Status) {
 		// An update, not a merge patch: a patch leaves out the zero count
 		// of a new SFCluster, and kubectl would show nothing for it.
-		if err := r.Client.Status().Update(ctx, &sfc); err != nil {
+		err := r.Client.Status().Update(ctx, &sfc)
+		if apierrors.IsConflict(err) { // read again from a cache that caught up
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("writing the status of SFCluster %s: %w", sfc.Name, err)
 		}
 	}

@@ -66,7 +66,7 @@ func addNode(t *testing.T, c *testenv.Cluster, name, cpu, memory string) {
 func TestClusterRegistry(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Watcher: true, ClusterProbePeriod: 300 * time.Millisecond})
 	ctx := context.Background()
-	eu1 := testenv.StartSister(t)
+	eu1 := testenv.StartSister(t, 0)
 	addNode(t, eu1.Cluster, "n-1", "4", "8Gi")
 	addNode(t, eu1.Cluster, "n-2", "2", "4Gi")
 	require.NoError(t, eu1.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "default"}}))

@@ -11,10 +11,13 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
+	"k8s.io/client-go/tools/record"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/activities"
+	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/plan"
+	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/workflows"
 	"github.com/quartermaster/qm/workflows/runs"
 )
@@ -33,6 +36,12 @@ type Activities struct {
 	// claims (nil: through Kube, without a cache or Events).
 	HealthChecks *activities.HealthChecks
 	Claims       *activities.Claims
+	// Clusters reaches the registered clusters (nil: only Kube's), and
+	// Scheduler chooses among them ("" or default: the one cluster).
+	Clusters  *clusters.Clients
+	Scheduler scheduling.Scheduler
+	// Events records scheduling decisions on instances (nil: none).
+	Events record.EventRecorder
 }
 
 // New returns a worker for the Quartermaster task queue with every workflow
@@ -41,7 +50,10 @@ func New(c client.Client, a Activities) sdkworker.Worker {
 	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
-	w.RegisterActivity(&activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds})
+	schedules := a.Scheduler != "" && a.Scheduler != scheduling.Default
+	w.RegisterActivity(&activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds,
+		Clusters: a.Clusters, Schedules: schedules})
+	w.RegisterActivity(&activities.Scheduling{Client: a.Kube, Offerings: a.Offerings, Scheduler: a.Scheduler, Bounds: a.Bounds, Events: a.Events})
 	if a.HealthChecks == nil {
 		a.HealthChecks = &activities.HealthChecks{Client: a.Kube}
 	}

@@ -92,6 +92,13 @@ func create(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 		return res, err
 	}
 	s := newSteps(ctx, t, op, begun.MaxPolling)
+	if begun.Schedule {
+		gen, o, ok := schedule(ctx, s, begun)
+		if !ok {
+			return finish(ctx, t, op, begun.Generation, o, nil)
+		}
+		begun.Generation = gen
+	}
 	var refs []osbv1alpha1.Source
 	if err := s.run(ctx, "apply", func(ctx workflow.Context) workflow.Future {
 		return workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op)

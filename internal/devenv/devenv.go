@@ -30,6 +30,7 @@ import (
 	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/controlplane"
 	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/workflows"
@@ -64,6 +65,8 @@ type Options struct {
 	// HealthCheckMinute is how long a health check's minute lasts
 	// (system.Options.HealthCheckMinute).
 	HealthCheckMinute time.Duration
+	// Scheduler chooses the cluster of each new instance (system.Options.Scheduler).
+	Scheduler scheduling.Scheduler
 }
 
 // Run starts everything, prints where to find it, and stops everything when
@@ -138,6 +141,7 @@ func Run(ctx context.Context, o Options) error {
 		Temporal:          tc,
 		TemporalNamespace: o.Namespace,
 		HealthCheckMinute: o.HealthCheckMinute,
+		Scheduler:         o.Scheduler,
 		Worker:            true,
 		Watcher:           &starter.WatcherOptions{TemporalAddress: o.temporalAddress()},
 		API:               &api.Server{Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger},

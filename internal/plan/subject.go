@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -30,6 +31,9 @@ type Subject struct {
 	Fetcher *Fetcher
 	// Bounds limit each render (zero: DefaultBounds).
 	Bounds Bounds
+	// Cluster names the SFCluster the instance is scheduled on ("":
+	// LocalCluster), .cluster in the templates.
+	Cluster string
 }
 
 // Values are the variables of a template (see the package doc). Every value
@@ -43,7 +47,7 @@ func (s *Subject) Values(scheme *runtime.Scheme) (Values, error) {
 		"cluster": map[string]any{
 			"apiVersion": "resource.servicefabrik.io/v1alpha1",
 			"kind":       "SFCluster",
-			"metadata":   map[string]any{"name": LocalCluster},
+			"metadata":   map[string]any{"name": cmp.Or(s.Cluster, LocalCluster)},
 		},
 		"registry": s.Registry.Values(),
 	}

@@ -33,6 +33,14 @@ const (
 // Schedulers are every scheduler, for flags and their help.
 var Schedulers = []Scheduler{Default, RoundRobin, LeastUtilized, LabelSelector, Capacity}
 
+// Parse returns the scheduler named name.
+func Parse(name string) (Scheduler, error) {
+	if !slices.Contains(Schedulers, Scheduler(name)) {
+		return "", fmt.Errorf("no scheduler %q; there are %v", name, Schedulers)
+	}
+	return Scheduler(name), nil
+}
+
 // LocalCluster is the name reserved for the cluster Quartermaster runs in.
 const LocalCluster = "1"
 

@@ -22,8 +22,10 @@ import (
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/offerings"
 	"github.com/quartermaster/qm/internal/plan"
+	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/worker"
@@ -48,6 +50,9 @@ type Options struct {
 	// health checks lasts: time.Minute unless set, shorter in tests and
 	// demos.
 	HealthCheckMinute time.Duration
+	// Scheduler chooses the cluster of each new instance among the
+	// SFClusters ("" or default: the one Kube reaches).
+	Scheduler scheduling.Scheduler
 
 	// Worker runs the Temporal worker.
 	Worker bool
@@ -134,7 +139,9 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 			return err
 		}
 		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
-			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims})
+			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims,
+			Clusters:  &clusters.Clients{Local: s.Kube, LocalConfig: o.Kube, Reader: s.Kube, Scheme: s.Kube.Scheme()},
+			Scheduler: o.Scheduler, Events: checks.Events})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
 		}

@@ -9,20 +9,23 @@ import (
 	"github.com/quartermaster/qm/internal/controlplane"
 )
 
-// Sister is a cluster of its own for one test: a kube-apiserver and etcd,
-// apart from the shared cluster, to register as an SFCluster. It has no
-// controllers and no nodes; a test creates the nodes it wants.
+// Sister is a cluster of its own for one test, apart from the shared
+// cluster, to register as an SFCluster.
 type Sister struct {
 	*Cluster
 	cp *controlplane.ControlPlane
 }
 
-// StartSister starts a sister cluster, stopped when the test ends.
-func StartSister(t testing.TB) *Sister {
+// StartSister starts a sister cluster, stopped when the test ends. With
+// nodes 0 it is a kube-apiserver and etcd alone, with no controllers and
+// no nodes (a test creates the nodes it wants); otherwise it is a cluster
+// as `qm dev` runs one (garbage collector, scheduler) with that many
+// simulated nodes.
+func StartSister(t testing.TB, nodes int) *Sister {
 	t.Helper()
 	requireTool(t, "kube-apiserver")
 	requireTool(t, "etcd")
-	cp, err := controlplane.Start(controlplane.Options{BinDir: BinDir(), Bare: true})
+	cp, err := controlplane.Start(controlplane.Options{BinDir: BinDir(), Bare: nodes == 0, Nodes: nodes})
 	require.NoError(t, err, "starting a sister cluster")
 	t.Cleanup(func() { _ = cp.Stop() })
 	kube, err := crds.NewClient(cp.Config)

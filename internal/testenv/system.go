@@ -28,6 +28,7 @@ import (
 	"github.com/quartermaster/qm/api"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/deploy/samples"
+	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/starter"
 )
@@ -92,6 +93,8 @@ type Parts struct {
 	// Sample installs the samples of `qm dev` first (TenantService,
 	// TenantPlan, KeyValueService, KeyValuePlan).
 	Sample bool
+	// Scheduler is the worker's (default: the one cluster).
+	Scheduler scheduling.Scheduler
 }
 
 // System is Quartermaster running on the shared API server and dev server,
@@ -113,12 +116,13 @@ type System struct {
 	worker, rest *system.System
 	restOptions  system.Options
 	minute       time.Duration
+	scheduler    scheduling.Scheduler
 }
 
 // Start runs the parts of Quartermaster that parts names until the test ends.
 func Start(t testing.TB, parts Parts) *System {
 	t.Helper()
-	s := &System{t: t, Namespace: parts.Namespace, ServiceID: parts.ServiceID, minute: parts.HealthCheckMinute}
+	s := &System{t: t, Namespace: parts.Namespace, ServiceID: parts.ServiceID, minute: parts.HealthCheckMinute, scheduler: parts.Scheduler}
 	if parts.Bare {
 		s.Kube = BareKubernetes(t)
 	} else {
@@ -200,7 +204,7 @@ func (s *System) run(o system.Options) *system.System {
 // `qm worker` has.
 func (s *System) StartWorker() {
 	s.t.Helper()
-	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute})
+	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler})
 }
 
 // RestartWatcher stops the watcher (and the API, if the System has it) and

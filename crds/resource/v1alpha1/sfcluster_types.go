@@ -50,6 +50,10 @@ type SFClusterStatus struct {
 	// Allocatable is the sum of the schedulable nodes' allocatable.
 	// +optional
 	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+	// ProbedAt is when the cluster last answered the probe that wrote
+	// Allocatable and Requests.
+	// +optional
+	ProbedAt metav1.Time `json:"probedAt,omitempty"`
 	// Requests are the requests of the pods running or pending on the
 	// cluster, and their number under "pods".
 	// +optional

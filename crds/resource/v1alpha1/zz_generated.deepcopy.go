@@ -113,6 +113,7 @@ func (in *SFClusterStatus) DeepCopyInto(out *SFClusterStatus) {
 			(*out)[key] = val.DeepCopy()
 		}
 	}
+	in.ProbedAt.DeepCopyInto(&out.ProbedAt)
 	if in.Requests != nil {
 		in, out := &in.Requests, &out.Requests
 		*out = make(v1.ResourceList, len(*in))

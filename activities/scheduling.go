@@ -1,0 +1,375 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/offerings"
+	"github.com/quartermaster/qm/internal/plan"
+	"github.com/quartermaster/qm/internal/registry"
+	"github.com/quartermaster/qm/internal/scheduling"
+)
+
+// Scheduling chooses the cluster of a new instance and writes it into the
+// instance's spec.clusterId, once.
+//
+// Decisions taken at the same time must not overshoot a cluster's limit,
+// and workers run many provisions at once. Each decision is therefore
+// accounted for atomically, in a ledger per namespace (the ConfigMap
+// LedgerName): the decision and what it reserves are written there with
+// the ledger's resourceVersion as a precondition, so that of two decisions
+// made from the same ledger only one is written and the other decides
+// again from the new one. Only then is the instance's spec written; a
+// step retried after a crash finds its reservation and keeps it.
+type Scheduling struct {
+	// Client reads and writes the cluster Quartermaster runs in, uncached.
+	Client    client.Client
+	Offerings Offerings
+	// Scheduler is how clusters are chosen.
+	Scheduler scheduling.Scheduler
+	// Bounds limit the render of a plan's clusterSelector.
+	Bounds plan.Bounds
+	// Events records each decision on its instance (nil: none).
+	Events record.EventRecorder
+}
+
+// LedgerName is the ConfigMap that holds, in each namespace, the
+// scheduler's durable state: the last round-robin choice and what the
+// instances scheduled but not yet provisioned have reserved.
+const LedgerName = "qm-scheduling"
+
+// ledgerKey is the ConfigMap's key that holds the ledger.
+const ledgerKey = "ledger.json"
+
+// ConditionScheduled is the instance's condition that explains where it
+// was scheduled, or why it waits.
+const ConditionScheduled = "Scheduled"
+
+// ledger is the scheduler's state in a namespace.
+type ledger struct {
+	// Last is the cluster the last round-robin decision took.
+	Last string `json:"last,omitempty"`
+	// Reserved holds, by instance name, the decisions whose instances are
+	// not provisioned yet: their demand is not in their cluster's pods.
+	Reserved map[string]reservation `json:"reserved,omitempty"`
+}
+
+type reservation struct {
+	UID     types.UID           `json:"uid"`
+	Cluster string              `json:"cluster"`
+	Demand  corev1.ResourceList `json:"demand,omitempty"`
+	At      metav1.Time         `json:"at"`
+}
+
+// maxLedgerConflicts bounds how often one step decides again because
+// another decision was written first; beyond it the step is retried.
+const maxLedgerConflicts = 50
+
+// Schedule chooses the cluster of the provision of tg (begun at
+// generation) and writes it into the instance; with none qualifying it
+// returns no cluster and why, for the workflow to wait and ask again.
+func (s *Scheduling) Schedule(ctx context.Context, tg lifecycle.Target, generation int64) (Scheduled, error) {
+	var inst osbv1alpha1.SFServiceInstance
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: tg.Namespace, Name: tg.Name}, &inst); err != nil {
+		return Scheduled{}, gone(err, tg)
+	}
+	if inst.Spec.ClusterID != "" { // decided before this step was retried
+		return Scheduled{Cluster: inst.Spec.ClusterID, Explanation: "scheduled on " + inst.Spec.ClusterID, Generation: inst.Generation}, nil
+	}
+	p, err := s.Offerings.Plan(ctx, inst.Spec.PlanID)
+	if err != nil {
+		if errors.Is(err, offerings.ErrNotFound) {
+			return Scheduled{}, planError("unknown plan %q: no SFPlan has this spec.id", inst.Spec.PlanID)
+		}
+		return Scheduled{}, err
+	}
+	req, err := s.request(&inst, p)
+	if err != nil {
+		return Scheduled{}, err
+	}
+	var d scheduling.Decision
+	for conflicts := 0; ; conflicts++ {
+		var written bool
+		if d, written, err = s.decide(ctx, &inst, req); err != nil {
+			return Scheduled{}, err
+		}
+		if written || d.Cluster == "" {
+			break
+		}
+		if conflicts == maxLedgerConflicts {
+			return Scheduled{}, fmt.Errorf("the scheduling ledger of namespace %s kept changing under %d decisions", tg.Namespace, conflicts)
+		}
+	}
+	explanation := d.Explain()
+	if d.Cluster == "" {
+		return Scheduled{Explanation: explanation}, s.explain(ctx, &inst, metav1.ConditionFalse, "NoClusterQualifies", explanation)
+	}
+	gen, err := s.assign(ctx, &inst, d.Cluster, generation)
+	if err != nil {
+		return Scheduled{}, err
+	}
+	if s.Events != nil {
+		s.Events.Event(&inst, corev1.EventTypeNormal, "Scheduled", explanation)
+	}
+	return Scheduled{Cluster: d.Cluster, Explanation: explanation, Generation: gen},
+		s.explain(ctx, &inst, metav1.ConditionTrue, "Scheduled", explanation)
+}
+
+// request is what the scheduler needs of the instance's plan.
+func (s *Scheduling) request(inst *osbv1alpha1.SFServiceInstance, p *osbv1alpha1.SFPlan) (scheduling.Request, error) {
+	demand, err := scheduling.Demand(p.Spec.Context)
+	if err != nil {
+		return scheduling.Request{}, planError("%s", err)
+	}
+	req := scheduling.Request{Scheduler: s.Scheduler, Demand: demand}
+	subject := &plan.Subject{Plan: p, Instance: inst, Bounds: s.Bounds,
+		Registry: registry.New(registry.Instance, map[string]string{registry.KeyNamespace: inst.Namespace})}
+	if subject.Template(osbv1alpha1.ActionClusterSelector) == nil {
+		return req, nil
+	}
+	values := plan.Values{}
+	for key, obj := range map[string]any{"instance": inst, "plan": p} {
+		raw, err := json.Marshal(obj)
+		if err != nil {
+			return req, err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return req, err
+		}
+		values[key] = m
+	}
+	if req.Selector, err = subject.Text(osbv1alpha1.ActionClusterSelector, values); err != nil {
+		return req, classify(err)
+	}
+	return req, nil
+}
+
+// decide makes one decision from the ledger as it is now and writes it
+// there; written is false when another decision was written first.
+func (s *Scheduling) decide(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, req scheduling.Request) (scheduling.Decision, bool, error) {
+	cm, led, err := s.readLedger(ctx, inst.Namespace)
+	if err != nil {
+		return scheduling.Decision{}, false, err
+	}
+	if r, ok := led.Reserved[inst.Name]; ok && r.UID == inst.UID {
+		return scheduling.Decision{Cluster: r.Cluster, Why: "decided before this step was retried"}, true, nil
+	}
+	views, err := s.clusters(ctx, inst.Namespace, led)
+	if err != nil {
+		return scheduling.Decision{}, false, err
+	}
+	req.Last = led.Last
+	d, err := scheduling.Schedule(views, req)
+	if err != nil {
+		return d, false, planError("%s", err)
+	}
+	if d.Cluster == "" {
+		return d, false, nil
+	}
+	if req.Scheduler == scheduling.RoundRobin {
+		led.Last = d.Cluster
+	}
+	led.Reserved[inst.Name] = reservation{UID: inst.UID, Cluster: d.Cluster, Demand: req.Demand, At: metav1.Now()}
+	written, err := s.writeLedger(ctx, cm, led)
+	return d, written, err
+}
+
+// clusters is what the scheduler sees of the namespace's SFClusters: their
+// last probe, plus what the ledger has reserved on each.
+func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger) ([]scheduling.Cluster, error) {
+	var list resourcev1alpha1.SFClusterList
+	if err := s.Client.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing the SFClusters of namespace %s: %w", namespace, err)
+	}
+	var insts osbv1alpha1.SFServiceInstanceList
+	if err := s.Client.List(ctx, &insts, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing the instances of namespace %s: %w", namespace, err)
+	}
+	count := map[string]int{}
+	state := map[string]*osbv1alpha1.SFServiceInstance{}
+	for i := range insts.Items {
+		in := &insts.Items[i]
+		state[in.Name] = in
+		if in.Spec.ClusterID != "" {
+			count[in.Spec.ClusterID]++
+		}
+	}
+	// A reservation ends once its instance is provisioned (its pods count
+	// from the next probe on) or gone.
+	requests := map[string]corev1.ResourceList{}
+	for name, r := range led.Reserved {
+		in, ok := state[name]
+		switch {
+		case !ok || in.UID != r.UID:
+			delete(led.Reserved, name)
+			continue
+		case in.Spec.ClusterID == "":
+			count[r.Cluster]++ // decided, not yet written into the instance
+		}
+		if in.Status.AppliedSpec != nil && !probedSince(list.Items, r.Cluster, in) {
+			delete(led.Reserved, name)
+			continue
+		}
+		if requests[r.Cluster] == nil {
+			requests[r.Cluster] = corev1.ResourceList{}
+		}
+		for res, q := range r.Demand {
+			sum := requests[r.Cluster][res].DeepCopy()
+			sum.Add(q)
+			requests[r.Cluster][res] = sum
+		}
+	}
+	views := make([]scheduling.Cluster, 0, len(list.Items))
+	for _, c := range list.Items {
+		ready := meta.FindStatusCondition(c.Status.Conditions, "Ready")
+		v := scheduling.Cluster{Name: c.Name, Labels: c.Labels, Instances: count[c.Name],
+			Capacity: c.Status.CurrentCapacity, Requests: c.Status.Requests.DeepCopy(), LimitPercentage: ptrOr(c.Spec.SchedulingLimitPercentage)}
+		switch {
+		case c.DeletionTimestamp != nil:
+			v.NotReadyReason = "being deleted"
+		case ready == nil:
+			v.NotReadyReason = "not probed yet"
+		case ready.Status != metav1.ConditionTrue:
+			v.NotReadyReason = ready.Message
+		default:
+			v.Ready = true
+		}
+		if v.Requests == nil {
+			v.Requests = corev1.ResourceList{}
+		}
+		for res, q := range requests[c.Name] {
+			sum := v.Requests[res].DeepCopy()
+			sum.Add(q)
+			v.Requests[res] = sum
+		}
+		views = append(views, v)
+	}
+	return views, nil
+}
+
+// probedSince is false once the cluster was probed after the instance was
+// provisioned, so that its pods are in the cluster's requests. Times are
+// in whole seconds: a probe in the same second may have come before.
+func probedSince(clusters []resourcev1alpha1.SFCluster, name string, in *osbv1alpha1.SFServiceInstance) bool {
+	provisioned := meta.FindStatusCondition(in.Status.Conditions, lifecycle.ConditionReady)
+	for _, c := range clusters {
+		if c.Name == name {
+			return provisioned == nil || !c.Status.ProbedAt.After(provisioned.LastTransitionTime.Add(time.Second))
+		}
+	}
+	return false
+}
+
+func ptrOr(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// readLedger reads the namespace's ledger, an empty one if there is none.
+func (s *Scheduling) readLedger(ctx context.Context, namespace string) (*corev1.ConfigMap, *ledger, error) {
+	cm := &corev1.ConfigMap{}
+	led := &ledger{Reserved: map[string]reservation{}}
+	err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: LedgerName}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LedgerName,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "quartermaster"}}}
+		return cm, led, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("reading the scheduling ledger %s/%s: %w", namespace, LedgerName, err)
+	}
+	if raw := cm.Data[ledgerKey]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), led); err != nil {
+			return nil, nil, fmt.Errorf("the scheduling ledger %s/%s does not parse: %w", namespace, LedgerName, err)
+		}
+	}
+	if led.Reserved == nil {
+		led.Reserved = map[string]reservation{}
+	}
+	return cm, led, nil
+}
+
+// writeLedger writes led if the ledger did not change since cm was read.
+func (s *Scheduling) writeLedger(ctx context.Context, cm *corev1.ConfigMap, led *ledger) (bool, error) {
+	raw, err := json.Marshal(led)
+	if err != nil {
+		return false, err
+	}
+	cm.Data = map[string]string{ledgerKey: string(raw)}
+	if cm.ResourceVersion == "" {
+		err = s.Client.Create(ctx, cm)
+	} else {
+		err = s.Client.Update(ctx, cm) // fails with a conflict if another wrote first
+	}
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("writing the scheduling ledger %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	return true, nil
+}
+
+// assign writes the cluster into the instance's spec. The provision then
+// applies the generation that write made, unless the user changed the
+// spec since the provision began: that change is an update's to apply.
+func (s *Scheduling) assign(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, cluster string, begun int64) (int64, error) {
+	for {
+		base := inst.DeepCopy()
+		inst.Spec.ClusterID = cluster
+		err := s.Client.Patch(ctx, inst, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if err == nil {
+			if base.Generation == begun {
+				return inst.Generation, nil
+			}
+			return begun, nil
+		}
+		if !apierrors.IsConflict(err) {
+			return 0, fmt.Errorf("writing cluster %s into instance %s: %w", cluster, inst.Name, err)
+		}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(inst), inst); err != nil {
+			return 0, err
+		}
+		if inst.Spec.ClusterID != "" {
+			return inst.Generation, nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// explain writes the Scheduled condition, and while none qualifies the
+// explanation as the provision's description, as last_operation shows it.
+func (s *Scheduling) explain(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, status metav1.ConditionStatus, reason, message string) error {
+	base := inst.DeepCopy()
+	changed := meta.SetStatusCondition(&inst.Status.Conditions, metav1.Condition{Type: ConditionScheduled, Status: status,
+		Reason: reason, Message: message, ObservedGeneration: inst.Generation})
+	if status == metav1.ConditionFalse {
+		description := "waiting for a cluster: " + message
+		changed = changed || inst.Status.Description != description || inst.Status.State != osbv1alpha1.StateInProgress
+		inst.Status.State, inst.Status.Description = osbv1alpha1.StateInProgress, description
+	}
+	if !changed {
+		return nil
+	}
+	if err := s.Client.Status().Patch(ctx, inst, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("writing why instance %s is scheduled where it is: %w", inst.Name, err)
+	}
+	return nil
+}
