@@ -6,8 +6,8 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/activities"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
 
 // scheduleAgain is how long a provision that no cluster can take waits
