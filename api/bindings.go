@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/parameters"
 )
@@ -281,8 +282,12 @@ func (s *Server) bindingResponse(ctx context.Context, b *osbv1alpha1.SFServiceBi
 	if name == "" {
 		return resp, nil
 	}
+	kube, err := s.clusterOf(ctx, b)
+	if err != nil {
+		return resp, err
+	}
 	var secret corev1.Secret
-	if err := s.Kube.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, &secret); err != nil {
+	if err := kube.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, &secret); err != nil {
 		return resp, fmt.Errorf("reading Secret %s/%s: %w", b.Namespace, name, err)
 	}
 	jsonKeys := map[string]bool{}
@@ -298,6 +303,26 @@ func (s *Server) bindingResponse(ctx context.Context, b *osbv1alpha1.SFServiceBi
 		}
 	}
 	return resp, nil
+}
+
+// clusterOf reaches the cluster the binding's instance is scheduled on,
+// where its credentials are.
+func (s *Server) clusterOf(ctx context.Context, b *osbv1alpha1.SFServiceBinding) (client.Reader, error) {
+	if s.Clusters == nil {
+		return s.Kube, nil
+	}
+	var inst osbv1alpha1.SFServiceInstance
+	if err := s.Kube.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.InstanceID}, &inst); err != nil {
+		return nil, fmt.Errorf("reading instance %s of binding %s: %w", b.Spec.InstanceID, b.Name, err)
+	}
+	if clusters.IsLocal(inst.Spec.ClusterID) {
+		return s.Kube, nil
+	}
+	c, err := s.Clusters.Get(ctx, b.Namespace, inst.Spec.ClusterID)
+	if err != nil {
+		return nil, err
+	}
+	return c.Client, nil
 }
 
 // sameBinding reports whether a bind request asks for what the binding

@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/parameters"
 )
 
@@ -29,6 +30,9 @@ const (
 type Server struct {
 	// Kube reads and writes the resources the API is backed by.
 	Kube client.Client
+	// Clusters reaches the clusters instances are scheduled on, where their
+	// bindings' credentials are (nil: only Kube's).
+	Clusters *clusters.Clients
 	// Offerings are the registered services and plans.
 	Offerings Offerings
 	// Namespace holds the SFServiceInstances and SFServiceBindings that OSB

@@ -3,6 +3,7 @@ package starter_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ func exists(t *testing.T, c *testenv.Cluster, namespace, name string, obj ctrlcl
 // registry and bindings' credentials are in its cluster only, its status
 // and an event say why it went there, and deprovision removes them there.
 func TestProvisionIntoSisterClusters(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond,
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true, ClusterProbePeriod: 300 * time.Millisecond,
 		Scheduler: scheduling.LeastUtilized})
 	ctx := context.Background()
 	sis := sisters(t, s, 2)
@@ -106,6 +107,11 @@ func TestProvisionIntoSisterClusters(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "bound")
 	assert.True(t, exists(t, home, s.Namespace, "qm-credentials-app-0", &corev1.Secret{}), "the credentials are in the instance's cluster")
 	assert.False(t, exists(t, s.Kube, s.Namespace, "qm-credentials-app-0", &corev1.Secret{}))
+	// The OSB API answers a bind with the credentials from there.
+	s.Expect(http.MethodPut, "/v2/service_instances/db-0/service_bindings/osb-0", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan),
+		http.StatusCreated, `{"credentials": {"user": "u"}}`)
+	s.Expect(http.MethodGet, "/v2/service_instances/db-0/service_bindings/osb-0", "", http.StatusOK, `{"credentials": {"user": "u"}}`)
+	s.Expect(http.MethodDelete, fmt.Sprintf("/v2/service_instances/db-0/service_bindings/osb-0?service_id=%s&plan_id=%s", s.ServiceID, plan), "", http.StatusOK, `{}`)
 	require.NoError(t, s.Kube.Client.Delete(ctx, b))
 	s.WaitGone(b)
 	assert.False(t, exists(t, home, s.Namespace, "qm-credentials-app-0", &corev1.Secret{}), "unbind removed the credentials")

@@ -140,7 +140,7 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 		}
 		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
 			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims,
-			Clusters:  &clusters.Clients{Local: s.Kube, LocalConfig: o.Kube, Reader: s.Kube, Scheme: s.Kube.Scheme()},
+			Clusters:  s.clusters(o.Kube),
 			Scheduler: o.Scheduler, Events: checks.Events})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
@@ -166,6 +166,7 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 			return err
 		}
 		o.API.Kube, o.API.Offerings, o.API.Cache = s.Kube, s.Offerings, polls
+		o.API.Clusters = s.clusters(o.Kube)
 		if o.API.Temporal == nil {
 			o.API.Temporal = o.Temporal
 		}
@@ -221,4 +222,10 @@ func (s *System) Wait() error {
 func (s *System) Stop() error {
 	s.cancel()
 	return s.Wait()
+}
+
+// clusters reaches the clusters registered as SFClusters, and the one cfg
+// reaches as cluster "1".
+func (s *System) clusters(cfg *rest.Config) *clusters.Clients {
+	return &clusters.Clients{Local: s.Kube, LocalConfig: cfg, Reader: s.Kube, Scheme: s.Kube.Scheme()}
 }
