@@ -173,6 +173,10 @@ func (s *Server) patchInstance(w http.ResponseWriter, r *http.Request) {
 			s.refuse(w, e)
 			return
 		}
+		if !changed && instanceBusy(inst) != "" { // the update under way, asked again
+			s.answerInstance(w, r, inst, plan, false)
+			return
+		}
 		if !changed {
 			writeJSON(w, http.StatusOK, struct{}{})
 			return
@@ -201,7 +205,11 @@ func (s *Server) checkUpdate(ctx context.Context, r *http.Request, inst *osbv1al
 	if req.ServiceID != inst.Spec.ServiceID {
 		return nil, false, badRequest("service_id %q is not the service of instance %q (%q)", req.ServiceID, id, inst.Spec.ServiceID)
 	}
-	if busy := instanceBusy(inst); busy != "" {
+	// An update under way may be this request again (a platform retrying
+	// after a lost reply): that is checked below, once the spec it asks
+	// for is known. Anything else under way refuses it.
+	busy := instanceBusy(inst)
+	if busy != "" && (inst.DeletionTimestamp != nil || inst.Status.AppliedSpec == nil) {
 		return nil, false, concurrencyError("instance %q is busy: %s", id, busy)
 	}
 	if inst.Status.AppliedSpec == nil {
@@ -242,6 +250,9 @@ func (s *Server) checkUpdate(ctx context.Context, r *http.Request, inst *osbv1al
 	}
 	if sameInstance(*spec, inst.Spec) {
 		return plan, false, nil
+	}
+	if busy != "" {
+		return nil, false, concurrencyError("instance %q is busy: %s", id, busy)
 	}
 	spec.PreviousValues = toJSON(req.PreviousValues)
 	inst.Spec = *spec

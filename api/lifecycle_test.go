@@ -128,6 +128,11 @@ func TestOSBLifecycle(t *testing.T) {
 		`{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: waiting for the update gate"}`)
 	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "parameters": {"size": "large"}}`, s.ServiceID),
 		http.StatusUnprocessableEntity, `{"error": "ConcurrencyError", "description": "instance \"db-1\" is busy: waiting for the update gate"}`)
+	// The same update again, as a platform retries after a lost reply, is
+	// that update: 202 with its operation.
+	s.Expect(http.MethodPatch, inst+"?accepts_incomplete=true",
+		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "maintenance_info": {"version": "2.1.0"}, "previous_values": {"plan_id": %q}}`, s.ServiceID, large, small),
+		http.StatusAccepted, `{"operation": "update-2", "dashboard_url": "https://dashboard.example/db-1"}`)
 	s.OpenGate("db-1", "update-gate")
 	assert.Equal(t, map[string]any{"state": "succeeded", "description": "now large"},
 		s.PollLastOperation(inst+"/last_operation?operation=update-2"))
