@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -86,6 +88,10 @@ func (s *Scheduling) Schedule(ctx context.Context, tg lifecycle.Target, generati
 	var inst osbv1alpha1.SFServiceInstance
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: tg.Namespace, Name: tg.Name}, &inst); err != nil {
 		return Scheduled{}, gone(err, tg)
+	}
+	if inst.DeletionTimestamp != nil { // deleted while it waited: the deprovision takes over
+		return Scheduled{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("instance %s/%s was deleted before it was scheduled", tg.Namespace, tg.Name), ErrGone, errGone)
 	}
 	if inst.Spec.ClusterID != "" { // decided before this step was retried
 		return Scheduled{Cluster: inst.Spec.ClusterID, Explanation: "scheduled on " + inst.Spec.ClusterID, Generation: inst.Generation}, nil
@@ -237,8 +243,14 @@ func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger
 	views := make([]scheduling.Cluster, 0, len(list.Items))
 	for _, c := range list.Items {
 		ready := meta.FindStatusCondition(c.Status.Conditions, "Ready")
+		// The spec's totalCapacity as it is now, over the nodes as probed.
+		capacity := c.Status.Allocatable.DeepCopy()
+		if capacity == nil {
+			capacity = corev1.ResourceList{}
+		}
+		maps.Copy(capacity, c.Spec.TotalCapacity)
 		v := scheduling.Cluster{Name: c.Name, Labels: c.Labels, Instances: count[c.Name],
-			Capacity: c.Status.CurrentCapacity, Requests: c.Status.Requests.DeepCopy(), LimitPercentage: ptrOr(c.Spec.SchedulingLimitPercentage)}
+			Capacity: capacity, Requests: c.Status.Requests.DeepCopy(), LimitPercentage: ptrOr(c.Spec.SchedulingLimitPercentage)}
 		switch {
 		case c.DeletionTimestamp != nil:
 			v.NotReadyReason = "being deleted"
@@ -262,14 +274,19 @@ func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger
 	return views, nil
 }
 
-// probedSince is false once the cluster was probed after the instance was
-// provisioned, so that its pods are in the cluster's requests. Times are
-// in whole seconds: a probe in the same second may have come before.
+// reservationGrace is how long after an instance was provisioned its
+// cluster must have been probed for the probe to count its pods: the
+// controllers of that cluster make the pods of what was applied a little
+// later.
+const reservationGrace = 10 * time.Second
+
+// probedSince is false once the cluster was probed long enough after the
+// instance was provisioned that its pods are in the cluster's requests.
 func probedSince(clusters []resourcev1alpha1.SFCluster, name string, in *osbv1alpha1.SFServiceInstance) bool {
 	provisioned := meta.FindStatusCondition(in.Status.Conditions, lifecycle.ConditionReady)
 	for _, c := range clusters {
 		if c.Name == name {
-			return provisioned == nil || !c.Status.ProbedAt.After(provisioned.LastTransitionTime.Add(time.Second))
+			return provisioned == nil || !c.Status.ProbedAt.After(provisioned.LastTransitionTime.Add(reservationGrace))
 		}
 	}
 	return false
