@@ -147,7 +147,7 @@ FUZZ_TIME_TEMPLATES ?= 5000x
 
 .PHONY: record-histories
 record-histories: tools ## Record the history of every workflow path again, for the replay test (workflows/testdata).
-	QM_BIN_DIR=$(BIN) go test -count=1 -run '^(TestHistories|TestWorkerRestartMidProvision|TestDeprovisionUnbindsFirst|TestRunsEndAsTheirOperations|TestRetriesShow|TestHealthChecksTCPAndHTTP|TestHealthChecksLoopContinuesAsNew|TestClaimUseCases|TestUsageInjectsIntoADeployment|TestMassUpdateOfAPlanChange|TestMassUpdateFailureBudget)$$' ./starter -record
+	QM_BIN_DIR=$(BIN) go test -count=1 -run '^(TestProvisionIntoSisterClusters|TestCapacitySchedulingNeverOvershoots|TestHistories|TestWorkerRestartMidProvision|TestDeprovisionUnbindsFirst|TestRunsEndAsTheirOperations|TestRetriesShow|TestHealthChecksTCPAndHTTP|TestHealthChecksLoopContinuesAsNew|TestClaimUseCases|TestUsageInjectsIntoADeployment|TestMassUpdateOfAPlanChange|TestMassUpdateFailureBudget)$$' ./starter -record
 	QM_BIN_DIR=$(BIN) go test -count=1 -run '^TestReplayRecordedHistories$$' ./workflows
 
 # The long chaos run (the short one is part of `make test`): a seed picked

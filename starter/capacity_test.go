@@ -18,8 +18,10 @@ import (
 	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // limitCluster gives an SFCluster an autoscaler's maximum of 10 CPUs and a
@@ -125,4 +127,24 @@ func TestCapacitySchedulingNeverOvershoots(t *testing.T) {
 	register(t, s, "eu-3", eu3.Kubeconfig, nil)
 	limitCluster(t, s, "eu-3")
 	assert.Equal(t, map[string]int{"eu-1": 5, "eu-2": 5, "eu-3": 5}, settled(15, 30))
+	// One that waited and was then scheduled, for the replay test.
+	require.NoError(t, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+	var waited lifecycle.Target
+	for i := range list.Items {
+		if list.Items[i].Spec.ClusterID == "eu-3" {
+			waited = lifecycle.InstanceTarget(&list.Items[i])
+		}
+	}
+	require.NotEmpty(t, waited.Name)
+	recorded(t, s.History(runs.WorkflowID(waited), s.ClosedRun(runs.WorkflowID(waited), runs.WorkflowType(lifecycle.OpProvision))), "provision-waited-for-cluster")
+
+	// Those still waiting can be deleted: their provisions end, and the
+	// instances go.
+	_, waiting := placement(t, s)
+	for name := range waiting {
+		require.NoError(t, s.Kube.Client.Delete(ctx, &osbv1alpha1.SFServiceInstance{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name}}))
+	}
+	for name := range waiting {
+		s.WaitGone(&osbv1alpha1.SFServiceInstance{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name}})
+	}
 }

@@ -17,8 +17,10 @@ import (
 	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // sisters starts n sister clusters, registers them as eu-1, eu-2, … and
@@ -90,6 +92,9 @@ func TestProvisionIntoSisterClusters(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"eu-1": n / 2, "eu-2": n / 2}, count, "least-utilized spreads them evenly")
 
+	recorded(t, s.History(runs.WorkflowID(lifecycle.InstanceTarget(inst0(t, s))), s.ClosedRun(runs.WorkflowID(lifecycle.InstanceTarget(inst0(t, s))),
+		runs.WorkflowType(lifecycle.OpProvision))), "provision-scheduled")
+
 	// The decision is an event on the instance.
 	var events corev1.EventList
 	require.Eventually(t, func() bool {
@@ -119,4 +124,12 @@ func TestProvisionIntoSisterClusters(t *testing.T) {
 	s.WaitGone(inst)
 	assert.False(t, exists(t, home, s.Namespace, "db-0-db", &corev1.ConfigMap{}), "deprovision removed the objects there")
 	assert.False(t, exists(t, home, s.Namespace, "qm-instance-db-0", &corev1.Secret{}), "and the registry")
+}
+
+// inst0 is the instance db-0.
+func inst0(t *testing.T, s *testenv.System) *osbv1alpha1.SFServiceInstance {
+	t.Helper()
+	inst, err := s.GetInstance("db-0")
+	require.NoError(t, err)
+	return inst
 }

@@ -22,7 +22,8 @@ import (
 // record-histories` records them again on the real dev server (starter's
 // TestHistories, TestWorkerRestartMidProvision, TestDeprovisionUnbindsFirst,
 // TestRunsEndAsTheirOperations, TestRetriesShow, TestHealthChecksTCPAndHTTP,
-// TestHealthChecksLoopContinuesAsNew and TestClaimUseCases). A new workflow, or a new path of one,
+// TestHealthChecksLoopContinuesAsNew, TestClaimUseCases,
+// TestProvisionIntoSisterClusters and TestCapacitySchedulingNeverOvershoots). A new workflow, or a new path of one,
 // adds its histories here.
 var histories = []string{
 	"provision",         // applied, and the status template says succeeded at once
@@ -44,6 +45,8 @@ var histories = []string{
 	"binding-usage",                // a usage injected, its workload gone and back, its Secret rotated, then deleted and removed
 	"mass-update",                  // a mass update of 20 instances, completed
 	"mass-update-steered",          // a mass update paused by its failure budget, resumed, paused again, cancelled
+	"provision-scheduled",          // scheduled on a sister cluster first, then applied there
+	"provision-waited-for-cluster", // waited while no cluster had room, then scheduled on a new one
 }
 
 // frozen are histories recorded by earlier code, kept as they are (never
