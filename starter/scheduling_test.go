@@ -25,20 +25,13 @@ import (
 
 // sisters starts n sister clusters, registers them as eu-1, eu-2, … and
 // waits until the watcher finds them ready.
-func sisters(t *testing.T, s *testenv.System, n int, labels ...map[string]string) map[string]*testenv.Sister {
+func sisters(t *testing.T, s *testenv.System, n int) map[string]*testenv.Sister {
 	t.Helper()
 	out := map[string]*testenv.Sister{}
 	for i := range n {
 		name := fmt.Sprintf("eu-%d", i+1)
 		out[name] = testenv.StartSister(t, 1)
 		register(t, s, name, out[name].Kubeconfig, nil)
-		if i < len(labels) {
-			sfc := &resourcev1alpha1.SFCluster{}
-			require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, sfc))
-			base := sfc.DeepCopy()
-			sfc.Labels = labels[i]
-			require.NoError(t, s.Kube.Client.Patch(context.Background(), sfc, ctrlclient.MergeFrom(base)))
-		}
 	}
 	for name := range out {
 		waitCluster(t, s, name, "ready", func(c *resourcev1alpha1.SFCluster) bool {
