@@ -117,11 +117,11 @@ func (c *Clients) ForSFCluster(ctx context.Context, sfc *resourcev1alpha1.SFClus
 		cfg.Timeout = DefaultTimeout
 	}
 	cfg.QPS, cfg.Burst = -1, 0 // the worker's own rate, as for the local cluster
-	cl, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: c.Scheme})
 	if err != nil {
 		return Cluster{}, fmt.Errorf("building a client of cluster %s: %w", sfc.Name, err)
 	}
-	r = remote{secret: secret.UID, rv: secret.ResourceVersion, Cluster: Cluster{Name: sfc.Name, Client: cl, Config: cfg}}
+	r = remote{secret: secret.UID, rv: secret.ResourceVersion, Cluster: Cluster{Name: sfc.Name, Client: named(cl, sfc.Name), Config: cfg}}
 	c.mu.Lock()
 	if c.remote == nil {
 		c.remote = map[types.NamespacedName]remote{}

@@ -1,9 +1,12 @@
 package testenv
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/internal/controlplane"
@@ -37,5 +40,17 @@ func StartSister(t testing.TB, nodes int) *Sister {
 // cluster looks like.
 func (s *Sister) Stop(t testing.TB) {
 	t.Helper()
-	require.NoError(t, s.cp.Stop())
+	// An API server started again by Restart may not stop on SIGTERM in
+	// time and be killed: either way it is gone, which is what counts.
+	_ = s.cp.Stop()
+	require.Eventually(t, func() bool {
+		return s.Client.List(context.Background(), &corev1.NamespaceList{}) != nil
+	}, 30*time.Second, 100*time.Millisecond, "the sister's API server stopped")
+}
+
+// Restart stops the sister's API server for down, and starts it again on
+// the same data: a cluster that goes away for a while.
+func (s *Sister) Restart(t testing.TB, down time.Duration) {
+	t.Helper()
+	require.NoError(t, s.cp.RestartAPIServer(down))
 }

@@ -1,0 +1,56 @@
+package starter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// TestSisterClusterGoesAway: an instance whose cluster goes away for a
+// while succeeds once it is back; one whose cluster stays away fails at
+// the plan's deadline saying why; an instance on another cluster is not
+// slowed meanwhile.
+func TestSisterClusterGoesAway(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond})
+	ctx := context.Background()
+	sis := sisters(t, s, 2)
+	eu1, eu2 := sis["eu-1"], sis["eu-2"]
+	plan := s.Plan("gated", "  maximum_polling_duration: 45\n", testenv.Templates("gated"))
+	on := func(name, cluster string) {
+		require.NoError(t, s.Kube.Client.Create(ctx, &osbv1alpha1.SFServiceInstance{
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name},
+			Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: name, ServiceID: s.ServiceID, PlanID: plan, ClusterID: cluster}}))
+		s.WaitInstance(name, "waiting for its gate", func(i *osbv1alpha1.SFServiceInstance) bool { return i.Status.Description == "waiting for the gate" })
+	}
+	openGate := func(sister *testenv.Sister, name string) {
+		require.NoError(t, sister.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name + "-gate"}}))
+	}
+	on("back", "eu-1")
+	on("lost", "eu-1")
+
+	// eu-1 goes away for a while; meanwhile an instance on eu-2 succeeds.
+	restarted := make(chan struct{})
+	go func() { defer close(restarted); eu1.Restart(t, 8*time.Second) }()
+	start := time.Now()
+	on("elsewhere", "eu-2")
+	openGate(eu2, "elsewhere")
+	s.WaitInstance("elsewhere", "provisioned", testenv.Succeeded(1))
+	assert.Less(t, time.Since(start), 8*time.Second, "an instance on another cluster is not slowed")
+	<-restarted
+	openGate(eu1, "back")
+	s.WaitInstance("back", "provisioned once its cluster is back", testenv.Succeeded(1))
+
+	// eu-1 goes away for good: the instance still waiting fails at its
+	// deadline, with the reason.
+	eu1.Stop(t)
+	lost := s.WaitInstance("lost", "failed", func(i *osbv1alpha1.SFServiceInstance) bool { return i.Status.State == osbv1alpha1.StateFailed })
+	assert.Regexp(t, `^provision failed: check the status kept failing until the plan's maximum_polling_duration ran out \(\d+ attempts\): cluster eu-1: .*connection refused`, lost.Status.Description)
+}
