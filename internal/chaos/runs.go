@@ -38,12 +38,10 @@ func ExactlyOnce(runs []Run, want Expected) []string {
 	var problems []string
 	count := map[string]int{}
 	var applied []int64 // the generations the create and update runs applied
-	idleRemovals := 0
+	idle := map[string]int{} // runs that ended finding nothing to do
 	for _, r := range runs {
 		if r.Generation == 0 {
-			if r.Operation == removal[want.Creates] {
-				idleRemovals++
-			}
+			idle[r.Operation]++
 			continue
 		}
 		count[r.Operation]++
@@ -56,14 +54,16 @@ func ExactlyOnce(runs []Run, want Expected) []string {
 			problems = append(problems, fmt.Sprintf("%d completed %s runs, want %d", count[op], op, n))
 		}
 	}
+	// A run whose task did the work but whose completion was lost (its
+	// worker killed) is replayed; the replay finds the work done (or the
+	// resource gone) and ends with generation 0. It did the work once.
+	for _, op := range []string{want.Creates, removal[want.Creates]} {
+		if count[op] == 0 && idle[op] > 0 {
+			count[op] = 1
+		}
+	}
 	expect(want.Creates, 1)
 	if want.Removed {
-		// A removal whose task completed but whose completion was lost
-		// (its worker killed) is replayed; the replay finds the resource
-		// gone and ends with generation 0. It removed the resource once.
-		if count[removal[want.Creates]] == 0 && idleRemovals > 0 {
-			count[removal[want.Creates]] = 1
-		}
 		expect(removal[want.Creates], 1)
 	} else {
 		expect(removal[want.Creates], 0)

@@ -21,6 +21,7 @@ func TestExactlyOnce(t *testing.T) {
 		{"a run that found its resource gone does not count",
 			[]chaos.Run{{"provision", 1}, {"update", 2}, {"deprovision", 2}, {"provision", 0}}, updated, nil},
 		{"a removal replayed after its lost completion", []chaos.Run{{"bind", 1}, {"unbind", 0}}, chaos.Expected{Creates: "bind", Removed: true}, nil},
+		{"a create replayed after its lost completion, the update applied by it", []chaos.Run{{"deprovision", 3}, {"update", 2}, {"provision", 0}}, updated, nil},
 		{"a binding bound and kept", []chaos.Run{{"bind", 1}}, chaos.Expected{Creates: "bind"}, nil},
 		{"two deprovisions", []chaos.Run{{"provision", 1}, {"update", 2}, {"deprovision", 2}, {"deprovision", 2}}, updated,
 			[]string{"2 completed deprovision runs, want 1"}},
