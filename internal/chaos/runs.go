@@ -37,7 +37,7 @@ var removal = map[string]string{"provision": "deprovision", "bind": "unbind"}
 func ExactlyOnce(runs []Run, want Expected) []string {
 	var problems []string
 	count := map[string]int{}
-	var applied []int64 // the generations the create and update runs applied
+	var applied []int64      // the generations the create and update runs applied
 	idle := map[string]int{} // runs that ended finding nothing to do
 	for _, r := range runs {
 		if r.Generation == 0 {
