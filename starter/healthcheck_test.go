@@ -70,6 +70,19 @@ func waitService(t *testing.T, s *testenv.System, name string, state primazav1al
 	return &svc
 }
 
+// waitChecked waits until the RegisteredService named name is in state
+// after a check: a new service is Unknown before its first check too.
+func waitChecked(t *testing.T, s *testenv.System, name string, state primazav1alpha1.ServiceState, within time.Duration) *primazav1alpha1.RegisteredService {
+	t.Helper()
+	var svc primazav1alpha1.RegisteredService
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &svc))
+		assert.Equal(c, state, svc.Status.State)
+		assert.NotNil(c, svc.Status.HealthCheck, "checked at least once")
+	}, within, 50*time.Millisecond, "RegisteredService %s becomes %s after a check", name, state)
+	return &svc
+}
+
 // switchable is a TCP listener on a fixed port that can be closed and
 // opened again.
 type switchable struct {
@@ -225,11 +238,11 @@ func TestHealthChecksInContainers(t *testing.T) {
 	assert.Equal(t, "the check's container exited 0", passes.Status.HealthCheck.Message)
 	fails := waitService(t, s, "fails", primazav1alpha1.ServiceUnreachable, time.Minute)
 	assert.Equal(t, "the check's container exited 1: the simulated check failed", fails.Status.HealthCheck.Message)
-	unpullable := waitService(t, s, "unpullable", primazav1alpha1.ServiceUnknown, time.Minute)
+	unpullable := waitChecked(t, s, "unpullable", primazav1alpha1.ServiceUnknown, time.Minute)
 	require.NotNil(t, unpullable.Status.HealthCheck, "Unknown after a check, not before the first")
 	assert.Contains(t, unpullable.Status.HealthCheck.Message, "the check could not start: ErrImagePull")
 
-	hangs := waitService(t, s, "hangs", primazav1alpha1.ServiceUnknown, time.Minute)
+	hangs := waitChecked(t, s, "hangs", primazav1alpha1.ServiceUnknown, time.Minute)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKeyFromObject(hangs), hangs))
 		require.NotNil(c, hangs.Status.HealthCheck)
