@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -234,11 +235,7 @@ func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger
 		if requests[r.Cluster] == nil {
 			requests[r.Cluster] = corev1.ResourceList{}
 		}
-		for res, q := range r.Demand {
-			sum := requests[r.Cluster][res].DeepCopy()
-			sum.Add(q)
-			requests[r.Cluster][res] = sum
-		}
+		scheduling.Add(requests[r.Cluster], r.Demand)
 	}
 	views := make([]scheduling.Cluster, 0, len(list.Items))
 	for _, c := range list.Items {
@@ -250,7 +247,7 @@ func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger
 		}
 		maps.Copy(capacity, c.Spec.TotalCapacity)
 		v := scheduling.Cluster{Name: c.Name, Labels: c.Labels, Instances: count[c.Name],
-			Capacity: capacity, Requests: c.Status.Requests.DeepCopy(), LimitPercentage: ptrOr(c.Spec.SchedulingLimitPercentage)}
+			Capacity: capacity, Requests: c.Status.Requests.DeepCopy(), LimitPercentage: ptr.Deref(c.Spec.SchedulingLimitPercentage, 0)}
 		switch {
 		case c.DeletionTimestamp != nil:
 			v.NotReadyReason = "being deleted"
@@ -264,11 +261,7 @@ func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger
 		if v.Requests == nil {
 			v.Requests = corev1.ResourceList{}
 		}
-		for res, q := range requests[c.Name] {
-			sum := v.Requests[res].DeepCopy()
-			sum.Add(q)
-			v.Requests[res] = sum
-		}
+		scheduling.Add(v.Requests, requests[c.Name])
 		views = append(views, v)
 	}
 	return views, nil
@@ -290,13 +283,6 @@ func probedSince(clusters []resourcev1alpha1.SFCluster, name string, in *osbv1al
 		}
 	}
 	return false
-}
-
-func ptrOr(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
 
 // readLedger reads the namespace's ledger, an empty one if there is none.

@@ -16,7 +16,7 @@ func Allocatable(nodes []corev1.Node) corev1.ResourceList {
 	sum := corev1.ResourceList{}
 	for _, n := range nodes {
 		if !n.Spec.Unschedulable {
-			add(sum, n.Status.Allocatable)
+			Add(sum, n.Status.Allocatable)
 		}
 	}
 	return sum
@@ -32,7 +32,7 @@ func PodRequests(pods []corev1.Pod) corev1.ResourceList {
 		if p := pods[i].Status.Phase; p == corev1.PodSucceeded || p == corev1.PodFailed {
 			continue
 		}
-		add(sum, resourcehelper.PodRequests(&pods[i], resourcehelper.PodResourcesOptions{}))
+		Add(sum, resourcehelper.PodRequests(&pods[i], resourcehelper.PodResourcesOptions{}))
 		n++
 	}
 	sum[corev1.ResourcePods] = *resource.NewQuantity(n, resource.DecimalSI)
@@ -62,7 +62,8 @@ func Demand(planContext *apiextensionsv1.JSON) (corev1.ResourceList, error) {
 	return demand, nil
 }
 
-func add(sum, more corev1.ResourceList) {
+// Add adds more to sum, resource by resource.
+func Add(sum, more corev1.ResourceList) {
 	for name, q := range more {
 		total := sum[name].DeepCopy()
 		total.Add(q)
