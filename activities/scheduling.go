@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -13,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,7 +40,13 @@ import (
 // step retried after a crash finds its reservation and keeps it.
 type Scheduling struct {
 	// Client reads and writes the cluster Quartermaster runs in, uncached.
-	Client    client.Client
+	Client client.Client
+	// Instances reads the SFServiceInstances from an informer, so that a
+	// decision counts each cluster's instances without listing them all
+	// from the API server (nil: through Client). It may lag behind Client:
+	// a reservation whose instance it does not show is read again through
+	// Client before it is let go.
+	Instances client.Reader
 	Offerings Offerings
 	// Scheduler is how clusters are chosen.
 	Scheduler scheduling.Scheduler
@@ -48,38 +54,17 @@ type Scheduling struct {
 	Bounds plan.Bounds
 	// Events records each decision on its instance (nil: none).
 	Events record.EventRecorder
+
+	turns sync.Map // namespace: *turn
 }
-
-// LedgerName is the ConfigMap that holds, in each namespace, the
-// scheduler's durable state: the last round-robin choice and what the
-// instances scheduled but not yet provisioned have reserved.
-const LedgerName = "qm-scheduling"
-
-// ledgerKey is the ConfigMap's key that holds the ledger.
-const ledgerKey = "ledger.json"
 
 // ConditionScheduled is the instance's condition that explains where it
 // was scheduled, or why it waits.
 const ConditionScheduled = "Scheduled"
 
-// ledger is the scheduler's state in a namespace.
-type ledger struct {
-	// Last is the cluster the last round-robin decision took.
-	Last string `json:"last,omitempty"`
-	// Reserved holds, by instance name, the decisions whose instances are
-	// not provisioned yet: their demand is not in their cluster's pods.
-	Reserved map[string]reservation `json:"reserved,omitempty"`
-}
-
-type reservation struct {
-	UID     types.UID           `json:"uid"`
-	Cluster string              `json:"cluster"`
-	Demand  corev1.ResourceList `json:"demand,omitempty"`
-	At      metav1.Time         `json:"at"`
-}
-
 // maxLedgerConflicts bounds how often one step decides again because
-// another decision was written first; beyond it the step is retried.
+// another decision was written first, or writes the instance again because
+// another write changed it; beyond it the step is retried.
 const maxLedgerConflicts = 50
 
 // Schedule chooses the cluster of the provision of tg (begun at
@@ -108,18 +93,9 @@ func (s *Scheduling) Schedule(ctx context.Context, tg lifecycle.Target, generati
 	if err != nil {
 		return Scheduled{}, err
 	}
-	var d scheduling.Decision
-	for conflicts := 0; ; conflicts++ {
-		var written bool
-		if d, written, err = s.decide(ctx, &inst, req); err != nil {
-			return Scheduled{}, err
-		}
-		if written || d.Cluster == "" {
-			break
-		}
-		if conflicts == maxLedgerConflicts {
-			return Scheduled{}, fmt.Errorf("the scheduling ledger of namespace %s kept changing under %d decisions", tg.Namespace, conflicts)
-		}
+	d, err := s.decideInTurn(ctx, &inst, req)
+	if err != nil {
+		return Scheduled{}, err
 	}
 	explanation := d.Explain()
 	if d.Cluster == "" {
@@ -166,36 +142,6 @@ func (s *Scheduling) request(inst *osbv1alpha1.SFServiceInstance, p *osbv1alpha1
 	return req, nil
 }
 
-// decide makes one decision from the ledger as it is now and writes it
-// there; written is false when another decision was written first.
-func (s *Scheduling) decide(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, req scheduling.Request) (scheduling.Decision, bool, error) {
-	cm, led, err := s.readLedger(ctx, inst.Namespace)
-	if err != nil {
-		return scheduling.Decision{}, false, err
-	}
-	if r, ok := led.Reserved[inst.Name]; ok && r.UID == inst.UID {
-		return scheduling.Decision{Cluster: r.Cluster, Why: "decided before this step was retried"}, true, nil
-	}
-	views, err := s.clusters(ctx, inst.Namespace, led)
-	if err != nil {
-		return scheduling.Decision{}, false, err
-	}
-	req.Last = led.Last
-	d, err := scheduling.Schedule(views, req)
-	if err != nil {
-		return d, false, planError("%s", err)
-	}
-	if d.Cluster == "" {
-		return d, false, nil
-	}
-	if req.Scheduler == scheduling.RoundRobin {
-		led.Last = d.Cluster
-	}
-	led.Reserved[inst.Name] = reservation{UID: inst.UID, Cluster: d.Cluster, Demand: req.Demand, At: metav1.Now()}
-	written, err := s.writeLedger(ctx, cm, led)
-	return d, written, err
-}
-
 // clusters is what the scheduler sees of the namespace's SFClusters: their
 // last probe, plus what the ledger has reserved on each.
 func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger) ([]scheduling.Cluster, error) {
@@ -204,7 +150,8 @@ func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger
 		return nil, fmt.Errorf("listing the SFClusters of namespace %s: %w", namespace, err)
 	}
 	var insts osbv1alpha1.SFServiceInstanceList
-	if err := s.Client.List(ctx, &insts, client.InNamespace(namespace)); err != nil {
+	// Read-only below: the informer's objects themselves, not copies.
+	if err := s.instances().List(ctx, &insts, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the instances of namespace %s: %w", namespace, err)
 	}
 	count := map[string]int{}
@@ -220,13 +167,19 @@ func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger
 	// from the next probe on) or gone.
 	requests := map[string]corev1.ResourceList{}
 	for name, r := range led.Reserved {
-		in, ok := state[name]
+		in, err := s.reserved(ctx, namespace, name, r, state[name])
+		if err != nil {
+			return nil, err
+		}
 		switch {
-		case !ok || in.UID != r.UID:
+		case in == nil:
 			delete(led.Reserved, name)
 			continue
 		case in.Spec.ClusterID == "":
 			count[r.Cluster]++ // decided, not yet written into the instance
+		case len(r.Demand) == 0:
+			delete(led.Reserved, name) // counted by its spec; nothing to wait a probe for
+			continue
 		}
 		if in.Status.AppliedSpec != nil && !probedSince(list.Items, r.Cluster, in) {
 			delete(led.Reserved, name)
@@ -267,6 +220,38 @@ func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger
 	return views, nil
 }
 
+// instances is where the instances are counted from.
+func (s *Scheduling) instances() client.Reader {
+	if s.Instances != nil {
+		return s.Instances
+	}
+	return s.Client
+}
+
+// reserved is the instance a reservation was made for, or nil once it is
+// gone. cached is what the informer shows of it, if anything: an instance
+// created a moment ago may not be there yet, and is read from the API
+// server before its reservation is let go.
+func (s *Scheduling) reserved(ctx context.Context, namespace, name string, r reservation, cached *osbv1alpha1.SFServiceInstance) (*osbv1alpha1.SFServiceInstance, error) {
+	if cached != nil && cached.UID == r.UID {
+		return cached, nil
+	}
+	if s.Instances == nil {
+		return nil, nil // the list came from the API server itself
+	}
+	in := &osbv1alpha1.SFServiceInstance{}
+	err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, in)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading instance %s/%s, which holds a reservation: %w", namespace, name, err)
+	case in.UID != r.UID:
+		return nil, nil
+	}
+	return in, nil
+}
+
 // reservationGrace is how long after an instance was provisioned its
 // cluster must have been probed for the probe to count its pods: the
 // controllers of that cluster make the pods of what was applied a little
@@ -285,56 +270,11 @@ func probedSince(clusters []resourcev1alpha1.SFCluster, name string, in *osbv1al
 	return false
 }
 
-// readLedger reads the namespace's ledger, an empty one if there is none.
-func (s *Scheduling) readLedger(ctx context.Context, namespace string) (*corev1.ConfigMap, *ledger, error) {
-	cm := &corev1.ConfigMap{}
-	led := &ledger{Reserved: map[string]reservation{}}
-	err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: LedgerName}, cm)
-	switch {
-	case apierrors.IsNotFound(err):
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: LedgerName,
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "quartermaster"}}}
-		return cm, led, nil
-	case err != nil:
-		return nil, nil, fmt.Errorf("reading the scheduling ledger %s/%s: %w", namespace, LedgerName, err)
-	}
-	if raw := cm.Data[ledgerKey]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), led); err != nil {
-			return nil, nil, fmt.Errorf("the scheduling ledger %s/%s does not parse: %w", namespace, LedgerName, err)
-		}
-	}
-	if led.Reserved == nil {
-		led.Reserved = map[string]reservation{}
-	}
-	return cm, led, nil
-}
-
-// writeLedger writes led if the ledger did not change since cm was read.
-func (s *Scheduling) writeLedger(ctx context.Context, cm *corev1.ConfigMap, led *ledger) (bool, error) {
-	raw, err := json.Marshal(led)
-	if err != nil {
-		return false, err
-	}
-	cm.Data = map[string]string{ledgerKey: string(raw)}
-	if cm.ResourceVersion == "" {
-		err = s.Client.Create(ctx, cm)
-	} else {
-		err = s.Client.Update(ctx, cm) // fails with a conflict if another wrote first
-	}
-	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("writing the scheduling ledger %s/%s: %w", cm.Namespace, cm.Name, err)
-	}
-	return true, nil
-}
-
 // assign writes the cluster into the instance's spec. The provision then
 // applies the generation that write made, unless the user changed the
 // spec since the provision began: that change is an update's to apply.
 func (s *Scheduling) assign(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, cluster string, begun int64) (int64, error) {
-	for {
+	for range maxLedgerConflicts {
 		base := inst.DeepCopy()
 		inst.Spec.ClusterID = cluster
 		err := s.Client.Patch(ctx, inst, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
@@ -353,8 +293,9 @@ func (s *Scheduling) assign(ctx context.Context, inst *osbv1alpha1.SFServiceInst
 		if inst.Spec.ClusterID != "" {
 			return inst.Generation, nil
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	// The ledger keeps the reservation: the retried step finds it.
+	return 0, fmt.Errorf("writing cluster %s into instance %s: it kept changing under %d writes", cluster, inst.Name, maxLedgerConflicts)
 }
 
 // explain writes the Scheduled condition, and while none qualifies the

@@ -40,6 +40,9 @@ type Activities struct {
 	// Scheduler chooses among them ("" or default: the one cluster).
 	Clusters  *clusters.Clients
 	Scheduler scheduling.Scheduler
+	// Instances reads the SFServiceInstances from an informer, for the
+	// scheduler (nil: through Kube).
+	Instances ctrlclient.Reader
 	// Events records scheduling decisions on instances (nil: none).
 	Events record.EventRecorder
 }
@@ -50,10 +53,9 @@ func New(c client.Client, a Activities) sdkworker.Worker {
 	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
-	schedules := a.Scheduler != "" && a.Scheduler != scheduling.Default
 	w.RegisterActivity(&activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds,
-		Clusters: a.Clusters, Schedules: schedules})
-	w.RegisterActivity(&activities.Scheduling{Client: a.Kube, Offerings: a.Offerings, Scheduler: a.Scheduler, Bounds: a.Bounds, Events: a.Events})
+		Clusters: a.Clusters, Schedules: a.Scheduler.Schedules()})
+	w.RegisterActivity(&activities.Scheduling{Client: a.Kube, Instances: a.Instances, Offerings: a.Offerings, Scheduler: a.Scheduler, Bounds: a.Bounds, Events: a.Events})
 	if a.HealthChecks == nil {
 		a.HealthChecks = &activities.HealthChecks{Client: a.Kube}
 	}

@@ -41,6 +41,12 @@ func Parse(name string) (Scheduler, error) {
 	return Scheduler(name), nil
 }
 
+// Schedules is whether s chooses among clusters at all: the default
+// (or none) puts everything in the one cluster without a decision.
+func (s Scheduler) Schedules() bool {
+	return s != "" && s != Default
+}
+
 // LocalCluster is the name reserved for the cluster Quartermaster runs in.
 const LocalCluster = "1"
 
@@ -242,5 +248,21 @@ func keys(lists ...corev1.ResourceList) func(func(corev1.ResourceName) bool) {
 				}
 			}
 		}
+	}
+}
+
+// Place counts a decision for cluster name in clusters: one more instance,
+// and demand more requested. Decisions taken together see each other
+// through it.
+func Place(clusters []Cluster, name string, demand corev1.ResourceList) {
+	for i := range clusters {
+		if clusters[i].Name != name {
+			continue
+		}
+		clusters[i].Instances++
+		if clusters[i].Requests == nil {
+			clusters[i].Requests = corev1.ResourceList{}
+		}
+		Add(clusters[i].Requests, demand)
 	}
 }

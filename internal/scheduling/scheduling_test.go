@@ -126,3 +126,53 @@ func TestBadSelector(t *testing.T) {
 		scheduling.Request{Scheduler: scheduling.LabelSelector, Selector: "plan in (gold"})
 	assert.ErrorContains(t, err, `the plan's clusterSelector "plan in (gold" is not a label selector`)
 }
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		schedules bool
+		err       string
+	}{
+		{"default", false, ""},
+		{"round-robin", true, ""},
+		{"least-utilized", true, ""},
+		{"label-selector", true, ""},
+		{"capacity", true, ""},
+		{"fastest", false, `no scheduler "fastest"; there are [default round-robin`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := scheduling.Parse(tc.name)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.schedules, s.Schedules())
+		})
+	}
+	assert.False(t, scheduling.Scheduler("").Schedules(), "no scheduler at all is the default")
+}
+
+// TestPlaceSeesEarlierDecisions: decisions taken together, each placed
+// before the next, spread like decisions taken one by one and never
+// overshoot the limit.
+func TestPlaceSeesEarlierDecisions(t *testing.T) {
+	clusters := []scheduling.Cluster{
+		{Name: "eu-1", Ready: true, Capacity: list("4", ""), Requests: list("1", ""), LimitPercentage: 100},
+		{Name: "eu-2", Ready: true, Capacity: list("4", ""), LimitPercentage: 100},
+	}
+	req := scheduling.Request{Scheduler: scheduling.Capacity, Demand: list("1", "")}
+	var got []string
+	for range 8 {
+		d, err := scheduling.Schedule(clusters, req)
+		require.NoError(t, err)
+		got = append(got, d.Cluster)
+		if d.Cluster != "" {
+			scheduling.Place(clusters, d.Cluster, req.Demand)
+		}
+	}
+	assert.Equal(t, []string{"eu-2", "eu-1", "eu-2", "eu-1", "eu-2", "eu-1", "eu-2", ""}, got)
+	assert.Equal(t, 3, clusters[0].Instances)
+	assert.Equal(t, 4, clusters[1].Instances)
+	assert.True(t, clusters[0].Requests.Cpu().Equal(resource.MustParse("4")), "eu-1 full: %v", clusters[0].Requests.Cpu())
+}

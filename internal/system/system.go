@@ -138,10 +138,17 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 		if err != nil {
 			return err
 		}
+		var instances ctrlclient.Reader
+		if o.Scheduler.Schedules() {
+			// Each decision counts the instances of every cluster.
+			if instances, err = startCache(ctx, g, o.Kube, "", "the scheduler", &osbv1alpha1.SFServiceInstance{}); err != nil {
+				return err
+			}
+		}
 		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
 			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims,
 			Clusters:  s.clusters(o.Kube),
-			Scheduler: o.Scheduler, Events: checks.Events})
+			Scheduler: o.Scheduler, Instances: instances, Events: checks.Events})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
 		}
@@ -161,7 +168,8 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 		if o.APIListener == nil {
 			return errors.New("the API needs a listener")
 		}
-		polls, err := pollCache(ctx, g, o.Kube, o.API.Namespace)
+		// The last_operation polls read the cache.
+		polls, err := startCache(ctx, g, o.Kube, o.API.Namespace, "the API", &osbv1alpha1.SFServiceInstance{}, &osbv1alpha1.SFServiceBinding{})
 		if err != nil {
 			return err
 		}
@@ -175,26 +183,26 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 	return nil
 }
 
-// pollCache starts an informer cache of the SFServiceInstances and
-// SFServiceBindings of the API's namespace (all, when it is empty), for the
-// API's last_operation polls, and returns once it has synced.
-func pollCache(ctx context.Context, g *errgroup.Group, cfg *rest.Config, namespace string) (cache.Cache, error) {
-	opts := cache.Options{Scheme: crds.NewScheme()}
+// startCache starts an informer cache of objs in namespace (all, when it
+// is empty), without their managedFields, for user, and returns once it
+// has synced.
+func startCache(ctx context.Context, g *errgroup.Group, cfg *rest.Config, namespace, user string, objs ...ctrlclient.Object) (cache.Cache, error) {
+	opts := cache.Options{Scheme: crds.NewScheme(), DefaultTransform: cache.TransformStripManagedFields()}
 	if namespace != "" {
 		opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
 	}
 	c, err := cache.New(cfg, opts)
 	if err != nil {
-		return nil, fmt.Errorf("creating the API's cache: %w", err)
+		return nil, fmt.Errorf("creating the cache of %s: %w", user, err)
 	}
-	for _, obj := range []ctrlclient.Object{&osbv1alpha1.SFServiceInstance{}, &osbv1alpha1.SFServiceBinding{}} {
+	for _, obj := range objs {
 		if _, err := c.GetInformer(ctx, obj); err != nil {
-			return nil, fmt.Errorf("watching %T for the API: %w", obj, err)
+			return nil, fmt.Errorf("watching %T for %s: %w", obj, user, err)
 		}
 	}
 	g.Go(func() error { return c.Start(ctx) })
 	if !c.WaitForCacheSync(ctx) {
-		return nil, errors.New("the API's cache of instances and bindings did not sync")
+		return nil, fmt.Errorf("the cache of %s did not sync", user)
 	}
 	return c, nil
 }
