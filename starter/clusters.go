@@ -13,10 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -30,6 +32,10 @@ import (
 // DefaultClusterProbePeriod is how often each SFCluster's cluster is
 // probed when nothing else brings it up sooner.
 const DefaultClusterProbePeriod = 30 * time.Second
+
+// instanceSettle is how long after an instance came to a cluster, or left
+// it, the cluster is probed again.
+const instanceSettle = time.Second
 
 // ClusterFinalizer holds an SFCluster while instances are scheduled on it:
 // deleting it would strand them.
@@ -69,12 +75,29 @@ func setupClusters(mgr ctrl.Manager, period time.Duration, copts controller.Opti
 	}
 	r := &ClusterRegistry{Client: mgr.GetClient(), Period: period, Clients: &clusters.Clients{
 		Local: local, LocalConfig: mgr.GetConfig(), Reader: mgr.GetAPIReader(), Scheme: crds.NewScheme()}}
-	scheduledOn := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o ctrlclient.Object) []reconcile.Request {
+	// An instance that comes to a cluster or leaves it changes the
+	// cluster's count: the cluster is probed again a moment later, once
+	// for a burst of instances rather than once for each.
+	probeLater := func(o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" {
-			return []reconcile.Request{{NamespacedName: ctrlclient.ObjectKey{Namespace: o.GetNamespace(), Name: id}}}
+			q.AddAfter(reconcile.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: o.GetNamespace(), Name: id}}, instanceSettle)
 		}
-		return nil
-	})
+	}
+	scheduledOn := handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			probeLater(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			before, after := e.ObjectOld.(*osbv1alpha1.SFServiceInstance), e.ObjectNew.(*osbv1alpha1.SFServiceInstance)
+			if before.Spec.ClusterID != after.Spec.ClusterID {
+				probeLater(e.ObjectOld, q)
+				probeLater(e.ObjectNew, q)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			probeLater(e.Object, q)
+		},
+	}
 	err = ctrl.NewControllerManagedBy(mgr).For(&resourcev1alpha1.SFCluster{}).Named("sfcluster").
 		Watches(&osbv1alpha1.SFServiceInstance{}, scheduledOn).
 		WithOptions(copts).Complete(ReconcilerFunc(r.Reconcile))
@@ -175,7 +198,12 @@ func (r *ClusterRegistry) probe(ctx context.Context, sfc *resourcev1alpha1.SFClu
 	if err != nil {
 		return probed{reason: "Misconfigured"}, err
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cl.Config)
+	var dc *discovery.DiscoveryClient
+	if cl.HTTP != nil { // the cached client's connections
+		dc, err = discovery.NewDiscoveryClientForConfigAndClient(cl.Config, cl.HTTP)
+	} else {
+		dc, err = discovery.NewDiscoveryClientForConfig(cl.Config)
+	}
 	if err != nil {
 		return probed{reason: "Misconfigured"}, err
 	}

@@ -7,6 +7,7 @@ package clusters
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -52,6 +53,9 @@ type Cluster struct {
 	Name   string
 	Client client.Client
 	Config *rest.Config
+	// HTTP is Client's HTTP client, for other clients of the same cluster
+	// to share its connections (nil: the cluster Quartermaster runs in).
+	HTTP *http.Client
 }
 
 // remote is a client built from a Secret, and the Secret's version.
@@ -117,11 +121,15 @@ func (c *Clients) ForSFCluster(ctx context.Context, sfc *resourcev1alpha1.SFClus
 		cfg.Timeout = DefaultTimeout
 	}
 	cfg.QPS, cfg.Burst = -1, 0 // the worker's own rate, as for the local cluster
-	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: c.Scheme})
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return Cluster{}, fmt.Errorf("building a client of cluster %s: %w", sfc.Name, err)
 	}
-	r = remote{secret: secret.UID, rv: secret.ResourceVersion, Cluster: Cluster{Name: sfc.Name, Client: named(cl, sfc.Name), Config: cfg}}
+	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: c.Scheme, HTTPClient: hc})
+	if err != nil {
+		return Cluster{}, fmt.Errorf("building a client of cluster %s: %w", sfc.Name, err)
+	}
+	r = remote{secret: secret.UID, rv: secret.ResourceVersion, Cluster: Cluster{Name: sfc.Name, Client: named(cl, sfc.Name), Config: cfg, HTTP: hc}}
 	c.mu.Lock()
 	if c.remote == nil {
 		c.remote = map[types.NamespacedName]remote{}
