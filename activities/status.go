@@ -48,6 +48,9 @@ func (a *Operations) patchStatus(ctx context.Context, t *target, mutate func(*st
 		if s.applied {
 			st.AppliedSpec = b.Spec.DeepCopy()
 		}
+		if t.instance != nil {
+			st.ClusterID = t.instance.Spec.ClusterID
+		}
 	} else {
 		i := t.instance
 		st := &i.Status

@@ -154,16 +154,23 @@ func (t *target) clusterName() string {
 }
 
 // reach finds the client of the cluster the target's instance is
-// scheduled on. An unbind whose instance is gone works in the cluster
-// Quartermaster runs in.
+// scheduled on. An unbind whose instance is gone works in the cluster its
+// binding's status recorded.
 func (a *Operations) reach(ctx context.Context, t *target) error {
 	t.kube = a.Client
-	if a.Clusters == nil || t.instance == nil || clusters.IsLocal(t.instance.Spec.ClusterID) {
+	var cluster, of string
+	switch {
+	case t.instance != nil:
+		cluster, of = t.instance.Spec.ClusterID, "instance "+t.instance.Name
+	case t.binding != nil: // unbinding from an instance already gone
+		cluster, of = t.binding.Status.ClusterID, "binding "+t.binding.Name
+	}
+	if a.Clusters == nil || clusters.IsLocal(cluster) {
 		return nil
 	}
-	c, err := a.Clusters.Get(ctx, t.Namespace, t.instance.Spec.ClusterID)
+	c, err := a.Clusters.Get(ctx, t.Namespace, cluster)
 	if err != nil {
-		return fmt.Errorf("reaching the cluster %s of instance %s: %w", t.instance.Spec.ClusterID, t.instance.Name, err)
+		return fmt.Errorf("reaching the cluster %s of %s: %w", cluster, of, err)
 	}
 	t.kube, t.remote = c.Client, true
 	return nil

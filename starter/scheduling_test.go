@@ -117,6 +117,27 @@ func TestProvisionIntoSisterClusters(t *testing.T) {
 	s.WaitGone(inst)
 	assert.False(t, exists(t, home, s.Namespace, "db-0-db", &corev1.ConfigMap{}), "deprovision removed the objects there")
 	assert.False(t, exists(t, home, s.Namespace, "qm-instance-db-0", &corev1.Secret{}), "and the registry")
+
+	// A binding keeps its cluster: with its instance removed by force
+	// (finalizer stripped, no deprovision), unbinding still finds its
+	// credentials there.
+	inst, err = s.GetInstance("db-1")
+	require.NoError(t, err)
+	home = sis[inst.Spec.ClusterID].Cluster
+	b = s.Bind("app-1", "db-1", plan)
+	require.Eventually(t, func() bool {
+		return s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b) == nil && b.Status.State == osbv1alpha1.StateSucceeded
+	}, 30*time.Second, 50*time.Millisecond, "bound")
+	assert.Equal(t, inst.Spec.ClusterID, b.Status.ClusterID, "the binding's status names its cluster")
+	require.True(t, exists(t, home, s.Namespace, "qm-credentials-app-1", &corev1.Secret{}))
+	base := inst.DeepCopy()
+	inst.Finalizers = nil
+	require.NoError(t, s.Kube.Client.Patch(ctx, inst, ctrlclient.MergeFrom(base)))
+	require.NoError(t, s.Kube.Client.Delete(ctx, inst))
+	s.WaitGone(inst)
+	require.NoError(t, s.Kube.Client.Delete(ctx, b))
+	s.WaitGone(b)
+	assert.False(t, exists(t, home, s.Namespace, "qm-credentials-app-1", &corev1.Secret{}), "the unbind of a gone instance removed its credentials there")
 }
 
 // inst0 is the instance db-0.

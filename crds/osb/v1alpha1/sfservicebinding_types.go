@@ -98,6 +98,11 @@ type SFServiceBindingStatus struct {
 	// AppliedSpec is the spec of the last operation that succeeded.
 	// +optional
 	AppliedSpec *SFServiceBindingSpec `json:"appliedSpec,omitempty"`
+	// ClusterID is the cluster the binding's objects and credentials live
+	// in, its instance's spec.clusterId, kept so that an unbind finds them
+	// once the instance is gone. Empty: the cluster Quartermaster runs in.
+	// +optional
+	ClusterID string `json:"clusterId,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional
