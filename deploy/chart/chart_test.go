@@ -69,6 +69,7 @@ var variations = []variation{
 		spread := pod["topologySpreadConstraints"].([]any)
 		assert.Equal(t, "topology.kubernetes.io/zone", spread[0].(map[string]any)["topologyKey"])
 		assert.Contains(t, envOf(c), "TEMPORAL_ADDRESS=temporal-frontend.temporal:7233")
+		assert.Contains(t, c["args"], "--scheduler=default")
 		api := objs["Deployment/qm-quartermaster-api"]
 		assert.Contains(t, envOf(podSpec(t, api)["containers"].([]any)[0].(map[string]any)), "QM_OSB_PASSWORD<-qm-quartermaster-osb/password")
 	}},
@@ -90,8 +91,11 @@ var variations = []variation{
 			}
 			assert.Contains(t, worker["volumes"], map[string]any{"name": "temporal-tls", "secret": map[string]any{"secretName": "temporal-client"}})
 		}},
-	{name: "autoscaled workers", set: "worker.autoscaling.enabled=true,worker.autoscaling.maxReplicas=6,metrics.serviceMonitor.enabled=true",
+	{name: "autoscaled workers", set: "worker.autoscaling.enabled=true,worker.autoscaling.maxReplicas=6,metrics.serviceMonitor.enabled=true," +
+		"worker.scheduler=capacity",
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			worker := podSpec(t, objs["Deployment/qm-quartermaster-worker"])
+			assert.Contains(t, worker["containers"].([]any)[0].(map[string]any)["args"], "--scheduler=capacity")
 			hpa := objs["HorizontalPodAutoscaler/qm-quartermaster-worker"]
 			require.NotNil(t, hpa)
 			assert.EqualValues(t, 6, dig(hpa.Object, "spec", "maxReplicas"))
