@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,50 +71,12 @@ func benchProvision(b *testing.B, bare bool) provisionFigures {
 	ns, cfg, direct := s.Namespace, s.Kube.Config, s.Kube.Client
 	planID := s.Plan("one-configmap", "", testenv.Templates("one-configmap"))
 
-	// The clock stops when an informer sees the instance succeeded, as a
-	// user watching with kubectl would.
-	var mu sync.Mutex
-	done := map[string]time.Time{}
-	record := func(obj any) {
-		inst, ok := obj.(*osbv1alpha1.SFServiceInstance)
-		if !ok || inst.Status.State != osbv1alpha1.StateSucceeded {
-			return
-		}
-		mu.Lock()
-		if _, seen := done[inst.Name]; !seen {
-			done[inst.Name] = time.Now()
-		}
-		mu.Unlock()
-	}
-	watchInstances(ctx, b, cfg, ns, toolscache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }})
-
+	tr := track(ctx, b, cfg, ns)
 	newInstance := func(name string) *osbv1alpha1.SFServiceInstance {
 		return &osbv1alpha1.SFServiceInstance{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: s.ServiceID, PlanID: planID},
 		}
-	}
-	waitAll := func(names []string, timeout time.Duration) {
-		require.Eventually(b, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, name := range names {
-				if _, ok := done[name]; !ok {
-					return false
-				}
-			}
-			return true
-		}, timeout, 10*time.Millisecond, "every instance succeeds")
-	}
-	latencies := func(names []string, created map[string]time.Time) []time.Duration {
-		mu.Lock()
-		defer mu.Unlock()
-		out := make([]time.Duration, 0, len(names))
-		for _, name := range names {
-			out = append(out, done[name].Sub(created[name]))
-		}
-		slices.Sort(out)
-		return out
 	}
 
 	// 1. The API server's raw create rate, with the same clients.
@@ -126,36 +87,10 @@ func benchProvision(b *testing.B, bare bool) provisionFigures {
 	rawRate := float64(n) / time.Since(rawStart).Seconds()
 
 	// 2. A burst of N instances.
-	cpuBefore := testenv.CPU()
 	requestsBefore := apiRequests(b, s.Kube)
-	b.ResetTimer()
-	names := make([]string, n)
-	created := make(map[string]time.Time, n)
-	var cmu sync.Mutex
-	burstStart := time.Now()
-	testenv.Parallel(b, n, func(i int) error {
-		name := fmt.Sprintf("burst-%05d", i)
-		names[i] = name
-		t := time.Now()
-		cmu.Lock()
-		created[name] = t
-		cmu.Unlock()
-		return direct.Create(ctx, newInstance(name))
-	})
-	waitAll(names, 10*time.Minute)
-	mu.Lock()
-	var last time.Time
-	for _, name := range names {
-		if done[name].After(last) {
-			last = done[name]
-		}
-	}
-	mu.Unlock()
-	b.StopTimer()
-	cpuAfter := testenv.CPU()
+	burst := tr.burst(b, direct, n, "burst", newInstance)
 	requestsAfter := apiRequests(b, s.Kube)
-	throughput := float64(n) / last.Sub(burstStart).Seconds()
-	burst := latencies(names, created)
+	throughput := burst.throughput
 
 	// 3. A steady 20 creates/s for 10 seconds.
 	steadyNames := make([]string, 200)
@@ -179,12 +114,12 @@ func benchProvision(b *testing.B, bare bool) provisionFigures {
 	tick.Stop()
 	wg.Wait()
 	require.Zero(b, failed.Load(), "steady creates failed")
-	waitAll(steadyNames, 5*time.Minute)
-	steady := latencies(steadyNames, steadyCreated)
+	tr.waitAll(b, steadyNames, 5*time.Minute)
+	steady := tr.latencies(steadyNames, steadyCreated)
 
 	b.ReportMetric(throughput, "instances/s")
-	b.ReportMetric(pct(burst, 50).Seconds(), "burst-p50-s")
-	b.ReportMetric(pct(burst, 99).Seconds(), "burst-p99-s")
+	b.ReportMetric(pct(burst.latencies, 50).Seconds(), "burst-p50-s")
+	b.ReportMetric(pct(burst.latencies, 99).Seconds(), "burst-p99-s")
 	b.ReportMetric(pct(steady, 50).Seconds(), "steady20-p50-s")
 	b.ReportMetric(pct(steady, 99).Seconds(), "steady20-p99-s")
 	b.ReportMetric(rawRate, "raw-creates/s")
@@ -193,16 +128,12 @@ func benchProvision(b *testing.B, bare bool) provisionFigures {
 		"  burst latency         p50 %v, p99 %v\n"+
 		"  steady 20 creates/s   p50 %v, p99 %v\n"+
 		"  raw ConfigMap creates %7.1f /s (same API server, same clients)\n",
-		map[bool]string{true: "bare API server", false: "full cluster"}[bare], n, testenv.BenchClients, throughput, pct(burst, 50).Round(time.Millisecond), pct(burst, 99).Round(time.Millisecond),
+		map[bool]string{true: "bare API server", false: "full cluster"}[bare], n, testenv.BenchClients, throughput, pct(burst.latencies, 50).Round(time.Millisecond), pct(burst.latencies, 99).Round(time.Millisecond),
 		pct(steady, 50).Round(time.Millisecond), pct(steady, 99).Round(time.Millisecond), rawRate)
 	fmt.Println("  API requests per instance in the burst (the benchmark's own create included):")
 	printRequestsPerInstance(requestsBefore, requestsAfter, n)
-	fmt.Printf("  CPU per instance in the burst:%s\n", testenv.CPUPer(cpuBefore, cpuAfter, n))
-	var cpu time.Duration
-	for name, d := range cpuAfter {
-		cpu += d - cpuBefore[name]
-	}
-	return provisionFigures{throughput: throughput, cpuPer: cpu / time.Duration(n)}
+	fmt.Printf("  CPU per instance in the burst:%s\n", testenv.CPUPer(burst.cpuBefore, burst.cpuAfter, n))
+	return burst.provisionFigures
 }
 
 // watchInstances runs an informer on the SFServiceInstances of ns, with
@@ -216,6 +147,18 @@ func watchInstances(ctx context.Context, b *testing.B, cfg *rest.Config, ns stri
 	require.NoError(b, err)
 	go func() { _ = informers.Start(ctx) }()
 	require.True(b, informers.WaitForCacheSync(ctx))
+}
+
+// watchedNamespace is a namespace of a bare API server whose instances
+// informers watch, as the components would: what a floor benchmark
+// writes into.
+func watchedNamespace(ctx context.Context, b *testing.B, informers int) (*testenv.Cluster, string) {
+	kube := testenv.BareKubernetes(b)
+	ns := kube.Namespace(b)
+	for range informers {
+		watchInstances(ctx, b, kube.Config, ns, toolscache.ResourceEventHandlerFuncs{})
+	}
+	return kube, ns
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -291,11 +234,7 @@ func BenchmarkKubernetesFloor(b *testing.B) {
 	n := testenv.BenchN()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	kube := testenv.BareKubernetes(b)
-	ns := kube.Namespace(b)
-	for range 2 {
-		watchInstances(ctx, b, kube.Config, ns, toolscache.ResourceEventHandlerFuncs{})
-	}
+	kube, ns := watchedNamespace(ctx, b, 2)
 
 	c := kube.Client
 	cpuBefore := testenv.CPU()

@@ -22,7 +22,7 @@ import (
 )
 
 // register makes an SFCluster named name whose Secret holds kubeconfig.
-func register(t *testing.T, s *testenv.System, name string, kubeconfig []byte, limit *int32) {
+func register(t testing.TB, s *testenv.System, name string, kubeconfig []byte, limit *int32) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, s.Kube.Client.Create(ctx, &corev1.Secret{
@@ -34,7 +34,7 @@ func register(t *testing.T, s *testenv.System, name string, kubeconfig []byte, l
 }
 
 // waitCluster waits until the SFCluster named name satisfies cond.
-func waitCluster(t *testing.T, s *testenv.System, name, what string, cond func(*resourcev1alpha1.SFCluster) bool) *resourcev1alpha1.SFCluster {
+func waitCluster(t testing.TB, s *testenv.System, name, what string, cond func(*resourcev1alpha1.SFCluster) bool) *resourcev1alpha1.SFCluster {
 	t.Helper()
 	var sfc resourcev1alpha1.SFCluster
 	require.Eventually(t, func() bool {
