@@ -88,6 +88,10 @@ func TestProvisionIntoSisterClusters(t *testing.T) {
 	recorded(t, s.History(runs.WorkflowID(lifecycle.InstanceTarget(inst0(t, s))), s.ClosedRun(runs.WorkflowID(lifecycle.InstanceTarget(inst0(t, s))),
 		runs.WorkflowType(lifecycle.OpProvision))), "provision-scheduled")
 
+	// To OSB, the provision is the last operation, although writing the
+	// cluster made a second generation.
+	s.Expect(http.MethodGet, "/v2/service_instances/db-0/last_operation?operation=provision", "", http.StatusOK, `{"state": "succeeded", "description": "ready"}`)
+
 	// The decision is an event on the instance.
 	var events corev1.EventList
 	require.Eventually(t, func() bool {

@@ -113,9 +113,21 @@ func Current(inst *osbv1alpha1.SFServiceInstance) Operation {
 		return OpDeprovision
 	case inst.Generation <= 1 || inst.Status.AppliedSpec == nil:
 		return OpProvision
+	case provisioned(inst.Status.Conditions, inst.Generation):
+		// A scheduled provision applies the generation its scheduling step
+		// made by writing spec.clusterId: no update has been asked for.
+		return OpProvision
 	default:
 		return OpUpdate
 	}
+}
+
+// provisioned reports whether the Ready condition says a provision ended
+// at generation.
+func provisioned(conds []metav1.Condition, generation int64) bool {
+	c := meta.FindStatusCondition(conds, ConditionReady)
+	return c != nil && c.ObservedGeneration == generation &&
+		(c.Reason == ReadyReason(OpProvision, osbv1alpha1.StateSucceeded) || c.Reason == ReadyReason(OpProvision, osbv1alpha1.StateFailed))
 }
 
 // CurrentBinding is the operation a binding's status speaks of.

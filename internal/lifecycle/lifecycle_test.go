@@ -93,6 +93,18 @@ func TestCurrent(t *testing.T) {
 	assert.Equal(t, lifecycle.OpProvision, lifecycle.Current(instance(3, 1, osbv1alpha1.StateFailed, false)), "never provisioned: still the provision")
 	assert.Equal(t, lifecycle.OpUpdate, lifecycle.Current(instance(2, 1, osbv1alpha1.StateSucceeded, true)))
 	assert.Equal(t, lifecycle.OpDeprovision, lifecycle.Current(deleting(instance(2, 2, osbv1alpha1.StateSucceeded, true))))
+	// A scheduled provision applies generation 2, the one its scheduling
+	// step made: still the provision, until an update asks for more.
+	scheduled := instance(2, 2, osbv1alpha1.StateSucceeded, true)
+	scheduled.Status.Conditions = []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue,
+		Reason: lifecycle.ReadyReason(lifecycle.OpProvision, osbv1alpha1.StateSucceeded), ObservedGeneration: 2}}
+	assert.Equal(t, lifecycle.OpProvision, lifecycle.Current(scheduled))
+	scheduled.Generation = 3
+	assert.Equal(t, lifecycle.OpUpdate, lifecycle.Current(scheduled), "then updated")
+	updated := instance(3, 3, osbv1alpha1.StateSucceeded, true)
+	updated.Status.Conditions = []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue,
+		Reason: lifecycle.ReadyReason(lifecycle.OpUpdate, osbv1alpha1.StateSucceeded), ObservedGeneration: 3}}
+	assert.Equal(t, lifecycle.OpUpdate, lifecycle.Current(updated))
 	b := &osbv1alpha1.SFServiceBinding{}
 	assert.Equal(t, lifecycle.OpBind, lifecycle.CurrentBinding(b))
 	assert.Equal(t, lifecycle.OpUnbind, lifecycle.CurrentBinding(deleting(b)))
