@@ -110,10 +110,6 @@ func (tr *tracker) burst(b *testing.B, c ctrlclient.Client, n int, prefix string
 	}
 	tr.mu.Unlock()
 	f.throughput = float64(n) / last.Sub(start).Seconds()
-	var cpu time.Duration
-	for name, d := range f.cpuAfter {
-		cpu += d - f.cpuBefore[name]
-	}
-	f.cpuPer = cpu / time.Duration(n)
+	f.cpuPer = testenv.CPUUsed(f.cpuBefore, f.cpuAfter, n)
 	return f
 }

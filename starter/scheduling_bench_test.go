@@ -184,11 +184,7 @@ func BenchmarkSchedulingFloor(b *testing.B) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpuAfter := testenv.CPU()
-	var cpu time.Duration
-	for name, d := range cpuAfter {
-		cpu += d - cpuBefore[name]
-	}
-	floor := cpu / time.Duration(n)
+	floor := testenv.CPUUsed(cpuBefore, cpuAfter, n)
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "decisions/s")
 	fmt.Printf("\nscheduling floor, N=%d, %d clients (spec patch, status patch, Event; no decision, no Temporal):\n"+
 		"  %7.1f sets/s\n  CPU per set:%s\n", n, testenv.BenchClients, float64(n)/elapsed.Seconds(), testenv.CPUPer(cpuBefore, cpuAfter, n))

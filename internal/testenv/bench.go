@@ -85,6 +85,16 @@ func CPU() map[string]time.Duration {
 	return out
 }
 
+// CPUUsed is the CPU every process used between two readings of CPU,
+// divided by n: what a benchmark reports per instance.
+func CPUUsed(before, after map[string]time.Duration, n int) time.Duration {
+	var sum time.Duration
+	for name, d := range after {
+		sum += d - before[name]
+	}
+	return sum / time.Duration(n)
+}
+
 // CPUPer formats the CPU each process used between two readings of CPU,
 // divided by n, and their sum: " etcd 2.9ms kube-apiserver 14.3ms ... = 37.6ms".
 func CPUPer(before, after map[string]time.Duration, n int) string {
