@@ -21,7 +21,7 @@ KWOK_VERSION         := v0.8.0
 
 K8S_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
              $(BIN)/kubectl $(BIN)/controller-gen
-TOOLS     := $(K8S_TOOLS) $(BIN)/etcd $(BIN)/temporal $(BIN)/kwok $(BIN)/kwok-stages.yaml
+TOOLS     := $(K8S_TOOLS) $(BIN)/etcd $(BIN)/temporal $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/testlint
 
 # kwok's own default stages, as kwokctl configures them: nodes become Ready
 # and keep a lease; pods on them run and turn ready, pods of a Job complete,
@@ -42,7 +42,7 @@ help: ## Show the targets.
 ## Tools -------------------------------------------------------------------
 
 .PHONY: tools
-tools: $(TOOLS) ## Build the control plane, kwok, etcd, kubectl, controller-gen and temporal into bin/ (once).
+tools: $(TOOLS) ## Build the control plane, kwok, etcd, kubectl, controller-gen, temporal and testlint into bin/ (once).
 
 # The Kubernetes version hack/go.mod pins. Stamped into the binaries as
 # Kubernetes' own build stamps it, so that the API server reports v1.x.y
@@ -66,6 +66,11 @@ $(K8S_TOOLS) &: hack/go.mod hack/go.sum $(K8S_STAMP)
 $(BIN)/etcd: hack/go.mod hack/go.sum hack/etcd/main.go
 	@echo ">> building etcd from hack/go.mod"
 	cd hack && go build -o $(BIN)/etcd ./etcd
+
+# The tests' own checks: testifylint and testhandle (hack/testlint).
+$(BIN)/testlint: hack/go.mod hack/go.sum $(wildcard hack/testlint/*.go hack/testlint/*/*.go)
+	@echo ">> building testlint from hack/go.mod"
+	cd hack && go build -o $(BIN)/testlint ./testlint
 
 # kwok simulates nodes and moves their pods through a lifecycle; no container runs.
 $(BIN)/kwok:
@@ -127,10 +132,29 @@ vet:
 	go vet ./...
 	cd hack && go vet ./...
 
+# testifylint with its default checkers, and testhandle: no test handle
+# (t, b, s.t) passed on or stopped through in a function that runs on
+# another goroutine (Eventually, EventuallyWithT, Never, go, Go, Parallel).
+.PHONY: lint
+lint: $(BIN)/testlint ## Check the tests: testifylint, and no test handle off the test goroutine.
+	$(BIN)/testlint ./...
+
 .PHONY: test
-test: tools check-generated vet ## Run every test (race detector on), against the real API server and Temporal, then the fuzz tests (OSB requests, templates).
-	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m $(TEST_FLAGS) $(PKG)
-	cd hack && go test -count=1 ./image
+test: ## Run every test (race detector on) against the real API server and Temporal, every benchmark once at a tiny N, then the fuzz tests; prints the wall time.
+	@start=$$(date +%s); \
+	if $(MAKE) --no-print-directory test-steps; then \
+	  echo "make test: passed in $$(( $$(date +%s) - start )) s"; \
+	else \
+	  echo "make test: FAILED after $$(( $$(date +%s) - start )) s" >&2; exit 1; \
+	fi
+
+# The benchmarks run once each in smoke mode (QM_BENCH_SMOKE: N=20, short
+# windows) beside the tests, so that a benchmark that breaks fails here;
+# their figures come from `make bench`.
+.PHONY: test-steps
+test-steps: tools check-generated vet lint
+	QM_BIN_DIR=$(BIN) QM_BENCH_SMOKE=1 go test -race -count=1 -timeout 30m -bench . -benchtime 1x $(TEST_FLAGS) $(PKG)
+	cd hack && go test -count=1 ./image ./testlint/...
 	QM_BIN_DIR=$(BIN) go test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./api
 	go test -run '^$$' -fuzz '^FuzzGo$$' -fuzztime $(FUZZ_TIME_TEMPLATES) ./internal/plan
 	go test -run '^$$' -fuzz '^FuzzObjects$$' -fuzztime $(FUZZ_TIME_TEMPLATES) ./internal/plan
@@ -145,9 +169,12 @@ FUZZ_TIME ?= 20000x
 # and rendered text, fewer runs as each costs more (5000 take 10 to 30 s).
 FUZZ_TIME_TEMPLATES ?= 5000x
 
+# Every test of starter that calls recorded() writes its run's history:
+# the package runs whole (some 8 minutes), so that no list of those tests
+# is kept apart from them and falls behind.
 .PHONY: record-histories
 record-histories: tools ## Record the history of every workflow path again, for the replay test (workflows/testdata).
-	QM_BIN_DIR=$(BIN) go test -count=1 -run '^(TestProvisionIntoSisterClusters|TestCapacitySchedulingNeverOvershoots|TestHistories|TestWorkerRestartMidProvision|TestDeprovisionUnbindsFirst|TestRunsEndAsTheirOperations|TestRetriesShow|TestHealthChecksTCPAndHTTP|TestHealthChecksLoopContinuesAsNew|TestClaimUseCases|TestUsageInjectsIntoADeployment|TestMassUpdateOfAPlanChange|TestMassUpdateFailureBudget)$$' ./starter -record
+	QM_BIN_DIR=$(BIN) go test -count=1 -timeout 30m ./starter -record
 	QM_BIN_DIR=$(BIN) go test -count=1 -run '^TestReplayRecordedHistories$$' ./workflows
 
 # The long chaos run (the short one is part of `make test`): a seed picked

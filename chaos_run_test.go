@@ -64,7 +64,7 @@ func TestChaos(t *testing.T) {
 	small := sys.Plan("small", manager, testenv.Templates("chaos"))
 	large := sys.Plan("large", manager, testenv.Templates("chaos"))
 	require.Eventually(t, func() bool {
-		status, body, _ := testenv.HTTP(t, http.MethodGet, c.apiURL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
+		status, body, _ := testenv.HTTP(http.MethodGet, c.apiURL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
 		return status == http.StatusOK && strings.Contains(body, small) && strings.Contains(body, large)
 	}, time.Minute, 100*time.Millisecond, "the API serves the plans")
 	time.Sleep(2 * time.Second) // and the workers' caches have them too
@@ -124,7 +124,7 @@ func TestChaos(t *testing.T) {
 	injector := make(chan error, 1)
 	go func() {
 		for _, f := range schedule {
-			time.Sleep(time.Until(begin.Add(f.At)))
+			time.Sleep(time.Until(begin.Add(f.At))) // the seeded schedule says when each fault strikes
 			s := struck{kind: f.Kind, start: time.Now()}
 			if err := c.inject(ctx, f); err != nil {
 				injector <- err
@@ -143,7 +143,7 @@ func TestChaos(t *testing.T) {
 	// Instances start over the whole run, so that every fault finds
 	// operations in flight.
 	testenv.Parallel(t, k.n, func(i int) error {
-		time.Sleep(time.Until(begin.Add(k.duration * time.Duration(i) / time.Duration(k.n))))
+		time.Sleep(time.Until(begin.Add(k.duration * time.Duration(i) / time.Duration(k.n)))) // the workload spreads its operations over the run
 		e := &expectation{name: fmt.Sprintf("c-%03d", i), binding: fmt.Sprintf("c-%03d-b", i), osb: i%2 == 0, states: map[string][]string{}}
 		exps[i] = e
 		w := workload{t: t, kube: kube, osb: osb, e: e, deadline: deadline, small: small, large: large}

@@ -77,11 +77,16 @@ func (r *role) current() *process {
 	return r.p
 }
 
-func (c *cluster) start(r *role) {
-	p := startLogged(c.t, c.qm, r.name, r.env, r.log, r.args...)
+func (c *cluster) start(r *role) error {
+	p, err := launch(c.qm, r.name, r.env, r.log, r.args...)
+	if err != nil {
+		return err
+	}
+	c.t.Cleanup(func() { p.stop(c.t) })
 	r.mu.Lock()
 	r.p = p
 	r.mu.Unlock()
+	return nil
 }
 
 // sampleRSS records the resident memory of every qm process.
@@ -128,7 +133,7 @@ func startCluster(t *testing.T, qm string) *cluster {
 	common := []string{"--kubeconfig", kubeconfig, "--temporal-address", c.temporal.Address, "--log-level", "info"}
 	add := func(name string, env []string, args ...string) {
 		c.roles[name] = &role{name: name, args: append(args, common...), env: env, log: &testenv.SyncBuffer{}}
-		c.start(c.roles[name])
+		require.NoError(t, c.start(c.roles[name]))
 	}
 	add("worker-0", nil, "worker", "--health-addr", "0", "--metrics-addr", "0")
 	add("worker-1", nil, "worker", "--health-addr", "0", "--metrics-addr", "0")
@@ -157,20 +162,20 @@ func (c *cluster) inject(ctx context.Context, f chaos.Fault) error {
 		case <-time.After(d):
 		}
 	}
-	kill := func(name string) {
+	kill := func(name string) error {
 		r := c.roles[name]
 		_ = r.current().cmd.Process.Kill()
 		<-r.current().done
 		sleep(f.For)
-		c.start(r)
+		return c.start(r)
 	}
 	switch f.Kind {
 	case chaos.KillWorker:
-		kill(fmt.Sprintf("worker-%d", f.Which))
+		return kill(fmt.Sprintf("worker-%d", f.Which))
 	case chaos.KillWatcher:
-		kill("watcher")
+		return kill("watcher")
 	case chaos.KillAPI:
-		kill("api")
+		return kill("api")
 	case chaos.PauseWorker:
 		p := c.roles[fmt.Sprintf("worker-%d", f.Which)].current()
 		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
@@ -202,7 +207,7 @@ type osbClient struct {
 
 func (o *osbClient) do(t *testing.T, kind, method, path, body string, deadline time.Time) (int, string) {
 	for {
-		status, got, _ := testenv.HTTP(t, method, o.url+path, body, &testenv.OSBCredentials, testenv.OSBHeader)
+		status, got, _ := testenv.HTTP(method, o.url+path, body, &testenv.OSBCredentials, testenv.OSBHeader)
 		if status != 0 {
 			o.mu.Lock()
 			o.codes[kind] = append(o.codes[kind], status)
@@ -211,7 +216,7 @@ func (o *osbClient) do(t *testing.T, kind, method, path, body string, deadline t
 		if status != 0 && status < 500 || time.Now().After(deadline) {
 			return status, got
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a platform's retry pace
 	}
 }
 

@@ -194,7 +194,7 @@ func (w *workload) poll(op, path string, done int) error {
 		case lo.State == "failed":
 			return fmt.Errorf("%s failed: %s", op, lo.Description)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // a platform's poll pace
 	}
 	return fmt.Errorf("%s did not end by the deadline", op)
 }
@@ -230,7 +230,7 @@ func (w *workload) retry(call func(context.Context) error) error {
 		if err == nil {
 			return nil
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // a platform's poll pace
 	}
 	return err
 }
@@ -247,7 +247,7 @@ func (w *workload) wait(what string, cond func(context.Context) (bool, error)) e
 		if ok {
 			return nil
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // a platform's poll pace
 	}
 	return fmt.Errorf("%s: not by the deadline", what)
 }

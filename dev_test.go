@@ -47,7 +47,7 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &osb))
 	url := "http://127.0.0.1:" + ports[3] + "/v2/service_instances/"
 	provision := func(name string) {
-		status, body, _ := testenv.HTTP(t, http.MethodPut, url+name+"?accepts_incomplete=true",
+		status, body, _ := testenv.HTTP(http.MethodPut, url+name+"?accepts_incomplete=true",
 			fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "o", "space_guid": "s"}`,
 				testenv.KeyValueService, testenv.KeyValuePlan), &osb, testenv.OSBHeader)
 		assert.Equal(t, http.StatusAccepted, status, "PUT %s: %s", name, body)
@@ -68,7 +68,7 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 	for i := range devBurst {
 		path := fmt.Sprintf("%sburst-%02d/last_operation?operation=provision", url, i)
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			status, body, _ := testenv.HTTP(t, http.MethodGet, path, "", &osb, testenv.OSBHeader)
+			status, body, _ := testenv.HTTP(http.MethodGet, path, "", &osb, testenv.OSBHeader)
 			assert.Equal(c, http.StatusOK, status, body)
 			assert.Contains(c, body, `"state":"succeeded"`)
 		}, 3*time.Minute, 200*time.Millisecond, "burst-%02d succeeds once Temporal is back", i)
@@ -87,7 +87,7 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 	for _, pid := range children {
 		assert.False(t, childproc.Alive(pid), "pid %d of the killed qm dev is gone", pid)
 	}
-	status, body, _ := testenv.HTTP(t, http.MethodGet, url+"burst-00", "", &osb, testenv.OSBHeader)
+	status, body, _ := testenv.HTTP(http.MethodGet, url+"burst-00", "", &osb, testenv.OSBHeader)
 	assert.Equal(t, http.StatusOK, status, "the new qm dev serves what the old one made: %s", body)
 }
 

@@ -243,6 +243,8 @@ func newWatcherCommand(g *globals) *cobra.Command {
 	f.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often the leader renews and a standby tries")
 	f.StringVar(&o.HealthAddr, "health-addr", ":8081", "address serving /healthz and /readyz; 0 turns them off")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", ":9090", "address serving Prometheus /metrics (controller-runtime's and the Temporal client's); 0 turns it off")
+	f.IntVar(&o.Concurrency, "concurrency", 16, "resources reconciled at once per kind")
+	f.DurationVar(&o.ClusterProbePeriod, "cluster-probe-period", starter.DefaultClusterProbePeriod, "how often each SFCluster's cluster is probed")
 	return cmd
 }
 

@@ -73,7 +73,7 @@ func TestAPICommand(t *testing.T) {
 		addr = m[1]
 	}, 30*time.Second, 20*time.Millisecond)
 	call := func(method, path, user, password, body string) (int, string) {
-		status, got, _ := testenv.HTTP(t, method, "http://"+addr+path, body, &api.Credentials{Username: user, Password: password}, testenv.OSBHeader)
+		status, got, _ := testenv.HTTP(method, "http://"+addr+path, body, &api.Credentials{Username: user, Password: password}, testenv.OSBHeader)
 		return status, got
 	}
 	require.Eventually(t, func() bool {

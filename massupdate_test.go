@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // TestMassUpdateCommand runs `qm mass-update` as an operator would: a dry
@@ -81,4 +85,72 @@ func TestMassUpdateCommand(t *testing.T) {
 	cmd.SetOut(&bytes.Buffer{})
 	err = cmd.ExecuteContext(context.Background())
 	assert.ErrorContains(t, err, "the admin API refused the credentials")
+}
+
+// TestMassUpdateCanaryRateAndBar: `--canary` and `--rate` reach the run:
+// it pauses after the canary saying so, and its input carries the rate; on
+// a terminal, `status --watch` draws a bar that it redraws in place.
+func TestMassUpdateCanaryRateAndBar(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	planID := s.Plan("mass", "  context: {version: \"1\"}\n", testenv.Templates("mass"))
+	for i := range 6 {
+		s.Instance(fmt.Sprintf("bar-%d", i), planID, "")
+		s.WaitInstance(fmt.Sprintf("bar-%d", i), "provisioned", testenv.Succeeded(1))
+	}
+	var plan osbv1alpha1.SFPlan
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "mass"}, &plan))
+	base := plan.DeepCopy()
+	plan.Spec.Context.Raw = []byte(`{"version":"2"}`)
+	require.NoError(t, s.Kube.Client.Patch(context.Background(), &plan, ctrlclient.MergeFrom(base)))
+	s.WaitPlanGeneration(planID, plan.Generation)
+
+	t.Setenv("QM_ADMIN_USERNAME", testenv.AdminCredentials.Username)
+	t.Setenv("QM_ADMIN_PASSWORD", testenv.AdminCredentials.Password)
+	qm := func(out io.Writer, args ...string) error {
+		cmd := newRootCommand()
+		cmd.SetOut(out)
+		cmd.SetErr(out)
+		cmd.SetArgs(append([]string{"mass-update", "--url", s.URL}, args...))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		return cmd.ExecuteContext(ctx)
+	}
+
+	name := s.Namespace + "/canary"
+	var out bytes.Buffer
+	require.NoError(t, qm(&out, "start", "--name", name, "--plan", planID, "--canary", "2", "--rate", "4"), out.String())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var status bytes.Buffer
+		assert.NoError(c, qm(&status, "status", name))
+		assert.Contains(c, status.String(), name+" (running): paused: 2/6")
+		assert.Contains(c, status.String(), "canary: 2 updated; resume to update the other 4")
+	}, time.Minute, 200*time.Millisecond, "the run pauses after its canary")
+	h := s.History(runs.MassUpdateID(name), "")
+	assert.Contains(t, testenv.HistoryText(h), `"rate":4`, "the run's input carries the rate")
+
+	require.NoError(t, qm(&out, "resume", name), out.String())
+	terminal, screen := openTerminal(t)
+	require.NoError(t, qm(terminal, "status", name, "--watch"))
+	require.NoError(t, terminal.Close())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, screen.String(), "\r\x1b[K[", "the bar is redrawn in place")
+		assert.Contains(c, screen.String(), "[##############################] completed: 6/6 (6 succeeded, 0 failed, 0 skipped)")
+	}, 10*time.Second, 20*time.Millisecond, "the terminal shows the bar")
+}
+
+// openTerminal opens a pseudo-terminal: what is written to the returned
+// file is read back, as a terminal would show it, into the buffer.
+func openTerminal(t *testing.T) (*os.File, *testenv.SyncBuffer) {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ptmx.Close() })
+	require.NoError(t, unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0), "unlocking the terminal")
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	require.NoError(t, err)
+	tty, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	require.NoError(t, err)
+	screen := &testenv.SyncBuffer{}
+	go func() { _, _ = io.Copy(screen, ptmx) }()
+	return tty, screen
 }

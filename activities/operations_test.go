@@ -2,7 +2,6 @@ package activities_test
 
 import (
 	"context"
-	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -98,7 +97,7 @@ func (h *harness) run(activity string, args ...any) (converter.EncodedValue, err
 func applicationError(t *testing.T, err error) *temporal.ApplicationError {
 	t.Helper()
 	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(err, &appErr), "want an application error, got %v", err)
+	require.ErrorAs(t, err, &appErr, "want an application error, got %v", err)
 	return appErr
 }
 

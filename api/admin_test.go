@@ -33,7 +33,7 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, body)
 
 	admin := func(path string, auth api.Credentials) (int, string) {
-		status, body, _ := testenv.HTTP(t, http.MethodGet, s.URL+path, "", &auth, nil)
+		status, body, _ := testenv.HTTP(http.MethodGet, s.URL+path, "", &auth, nil)
 		return status, body
 	}
 	status, body = admin("/admin/instances?namespace="+s.Namespace, testenv.AdminCredentials)
@@ -68,7 +68,7 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 		`qm_api_requests_total{code="404",method="GET",route="/admin/instances/{namespace}/{name}"} 1`,
 		`qm_api_request_duration_seconds_count{method="GET",route="/admin/instances/{namespace}/{name}"} 2`,
 	} {
-		assert.True(t, strings.Contains(string(metrics), "\n"+line+"\n"), "/metrics has %s", line)
+		assert.Contains(t, string(metrics), "\n"+line+"\n", "/metrics has %s", line)
 	}
 
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"status":401`) }, 5*time.Second, 10*time.Millisecond)
@@ -82,7 +82,7 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	}
 	require.NotNil(t, put, "the PUT is logged")
 	assert.Equal(t, "req-7", put["requestIdentity"])
-	assert.Equal(t, float64(202), put["status"])
+	assert.InDelta(t, 202, put["status"], 0)
 	assert.Equal(t, "/v2/service_instances/{instance_id}", put["route"])
 	for _, secret := range []string{testenv.OSBCredentials.Password, testenv.AdminCredentials.Password, "hunter2", "Basic "} {
 		assert.NotContains(t, logs.String(), secret, "credentials and parameters stay out of the log")

@@ -63,7 +63,7 @@ func TestAuthAndVersion(t *testing.T) {
 		{"an older minor version", map[string]string{"X-Broker-API-Version": "2.13"}, &testenv.OSBCredentials, 200, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body, header := testenv.HTTP(t, http.MethodGet, s.URL+"/v2/catalog", "", tc.auth, tc.header)
+			status, body, header := testenv.HTTP(http.MethodGet, s.URL+"/v2/catalog", "", tc.auth, tc.header)
 			assert.Equal(t, tc.status, status)
 			if tc.body != "" {
 				assert.JSONEq(t, tc.body, body)
@@ -75,14 +75,14 @@ func TestAuthAndVersion(t *testing.T) {
 		})
 	}
 
-	_, _, header := testenv.HTTP(t, http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials,
+	_, _, header := testenv.HTTP(http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials,
 		map[string]string{"X-Broker-API-Version": "2.17", "X-Broker-API-Request-Identity": "req-42"})
 	assert.Equal(t, "req-42", header.Get("X-Broker-API-Request-Identity"), "the request identity is echoed")
 }
 
 func TestCatalog(t *testing.T) {
 	s := broker(t)
-	status, body, _ := testenv.HTTP(t, http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
+	status, body, _ := testenv.HTTP(http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
 	require.Equal(t, http.StatusOK, status, body)
 
 	assert.JSONEq(t, `{"services": [{
@@ -126,7 +126,7 @@ func TestCatalog(t *testing.T) {
 	plan.Spec.MaintenanceInfo = &osbv1alpha1.MaintenanceInfo{Version: "2.0.0", Description: "PostgreSQL 9.6.24"}
 	require.NoError(t, own.Kube.Client.Patch(context.Background(), &plan, ctrlclient.MergeFrom(base)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, body, _ := testenv.HTTP(t, http.MethodGet, own.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
+		_, body, _ := testenv.HTTP(http.MethodGet, own.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
 		var got struct {
 			Services []struct {
 				Plans []map[string]any `json:"plans"`

@@ -218,7 +218,7 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 	for i := range replies {
 		wg.Go(func() {
 			<-start
-			status, b, _ := s.Do(http.MethodPut, "/v2/service_instances/dup-1?accepts_incomplete=true", body, nil)
+			status, b, _ := s.Request(http.MethodPut, "/v2/service_instances/dup-1?accepts_incomplete=true", body, nil)
 			replies[i] = reply{status, b}
 		})
 	}
@@ -235,7 +235,7 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 	assert.Equal(t, "succeeded", s.PollLastOperation("/v2/service_instances/dup-1/last_operation?operation=provision")["state"])
 	workflowID := "sfserviceinstance/" + s.Namespace + "/dup-1"
 	s.ClosedRun(workflowID, "Provision")
-	assert.Equal(t, 1, s.Runs(workflowID), "one workflow run")
+	assert.Equal(t, 1, s.Runs(t, workflowID), "one workflow run")
 	inst, err := s.GetInstance("dup-1")
 	require.NoError(t, err)
 	assert.Equal(t, osbv1alpha1.StateSucceeded, inst.Status.State)
@@ -268,7 +268,7 @@ func waitInProgress(t *testing.T, s *testenv.System, path, description string) {
 	t.Helper()
 	want := fmt.Sprintf(`{"state":"in progress","description":%q}`, description)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		status, body, header := testenv.HTTP(t, http.MethodGet, s.URL+path, "", &testenv.OSBCredentials, testenv.OSBHeader)
+		status, body, header := testenv.HTTP(http.MethodGet, s.URL+path, "", &testenv.OSBCredentials, testenv.OSBHeader)
 		assert.Equal(c, http.StatusOK, status)
 		assert.Equal(c, "2", header.Get("Retry-After"))
 		assert.Equal(c, want, body)

@@ -37,7 +37,7 @@ func TestPollsAcrossReplicas(t *testing.T) {
 			if until() {
 				return ""
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // a platform's poll pace
 		}
 	}
 	polls := func(n int) func() bool {
@@ -49,7 +49,7 @@ func TestPollsAcrossReplicas(t *testing.T) {
 	assert.Empty(t, pollB("provision", polls(50)), "the provision waits for its gate")
 	a.OpenGate("polled", "gate")
 	assert.Eventually(t, func() bool {
-		_, body, _ := b.Do(http.MethodGet, inst+"/last_operation?operation=provision", "", nil)
+		_, body, _ := b.Request(http.MethodGet, inst+"/last_operation?operation=provision", "", nil)
 		return assert.ObjectsAreEqual(`{"state":"succeeded","description":"ready"}`, body)
 	}, 30*time.Second, 20*time.Millisecond, "the other replica sees the provision end")
 
@@ -58,7 +58,7 @@ func TestPollsAcrossReplicas(t *testing.T) {
 	assert.Empty(t, pollB("update-2", polls(50)), "the update is in progress, not the provision's success")
 	a.OpenGate("polled", "update-gate")
 	assert.Eventually(t, func() bool {
-		_, body, _ := b.Do(http.MethodGet, inst+"/last_operation?operation=update-2", "", nil)
+		_, body, _ := b.Request(http.MethodGet, inst+"/last_operation?operation=update-2", "", nil)
 		return assert.ObjectsAreEqual(`{"state":"succeeded","description":"now gated"}`, body)
 	}, 30*time.Second, 20*time.Millisecond, "the other replica sees the update end")
 

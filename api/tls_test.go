@@ -145,7 +145,7 @@ func TestHTTPS(t *testing.T) {
 	old.Transport.(*http.Transport).TLSClientConfig.MinVersion = tls.VersionTLS10
 	old.Transport.(*http.Transport).TLSClientConfig.MaxVersion = tls.VersionTLS11
 	_, err = get(old, "/v2/catalog", &testenv.OSBCredentials)
-	assert.Error(t, err, "TLS 1.1 is refused")
+	require.Error(t, err, "TLS 1.1 is refused")
 
 	// Client certificates: the CA's authenticates OSB requests; a stranger's
 	// is refused in the handshake; the admin API still wants basic auth.
@@ -160,7 +160,7 @@ func TestHTTPS(t *testing.T) {
 		return &strangers, nil
 	}
 	_, err = get(insists, "/v2/catalog", nil)
-	assert.Error(t, err, "a certificate no client CA signed is refused in the handshake")
+	require.Error(t, err, "a certificate no client CA signed is refused in the handshake")
 	resp, err = get(client(strangers), "/v2/catalog", nil)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a client that holds back its unsigned certificate needs basic auth")

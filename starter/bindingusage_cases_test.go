@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,7 +103,10 @@ func TestSeed002DeletionScenario(t *testing.T) {
 
 	// 2, 3. The administrator deletes the UsageKind: it stays, in use.
 	require.NoError(t, s.Kube.Client.Delete(ctx, getKind(t, s, kind)))
-	time.Sleep(2 * time.Second) // what would remove it has had its chance
+	assert.Never(t, func() bool {
+		var gone sc.UsageKind
+		return apierrors.IsNotFound(s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Name: kind}, &gone))
+	}, 2*time.Second, 50*time.Millisecond, "a UsageKind in use is not removed")
 	k := getKind(t, s, kind)
 	assert.False(t, k.DeletionTimestamp.IsZero())
 	assert.Equal(t, []string{sc.UsageKindProtection}, k.Finalizers)

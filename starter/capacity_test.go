@@ -38,10 +38,11 @@ func limitCluster(t *testing.T, s *testenv.System, name string) {
 
 // placement counts the instances scheduled on each cluster, and those that
 // wait with why.
-func placement(t *testing.T, s *testenv.System) (map[string]int, map[string]string) {
-	t.Helper()
+func placement(s *testenv.System) (map[string]int, map[string]string, error) {
 	var list osbv1alpha1.SFServiceInstanceList
-	require.NoError(t, s.Kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.Namespace)))
+	if err := s.Kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.Namespace)); err != nil {
+		return nil, nil, err
+	}
 	on, waiting := map[string]int{}, map[string]string{}
 	for _, in := range list.Items {
 		if in.Spec.ClusterID != "" {
@@ -52,7 +53,16 @@ func placement(t *testing.T, s *testenv.System) (map[string]int, map[string]stri
 			waiting[in.Name] = c.Message
 		}
 	}
-	return on, waiting
+	return on, waiting, nil
+}
+
+// total is how many instances a placement has put on clusters.
+func total(on map[string]int) int {
+	n := 0
+	for _, c := range on {
+		n += c
+	}
+	return n
 }
 
 // TestCapacitySchedulingNeverOvershoots: 50 provisions at once against two
@@ -72,20 +82,19 @@ func TestCapacitySchedulingNeverOvershoots(t *testing.T) {
 
 	const n = 50
 	testenv.Parallel(t, n, func(i int) error {
-		s.Instance(fmt.Sprintf("c-%02d", i), plan, "")
-		return nil
+		_, err := s.CreateInstance(fmt.Sprintf("c-%02d", i), plan, "")
+		return err
 	})
 	settled := func(want int, wantWaiting int) map[string]int {
 		t.Helper()
 		var on map[string]int
 		var waiting map[string]string
-		require.Eventually(t, func() bool {
-			on, waiting = placement(t, s)
-			total := 0
-			for _, c := range on {
-				total += c
-			}
-			return total == want && len(waiting) == wantWaiting
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			var err error
+			on, waiting, err = placement(s)
+			require.NoError(c, err)
+			assert.Equal(c, want, total(on), "scheduled")
+			assert.Len(c, waiting, wantWaiting, "waiting")
 		}, 2*time.Minute, 200*time.Millisecond, "%d scheduled and %d waiting", want, wantWaiting)
 		for name, why := range waiting {
 			assert.Regexp(t, `^no cluster qualifies: eu-1: cpu \d+% > limit 50%; eu-2: cpu \d+% > limit 50%`, why, "why %s waits", name)
@@ -102,7 +111,12 @@ func TestCapacitySchedulingNeverOvershoots(t *testing.T) {
 			return sister.Client.List(ctx, &pods, ctrlclient.InNamespace(s.Namespace)) == nil && len(pods.Items) == 5
 		}, time.Minute, 200*time.Millisecond, "five pods in %s", name)
 	}
-	time.Sleep(15 * time.Second) // past the reservations' grace, and several probes
+	// Past the reservations' grace and through several probes, none of the
+	// 40 waiting is scheduled.
+	assert.Never(t, func() bool {
+		on, _, err := placement(s)
+		return err == nil && total(on) != 10
+	}, 15*time.Second, 300*time.Millisecond, "an eleventh instance is scheduled once the reservations end")
 	assert.Equal(t, map[string]int{"eu-1": 5, "eu-2": 5}, settled(10, 40))
 	for name := range sis {
 		sfc := waitCluster(t, s, name, "probed", func(*resourcev1alpha1.SFCluster) bool { return true })
@@ -140,7 +154,8 @@ func TestCapacitySchedulingNeverOvershoots(t *testing.T) {
 
 	// Those still waiting can be deleted: their provisions end, and the
 	// instances go.
-	_, waiting := placement(t, s)
+	_, waiting, err := placement(s)
+	require.NoError(t, err)
 	for name := range waiting {
 		require.NoError(t, s.Kube.Client.Delete(ctx, &osbv1alpha1.SFServiceInstance{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name}}))
 	}

@@ -3,8 +3,6 @@ package starter_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -27,10 +25,7 @@ var provisionThroughput float64
 // services in the same order, which is the worst case of the
 // resourceVersion lock. Run it with `make bench`.
 func BenchmarkClaims(b *testing.B) {
-	n := 1000
-	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_CLAIMS")); err == nil && v > 0 {
-		n = v
-	}
+	n := testenv.BenchSize("QM_BENCH_CLAIMS", 1000)
 	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, Concurrency: 64, FileTemporal: true})
 	ctx := context.Background()
 	testenv.Parallel(b, n, func(i int) error {
@@ -44,7 +39,7 @@ func BenchmarkClaims(b *testing.B) {
 		deadline := time.Now().Add(10 * time.Minute)
 		for done := 0; done < n; {
 			require.True(b, time.Now().Before(deadline), "after 10 minutes %d of %d %s", done, n, what)
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // a poll: the loop measures when all are done
 			done = 0
 			if claims {
 				var list primazav1alpha1.ServiceClaimList
@@ -105,7 +100,8 @@ func BenchmarkClaims(b *testing.B) {
 		testenv.CPUPer(cpuBefore, cpuAfter, n))
 	printRequestsPerInstance(reqBefore, reqAfter, n)
 	if provisionThroughput > 0 {
-		fmt.Printf("  the same run's provision throughput (full cluster): %.1f instances/s; claims resolve at %.2fx that\n",
-			provisionThroughput, throughput/provisionThroughput)
+		fmt.Printf("  the same run's provision throughput (full cluster): %.1f instances/s; claims resolve at %.2fx that\n%s",
+			provisionThroughput, throughput/provisionThroughput,
+			testenv.BenchVerdict("claims/s over the same run's provisions/s", throughput/provisionThroughput, 0.5, "x", false))
 	}
 }

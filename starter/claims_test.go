@@ -2,6 +2,7 @@ package starter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -37,14 +38,19 @@ spec:
 // dbClaim claims a psqlserver with host and password from dev.
 func dbClaim(t *testing.T, s *testenv.System, name string) {
 	t.Helper()
-	s.Create(fmt.Sprintf(`
+	s.Create(dbClaimManifest(s, name))
+}
+
+// dbClaimManifest is a claim of a psqlserver's host and password in dev.
+func dbClaimManifest(s *testenv.System, name string) string {
+	return fmt.Sprintf(`
 apiVersion: primaza.io/v1alpha1
 kind: ServiceClaim
 metadata: {name: %s, namespace: %s}
 spec:
   serviceClassIdentity: [{name: type, value: psqlserver}]
   serviceEndpointDefinitionKeys: [host, password]
-  environmentTag: dev`, name, s.Namespace))
+  environmentTag: dev`, name, s.Namespace)
 }
 
 func getClaim(c require.TestingT, s *testenv.System, name string) *primazav1alpha1.ServiceClaim {
@@ -209,8 +215,9 @@ func TestClaimRace(t *testing.T) {
 		waitService(t, s, fmt.Sprintf("db-%02d", i), primazav1alpha1.ServiceAvailable, flipWithin)
 	}
 	var wg sync.WaitGroup
-	for i := range 50 {
-		wg.Go(func() { dbClaim(t, s, fmt.Sprintf("claim-%02d", i)) })
+	created := make([]error, 50)
+	for i := range created {
+		wg.Go(func() { _, created[i] = s.TryCreate(dbClaimManifest(s, fmt.Sprintf("claim-%02d", i))) })
 		switch i {
 		case 20:
 			s.StopWorker()
@@ -220,6 +227,7 @@ func TestClaimRace(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(created...))
 	held := checkExclusive(t, s, 10, 40)
 
 	for _, name := range held[:5] {

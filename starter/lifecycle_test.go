@@ -155,7 +155,7 @@ func TestTemplateFailure(t *testing.T) {
 	// holds.
 	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
 	s.ClosedRun(id, runs.WorkflowType(lifecycle.OpProvision))
-	assert.Equal(t, 1, s.Runs(id))
+	assert.Equal(t, 1, s.Runs(t, id))
 	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKeyFromObject(inst), inst))
 	assert.Equal(t, osbv1alpha1.StateFailed, inst.Status.State)
 	assert.EqualValues(t, 1, inst.Status.ObservedGeneration)
@@ -208,7 +208,7 @@ func TestTenReconcilesStartOneWorkflow(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, first.WorkflowExecutionInfo.Execution.RunId, last.WorkflowExecutionInfo.Execution.RunId, "thirty reconciles, one workflow run")
 	s.ClosedRun(id, runs.WorkflowType(lifecycle.OpProvision))
-	assert.Equal(t, 1, s.Runs(id))
+	assert.Equal(t, 1, s.Runs(t, id))
 }
 
 // TestWatcherAddsAMissingFinalizer covers clusters without the admission
@@ -269,7 +269,7 @@ func TestStateDeleteRemovesTheInstance(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&cm), &cm)), "the deprovision removed what the instance applied")
 	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, 2, s.Runs(id), "provision, then deprovision")
+		assert.Equal(c, 2, s.Runs(c, id), "provision, then deprovision")
 	}, 10*time.Second, 100*time.Millisecond)
 }
 
@@ -308,7 +308,7 @@ func TestStateUpdateRunsUpdate(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Status().Patch(ctx, inst, ctrlclient.MergeFrom(base)))
 	s.ClosedRun(id, runs.WorkflowType(lifecycle.OpUpdate))
 	s.WaitInstance("again-1", "updated", testenv.Succeeded(1))
-	assert.Equal(t, 2, s.Runs(id), "the provision, then the update")
+	assert.Equal(t, 2, s.Runs(t, id), "the provision, then the update")
 }
 
 // TestDeprovisionUnbindsFirst: deleting an instance that has bindings

@@ -38,7 +38,7 @@ func TestAutoUpdateInstances(t *testing.T) {
 	newVersion(t, s, "3")
 	// The first run ends once its updates in flight have: let them.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		openGates(t, s)
+		openGates(c, s)
 		d, err := s.Temporal.DescribeWorkflowExecution(context.Background(), first, "")
 		require.NoError(c, err)
 		assert.NotEqual(c, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, d.GetWorkflowExecutionInfo().GetStatus())
@@ -49,7 +49,7 @@ func TestAutoUpdateInstances(t *testing.T) {
 	assert.Equal(t, "superseded by generation 3 of the plan", p.Reason)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		openGates(t, s)
+		openGates(c, s)
 		at3 := 0
 		for _, inst := range fleet(c, s) {
 			if inst.Status.AppliedPlanGeneration == 3 {

@@ -30,10 +30,7 @@ import (
 // each run's histories grew (continue-as-new keeps them bounded). Run it with
 // `make bench`.
 func BenchmarkMassUpdate(b *testing.B) {
-	n := 10000
-	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_MASS")); err == nil && v > 0 {
-		n = v
-	}
+	n := testenv.BenchSize("QM_BENCH_MASS", 10000)
 	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, Concurrency: 64, FileTemporal: true})
 	start, cpu := time.Now(), testenv.CPU()
 	planID := massFleet(b, s, n, "", func(int) string { return "" })

@@ -21,9 +21,11 @@ import (
 )
 
 // admin calls the admin API and decodes its JSON reply into out.
-func admin(t *testing.T, s *testenv.System, method, path, body string, wantStatus int, out any) {
-	t.Helper()
-	status, got, _ := testenv.HTTP(t, method, s.URL+path, body, &testenv.AdminCredentials, nil)
+//
+// It reports on t, which is the test or an Eventually condition's
+// *assert.CollectT, as are runProgress's and openGates's.
+func admin(t require.TestingT, s *testenv.System, method, path, body string, wantStatus int, out any) {
+	status, got, _ := testenv.HTTP(method, s.URL+path, body, &testenv.AdminCredentials, nil)
 	require.Equal(t, wantStatus, status, got)
 	if out != nil {
 		require.NoError(t, json.Unmarshal([]byte(got), out), got)
@@ -31,8 +33,7 @@ func admin(t *testing.T, s *testenv.System, method, path, body string, wantStatu
 }
 
 // runProgress asks the admin API for a run's progress.
-func runProgress(t *testing.T, s *testenv.System, name string) massupdate.Progress {
-	t.Helper()
+func runProgress(t require.TestingT, s *testenv.System, name string) massupdate.Progress {
 	var run struct {
 		Status   string              `json:"status"`
 		Progress massupdate.Progress `json:"progress"`
@@ -54,8 +55,7 @@ func fleet(c require.TestingT, s *testenv.System) map[string]osbv1alpha1.SFServi
 
 // openGates lets the gated updates in progress finish, and returns how many
 // were in progress and how many instances are rendered from generation 2.
-func openGates(t *testing.T, s *testenv.System) (inProgress, updated int) {
-	t.Helper()
+func openGates(t require.TestingT, s *testenv.System) (inProgress, updated int) {
 	for _, inst := range fleet(t, s) {
 		switch {
 		case inst.Status.State == osbv1alpha1.StateInProgress:
@@ -102,28 +102,40 @@ func TestMassUpdateSteering(t *testing.T) {
 			inProgress, updated = openGates(t, s)
 			require.LessOrEqual(t, inProgress, 5, "updates in progress at once")
 			most = max(most, inProgress)
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the sampling period, not a wait before an assertion
 		}
 	}
 	sample(n / 2)
 	admin(t, s, http.MethodPost, "/admin/mass-updates/"+name+"/pause", "", http.StatusAccepted, nil)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		p := runProgress(t, s, name)
+		p := runProgress(c, s, name)
 		assert.Equal(c, massupdate.Paused, p.State)
 		assert.Zero(c, p.InFlight, "the updates in flight end")
-		openGates(t, s)
+		openGates(c, s)
 	}, 30*time.Second, 100*time.Millisecond, "the run pauses")
 	_, paused := openGates(t, s)
-	time.Sleep(3 * time.Second)
-	inProgress, stillPaused := openGates(t, s)
-	assert.Zero(t, inProgress, "a paused run starts no update")
-	assert.Equal(t, paused, stillPaused)
+	assert.Never(t, func() bool {
+		var list osbv1alpha1.SFServiceInstanceList
+		if s.Kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.Namespace)) != nil {
+			return false
+		}
+		updated := 0
+		for _, inst := range list.Items {
+			if inst.Status.State == osbv1alpha1.StateInProgress {
+				return true
+			}
+			if inst.Status.AppliedPlanGeneration == 2 {
+				updated++
+			}
+		}
+		return updated != paused
+	}, 3*time.Second, 100*time.Millisecond, "a paused run starts no update")
 	assert.Less(t, paused, n)
 
 	admin(t, s, http.MethodPost, "/admin/mass-updates/"+name+"/resume", "", http.StatusAccepted, nil)
 	sample(n)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		p := runProgress(t, s, name)
+		p := runProgress(c, s, name)
 		assert.Equal(c, massupdate.Completed, p.State)
 		assert.Equal(c, n, p.Succeeded)
 	}, 30*time.Second, 100*time.Millisecond, "the run completes")
@@ -133,7 +145,7 @@ func TestMassUpdateSteering(t *testing.T) {
 }
 
 // runningUpdates lists the instances with an update in progress.
-func runningUpdates(t *testing.T, s *testenv.System) []string {
+func runningUpdates(t require.TestingT, s *testenv.System) []string {
 	var out []string
 	for name, inst := range fleet(t, s) {
 		if inst.Status.State == osbv1alpha1.StateInProgress {

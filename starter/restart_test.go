@@ -44,7 +44,9 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 	// and a workflow task waits, which no worker takes.
 	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		events := s.History(id, "").Events
+		h, err := s.ReadHistory(id, "")
+		require.NoError(c, err)
+		events := h.Events
 		fired := -1
 		for i, ev := range events {
 			if ev.GetEventType() == enums.EVENT_TYPE_TIMER_FIRED && ev.GetEventTime().AsTime().After(opened) {
@@ -69,7 +71,7 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 	require.Len(t, cms.Items, 1, "no duplicate objects")
 	assert.Equal(t, password, cms.Items[0].Data["password"], "no second password")
 	assert.Equal(t, password, s.RegistryValue("qm-instance-restart-1", "password"))
-	assert.Equal(t, 1, s.Runs(id), "one run carried over the restart")
+	assert.Equal(t, 1, s.Runs(t, id), "one run carried over the restart")
 
 	recorded(t, s.History(id, ""), "provision-restart")
 }
@@ -118,5 +120,5 @@ func TestConcurrentOperationIsRefused(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "busy-gate", Namespace: s.Namespace}}))
 	s.WaitInstance("busy", "updated to generation 2", testenv.Succeeded(2))
 	s.ClosedRun(id, runs.WorkflowType(lifecycle.OpUpdate))
-	assert.Equal(t, 2, s.Runs(id), "provision, then update")
+	assert.Equal(t, 2, s.Runs(t, id), "provision, then update")
 }

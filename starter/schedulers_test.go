@@ -39,8 +39,8 @@ func TestSchedulersPlace(t *testing.T) {
 	}
 	provision := func(t *testing.T, s *testenv.System, prefix, plan string, n int) map[string]int {
 		testenv.Parallel(t, n, func(i int) error {
-			s.Instance(fmt.Sprintf("%s-%02d", prefix, i), plan, "")
-			return nil
+			_, err := s.CreateInstance(fmt.Sprintf("%s-%02d", prefix, i), plan, "")
+			return err
 		})
 		on := map[string]int{}
 		for i := range n {

@@ -68,8 +68,10 @@ func BenchmarkProvisionClusters(b *testing.B) {
 	if scheduled.cpuPer > 0 {
 		step := scheduled.cpuPer - assigned.cpuPer
 		scheduledCPU, schedulingStep = scheduled.cpuPer, step
-		fmt.Printf("  the scheduling step: %.1fms of CPU per instance, %.1f%% of a scheduled provision's %.1fms\n",
-			step.Seconds()*1000, 100*step.Seconds()/scheduled.cpuPer.Seconds(), scheduled.cpuPer.Seconds()*1000)
+		share := 100 * step.Seconds() / scheduled.cpuPer.Seconds()
+		fmt.Printf("  the scheduling step: %.1fms of CPU per instance, %.1f%% of a scheduled provision's %.1fms\n%s",
+			step.Seconds()*1000, share, scheduled.cpuPer.Seconds()*1000,
+			testenv.BenchVerdict("the scheduling step's share of a scheduled provision's CPU", share, 10, "%", true))
 	}
 }
 

@@ -64,8 +64,8 @@ func TestProvisionIntoSisterClusters(t *testing.T) {
 
 	const n = 8
 	testenv.Parallel(t, n, func(i int) error {
-		s.Instance(fmt.Sprintf("db-%d", i), plan, "")
-		return nil
+		_, err := s.CreateInstance(fmt.Sprintf("db-%d", i), plan, "")
+		return err
 	})
 	count := map[string]int{}
 	for i := range n {

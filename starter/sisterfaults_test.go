@@ -16,8 +16,8 @@ import (
 
 // TestSisterClusterGoesAway: an instance whose cluster goes away for a
 // while succeeds once it is back; one whose cluster stays away fails at
-// the plan's deadline saying why; an instance on another cluster is not
-// slowed meanwhile.
+// the plan's deadline saying why; an instance on another cluster succeeds
+// meanwhile, while the first is still away.
 func TestSisterClusterGoesAway(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond})
 	ctx := context.Background()
@@ -37,14 +37,20 @@ func TestSisterClusterGoesAway(t *testing.T) {
 	on("lost", "eu-1")
 
 	// eu-1 goes away for a while; meanwhile an instance on eu-2 succeeds.
-	restarted := make(chan struct{})
-	go func() { defer close(restarted); eu1.Restart(t, 8*time.Second) }()
-	start := time.Now()
+	// Away long enough that a slow machine still provisions the other
+	// instance well inside it: the check is of order, not of speed.
+	restarted := make(chan error, 1)
+	go func() { restarted <- eu1.Restart(15 * time.Second) }()
 	on("elsewhere", "eu-2")
 	openGate(eu2, "elsewhere")
 	s.WaitInstance("elsewhere", "provisioned", testenv.Succeeded(1))
-	assert.Less(t, time.Since(start), 8*time.Second, "an instance on another cluster is not slowed")
-	<-restarted
+	select {
+	case err := <-restarted:
+		require.NoError(t, err)
+		t.Error("the instance on eu-2 succeeded only once eu-1 was back: it was held up by another cluster")
+	default:
+	}
+	require.NoError(t, <-restarted)
 	openGate(eu1, "back")
 	s.WaitInstance("back", "provisioned once its cluster is back", testenv.Succeeded(1))
 

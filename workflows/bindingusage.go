@@ -12,7 +12,7 @@ import (
 
 const (
 	// usagePassesPerRun bounds a usage's history: it continues as new after
-	// this many passes.
+	// this many passes, or sooner if Temporal asks.
 	usagePassesPerRun = 200
 	// usageRetry is how long a usage that is not Ready waits for a signal
 	// before it looks again by itself: what it waits for may be a change
@@ -36,7 +36,7 @@ func BindingUsage(ctx workflow.Context, t activities.UsageTarget) error {
 	ctx = retriedUntilDone(ctx)
 	var a *activities.BindingUsages
 	changed := workflow.GetSignalChannel(ctx, runs.SignalUsageChanged)
-	for range usagePassesPerRun {
+	for passes := 0; passes < usagePassesPerRun && !workflow.GetInfo(ctx).GetContinueAsNewSuggested(); passes++ {
 		var u activities.Usage
 		if err := workflow.ExecuteLocalActivity(ctx, a.ResolveUsage, t).Get(ctx, &u); err != nil {
 			return err

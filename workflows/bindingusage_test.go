@@ -2,7 +2,6 @@ package workflows_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,20 +83,23 @@ func TestBindingUsageLooksAgainWhenNotReady(t *testing.T) {
 	assert.Equal(t, 2*time.Minute, env.Now().Sub(start).Truncate(time.Minute), "a look a minute")
 }
 
-// TestBindingUsageContinuesAsNew: the history stays bounded.
+// TestBindingUsageContinuesAsNew: the history stays bounded: once Temporal
+// suggests it, a usage continues as new after its pass.
 func TestBindingUsageContinuesAsNew(t *testing.T) {
 	env := usageEnv()
 	ready := activities.UsageOutcome{Generation: 1, Injected: &injected, Secret: "creds"}
 	env.OnActivity(usages.ResolveUsage, mock.Anything, webDB).Return(activities.Usage{UID: "u-1", Generation: 1, Kind: &injected.Kind, Workload: "web"}, nil)
 	env.OnActivity(usages.Inject, mock.Anything, webDB, mock.Anything).Return(ready, nil)
 	env.OnActivity(usages.RecordUsage, mock.Anything, webDB, ready).Return(nil)
-	for i := 1; i <= 200; i++ {
+	for i := 1; i <= 3; i++ {
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalUsageChanged, "") }, time.Duration(i)*time.Second)
 	}
+	// As Temporal does once the history grows long.
+	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 2500*time.Millisecond)
 
 	env.ExecuteWorkflow(workflows.BindingUsage, webDB)
 	require.True(t, env.IsWorkflowCompleted())
 	var cont *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &cont), "%v", env.GetWorkflowError())
+	require.ErrorAs(t, env.GetWorkflowError(), &cont)
 	assert.Equal(t, runs.BindingUsageType, cont.WorkflowType.Name)
 }

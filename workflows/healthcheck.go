@@ -26,13 +26,11 @@ type HealthChecksInput struct {
 	// Recent are the latest changes of state, newest first, that the
 	// loop's current details show.
 	Recent []string `json:"recent,omitempty"`
-	// PassesPerRun is how many passes a run makes before it continues as
-	// new (0: passesPerRun).
-	PassesPerRun int `json:"passesPerRun,omitempty"`
 }
 
 // passesPerRun bounds a run's history: a loop continues as new after
-// this many passes (a few thousand events), or sooner if Temporal asks.
+// this many passes (a few thousand events), or sooner if Temporal asks
+// (GetContinueAsNewSuggested, which is also how tests make it continue).
 const passesPerRun = 500
 
 // firstTick is the wait before the first pass's answer says how long.
@@ -61,11 +59,7 @@ func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 	if l.in.Tick <= 0 {
 		l.in.Tick = firstTick
 	}
-	limit := in.PassesPerRun
-	if limit <= 0 {
-		limit = passesPerRun
-	}
-	for passes := 0; passes < limit && !workflow.GetInfo(ctx).GetContinueAsNewSuggested(); passes++ {
+	for passes := 0; passes < passesPerRun && !workflow.GetInfo(ctx).GetContinueAsNewSuggested(); passes++ {
 		if err := l.waitTick(ctx); err != nil {
 			return err
 		}

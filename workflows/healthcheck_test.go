@@ -83,7 +83,7 @@ func TestHealthChecksLoop(t *testing.T) {
 	env.ExecuteWorkflow(workflows.HealthChecks, workflows.HealthChecksInput{Shard: 7})
 	require.True(t, env.IsWorkflowCompleted())
 	var canceled *temporal.CanceledError
-	assert.ErrorAs(t, env.GetWorkflowError(), &canceled, "a cancelled loop ends")
+	require.ErrorAs(t, env.GetWorkflowError(), &canceled, "a cancelled loop ends")
 
 	var signalled []string
 	var windows []activities.Pass
@@ -134,4 +134,19 @@ func TestHealthChecksContinueAsNew(t *testing.T) {
 	require.NotEmpty(t, got)
 	assert.Equal(t, workflows.HealthChecksInput{Shard: 1, Last: got[len(got)-1].To, Tick: 2 * time.Second}, in)
 	assert.Len(t, got, 500, "a run holds 500 passes")
+}
+
+// TestHealthChecksContinueAsNewWhenSuggested: a loop whose history Temporal
+// finds long continues as new at its next pass, before its own bound.
+func TestHealthChecksContinueAsNewWhenSuggested(t *testing.T) {
+	p := &passes{fail: -1}
+	env := p.env(t)
+	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 20*time.Second)
+	env.ExecuteWorkflow(workflows.HealthChecks, workflows.HealthChecksInput{Shard: 1})
+	require.True(t, env.IsWorkflowCompleted())
+	var next *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &next)
+	got := p.recorded()
+	assert.Less(t, len(got), 20, "it continued long before 500 passes")
+	assert.NotEmpty(t, got)
 }

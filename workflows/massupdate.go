@@ -19,7 +19,7 @@ import (
 // massStartsPerRun bounds a run's history (each update is about six of
 // its events): after starting this many, a run lets those in flight end
 // and continues as new.
-var massStartsPerRun = 1500
+const massStartsPerRun = 1500
 
 const (
 	// maxListedFailures bounds the failures a run lists (it counts all).
@@ -162,7 +162,7 @@ func (r *massRun) startWhatMay(ctx workflow.Context) {
 		}
 		r.start(ctx, t)
 		r.lastStart = now
-		if r.starts++; r.starts >= massStartsPerRun {
+		if r.starts++; r.starts >= massStartsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			r.draining = true
 		}
 	}

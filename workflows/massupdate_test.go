@@ -1,7 +1,6 @@
 package workflows_test
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -28,11 +27,14 @@ var masses *activities.MassUpdates
 type fakeUpdates struct {
 	inFlight, most, started int
 	fail                    map[string]bool
+	// startedAt is each update's start, in workflow time.
+	startedAt []time.Time
 }
 
 func (f *fakeUpdates) update(ctx workflow.Context, t lifecycle.Target) (workflows.Result, error) {
 	f.inFlight++
 	f.started++
+	f.startedAt = append(f.startedAt, workflow.Now(ctx))
 	f.most = max(f.most, f.inFlight)
 	defer func() { f.inFlight-- }()
 	if err := workflow.Sleep(ctx, time.Second); err != nil {
@@ -114,6 +116,47 @@ func TestMassUpdateSteered(t *testing.T) {
 	assert.Equal(t, 12, f.started)
 }
 
+// TestMassUpdateCanary: with a canary of 3, a run updates three instances,
+// lets them end, and pauses saying so; resumed, it updates the rest.
+func TestMassUpdateCanary(t *testing.T) {
+	f := &fakeUpdates{}
+	env := massEnv(t, 12, f)
+	req := request(5)
+	req.Canary = 3
+	env.RegisterDelayedCallback(func() {
+		assert.Equal(t, 3, f.started, "the canary alone, though 5 may run at once")
+		var p massupdate.Progress
+		q, err := env.QueryWorkflow(runs.QueryProgress)
+		if assert.NoError(t, err) && assert.NoError(t, q.Get(&p)) {
+			assert.Equal(t, massupdate.Paused, p.State)
+			assert.Equal(t, "canary: 3 updated; resume to update the other 9", p.Reason)
+		}
+		env.SignalWorkflow(runs.SignalSteer, massupdate.Steer{Action: massupdate.Resume})
+	}, time.Hour)
+	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: req})
+	p := result(t, env)
+	assert.Equal(t, massupdate.Completed, p.State)
+	assert.Equal(t, 12, p.Succeeded)
+	assert.Equal(t, 5, f.most, "after the canary, the run's concurrency")
+}
+
+// TestMassUpdateRate: at 2 updates a second, starts are half a second apart
+// or more, however many may run at once.
+func TestMassUpdateRate(t *testing.T) {
+	f := &fakeUpdates{}
+	env := massEnv(t, 10, f)
+	req := request(10)
+	req.Rate = 2
+	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: req})
+	p := result(t, env)
+	assert.Equal(t, 10, p.Succeeded)
+	require.Len(t, f.startedAt, 10)
+	for i := 1; i < len(f.startedAt); i++ {
+		assert.GreaterOrEqual(t, f.startedAt[i].Sub(f.startedAt[i-1]), 500*time.Millisecond, "start %d", i)
+	}
+	assert.Less(t, f.most, 10, "the rate, not the concurrency, bounds what runs at once")
+}
+
 // TestMassUpdateFailureBudget: the run pauses once the budget is spent,
 // listing the failures.
 func TestMassUpdateFailureBudget(t *testing.T) {
@@ -139,19 +182,21 @@ func TestMassUpdateFailureBudget(t *testing.T) {
 	assert.Equal(t, 7, p.Succeeded)
 }
 
-// TestMassUpdateContinuesAsNew: past its history limit, a run lets its
-// updates in flight end and continues as new with what is left.
+// TestMassUpdateContinuesAsNew: once Temporal suggests it (as it does past
+// a history limit, and as the run's own bound of starts does), a run lets
+// its updates in flight end and continues as new with what is left.
 func TestMassUpdateContinuesAsNew(t *testing.T) {
-	defer func(limit int) { *workflows.MassStartsPerRun = limit }(*workflows.MassStartsPerRun)
-	*workflows.MassStartsPerRun = 12
 	f := &fakeUpdates{}
 	env := massEnv(t, 30, f)
+	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 3500*time.Millisecond)
 	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: request(3)})
 	require.True(t, env.IsWorkflowCompleted())
 	var cont *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &cont), "%v", env.GetWorkflowError())
+	require.ErrorAs(t, env.GetWorkflowError(), &cont)
 	assert.Equal(t, runs.MassUpdateType, cont.WorkflowType.Name)
 	assert.Zero(t, f.inFlight, "none in flight when it continues")
+	assert.Greater(t, f.started, 3, "it ran a while before the suggestion")
+	assert.Less(t, f.started, 30, "it continued before it was done")
 	var next workflows.MassUpdateInput
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(cont.Input, &next))
 	require.NotNil(t, next.Carry)

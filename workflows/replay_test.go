@@ -18,13 +18,11 @@ import (
 	"github.com/quartermaster/qm/workflows"
 )
 
-// histories are the recorded paths of every workflow: `make
-// record-histories` records them again on the real dev server (starter's
-// TestHistories, TestWorkerRestartMidProvision, TestDeprovisionUnbindsFirst,
-// TestRunsEndAsTheirOperations, TestRetriesShow, TestHealthChecksTCPAndHTTP,
-// TestHealthChecksLoopContinuesAsNew, TestClaimUseCases,
-// TestProvisionIntoSisterClusters and TestCapacitySchedulingNeverOvershoots). A new workflow, or a new path of one,
-// adds its histories here.
+// histories are the recorded paths of every workflow, each with what it
+// shows. `make record-histories` records them again on the real dev server:
+// the tests of starter that call recorded() write them. A new workflow, or a
+// new path of one, adds its history here; TestReplayRecordedHistories fails
+// while this list and workflows/testdata disagree.
 var histories = []string{
 	"provision",         // applied, and the status template says succeeded at once
 	"provision-restart", // waits for its status template across a worker restart

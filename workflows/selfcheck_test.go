@@ -54,7 +54,7 @@ func TestSelfCheck(t *testing.T) {
 		assert.Contains(t, err.Error(), "connection refused")
 		assert.Equal(t, 5, calls, "the retry policy allows five attempts")
 		var appErr *temporal.ApplicationError
-		assert.True(t, errors.As(err, &appErr))
+		assert.ErrorAs(t, err, &appErr)
 	})
 }
 

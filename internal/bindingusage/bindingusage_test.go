@@ -1,7 +1,6 @@
 package bindingusage
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -72,7 +71,7 @@ func TestPathsThatAreNotAPodTemplate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := Injection{Usage: "u", Secret: "s", Keys: []string{"k"}}.Apply(object(t, tc.obj), Paths{Labels: tc.labels, Containers: tc.containers})
 			var pe *PathError
-			require.True(t, errors.As(err, &pe), "%v", err)
+			require.ErrorAs(t, err, &pe)
 			assert.EqualError(t, err, tc.err)
 		})
 	}
@@ -167,7 +166,7 @@ func TestApplyNeverOverwritesTheUsersFields(t *testing.T) {
 			in := Injection{Usage: "web-db", Binding: "db", Secret: "creds", Keys: []string{"user"}, EnvPrefix: "DB_", Volume: true}
 			_, _, err := in.Apply(object(t, y+"}}}"), paths)
 			var ce *ConflictError
-			require.True(t, errors.As(err, &ce), "%v", err)
+			require.ErrorAs(t, err, &ce)
 			assert.EqualError(t, err, tc.err)
 		})
 	}

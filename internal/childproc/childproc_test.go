@@ -37,7 +37,7 @@ func TestCleanup(t *testing.T) {
 	killed, err := childproc.Cleanup(pids, binDir)
 	require.NoError(t, err)
 	assert.Equal(t, []string{filepath.Base(sleep) + " (pid " + strconv.Itoa(left.Process.Pid) + ")"}, killed)
-	assert.Error(t, left.Wait(), "the leftover was killed")
+	require.Error(t, left.Wait(), "the leftover was killed")
 	_, running := childproc.Running(filepath.Join(pids, "etcd.pid"))
 	assert.False(t, running, "its pid file is gone")
 	require.NoError(t, syscall.Kill(other.Process.Pid, 0), "the other process lives")

@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,17 +81,12 @@ func TestDeploymentBecomesAvailable(t *testing.T) {
 	// A pod that asks for more CPU than any node has is never scheduled.
 	huge := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: ns}, Spec: podSpec("64", corev1.RestartPolicyAlways).Spec}
 	require.NoError(t, kube.Client.Create(ctx, huge))
-	require.Eventually(t, func() bool {
-		if kube.Client.Get(ctx, client.ObjectKeyFromObject(huge), huge) != nil {
-			return false
-		}
-		for _, c := range huge.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-				assert.Contains(t, c.Message, "Insufficient cpu")
-				return true
-			}
-		}
-		return false
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, kube.Client.Get(ctx, client.ObjectKeyFromObject(huge), huge))
+		i := slices.IndexFunc(huge.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodScheduled })
+		require.GreaterOrEqual(c, i, 0, "no PodScheduled condition yet")
+		assert.Equal(c, corev1.ConditionFalse, huge.Status.Conditions[i].Status)
+		assert.Contains(c, huge.Status.Conditions[i].Message, "Insufficient cpu")
 	}, time.Minute, 100*time.Millisecond, "the scheduler reports the pod unschedulable")
 }
 
@@ -149,9 +145,10 @@ func TestSimulatedImages(t *testing.T) {
 		w := pod.Status.ContainerStatuses[0].State.Waiting
 		return w != nil && w.Reason == "ErrImagePull"
 	}, time.Minute, 100*time.Millisecond, "the pod waits on its image")
-	time.Sleep(2 * time.Second)
-	require.NoError(t, kube.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod))
-	assert.Equal(t, corev1.PodPending, pod.Status.Phase, "the pod never runs")
+	assert.Never(t, func() bool {
+		var now corev1.Pod
+		return kube.Client.Get(ctx, client.ObjectKeyFromObject(pod), &now) == nil && now.Status.Phase != corev1.PodPending
+	}, 2*time.Second, 100*time.Millisecond, "the pod never runs")
 
 	hanging := podSpec("100m", corev1.RestartPolicyNever)
 	hanging.Spec.Containers[0].Image = controlplane.HangingImage

@@ -77,7 +77,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &osb))
 	assert.Contains(t, out.String(), "password "+osb.Password, "the banner shows the OSB credentials")
-	status, catalogBody, _ := testenv.HTTP(t, http.MethodGet, "http://"+opts.Listen+"/v2/catalog", "", &osb, testenv.OSBHeader)
+	status, catalogBody, _ := testenv.HTTP(http.MethodGet, "http://"+opts.Listen+"/v2/catalog", "", &osb, testenv.OSBHeader)
 	assert.Equal(t, http.StatusOK, status, catalogBody)
 	assert.Contains(t, catalogBody, `"name":"tenant-namespace"`)
 	assert.Contains(t, catalogBody, `"name":"key-value-store"`)
@@ -85,7 +85,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	// A platform provisions the sample through the OSB API, end to end;
 	// the admin API, with the credentials qm dev printed, shows it.
 	osbCall := func(method, path, body string) (int, string) {
-		status, got, _ := testenv.HTTP(t, method, "http://"+opts.Listen+path, body, &osb, testenv.OSBHeader)
+		status, got, _ := testenv.HTTP(method, "http://"+opts.Listen+path, body, &osb, testenv.OSBHeader)
 		return status, got
 	}
 	status, body := osbCall(http.MethodPut, "/v2/service_instances/osb-1?accepts_incomplete=true",
@@ -101,7 +101,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &admin))
 	assert.Contains(t, out.String(), fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, opts.Listen),
 		"the banner shows the admin API")
-	status, adminBody, _ := testenv.HTTP(t, http.MethodGet, "http://"+opts.Listen+"/admin/instances/default/osb-1", "", &admin, nil)
+	status, adminBody, _ := testenv.HTTP(http.MethodGet, "http://"+opts.Listen+"/admin/instances/default/osb-1", "", &admin, nil)
 	assert.Equal(t, http.StatusOK, status, adminBody)
 	assert.Contains(t, adminBody, `"state":"succeeded","description":"namespace tenant-`)
 	assert.Contains(t, adminBody, `"workflow_id":"sfserviceinstance/default/osb-1"`)
@@ -216,7 +216,7 @@ func start(t *testing.T, opts devenv.Options) (func(), *testenv.SyncBuffer) {
 			cancel()
 			select {
 			case err := <-done:
-				assert.NoError(t, err, "qm dev stops cleanly")
+				require.NoError(t, err, "qm dev stops cleanly")
 			case <-time.After(2 * time.Minute):
 				t.Fatal("qm dev did not stop within 2 minutes")
 			}

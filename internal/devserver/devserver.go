@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"go.temporal.io/sdk/client"
@@ -42,6 +44,9 @@ type Options struct {
 	Out io.Writer
 	// Logger is used by the returned client; nil uses slog's default.
 	Logger *slog.Logger
+	// DynamicConfig sets dynamic config values of the server, such as
+	// limit.historyCount.suggestContinueAsNew.
+	DynamicConfig map[string]string
 }
 
 // Start starts the dev server and returns once it accepts clients.
@@ -61,6 +66,9 @@ func Start(ctx context.Context, opts Options) (*testsuite.DevServer, error) {
 	// before the first start, and with the cache off every workflow start
 	// reads them from SQLite again (a fifth of the server's CPU per start).
 	extra := []string{"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false"}
+	for _, key := range slices.Sorted(maps.Keys(opts.DynamicConfig)) {
+		extra = append(extra, "--dynamic-config-value", key+"="+opts.DynamicConfig[key])
+	}
 	if opts.DBFile != "" {
 		// Write-ahead logging without an fsync per commit: a crash of the
 		// machine may lose the last moments of history, a crash of the

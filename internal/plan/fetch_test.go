@@ -46,7 +46,7 @@ func newTemplateServer(t *testing.T) *templateServer {
 		case "/big":
 			_, _ = w.Write([]byte(strings.Repeat("x", 2048)))
 		case "/slow":
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // a server slower than the fetch allows
 		case "/elsewhere":
 			http.Redirect(w, r, "http://example.invalid/provision.yaml", http.StatusFound)
 		default:

@@ -86,7 +86,7 @@ stringData: {replicas: "3"}
 		require.NoError(t, err)
 		spec := objs[0].Object["spec"].(map[string]any)
 		assert.Equal(t, int64(3), spec["replicas"])
-		assert.Equal(t, 0.5, spec["ratio"])
+		assert.InDelta(t, 0.5, spec["ratio"], 0)
 	})
 
 	for _, tc := range []struct{ name, doc, want string }{

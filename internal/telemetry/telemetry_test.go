@@ -2,7 +2,6 @@ package telemetry_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -118,5 +117,5 @@ func TestServerRefusesABusyAddress(t *testing.T) {
 	err = (&telemetry.Server{HealthAddr: ln.Addr().String()}).Run(context.Background())
 	require.Error(t, err)
 	assert.True(t, strings.HasPrefix(err.Error(), "listening on "+ln.Addr().String()+" for the probes and metrics: "), err.Error())
-	assert.False(t, errors.Is(err, http.ErrServerClosed))
+	assert.NotErrorIs(t, err, http.ErrServerClosed)
 }

@@ -114,12 +114,17 @@ func CPUPer(before, after map[string]time.Duration, n int) string {
 // the embedded default; it stops when the test ends.
 func FileTemporal(t testing.TB) client.Client {
 	t.Helper()
+	return ownTemporal(t, devserver.Options{DBFile: filepath.Join(t.TempDir(), "temporal.db")})
+}
+
+// ownTemporal starts a dev server of the test's own with opts (its path
+// filled in); it stops when the test ends.
+func ownTemporal(t testing.TB, opts devserver.Options) client.Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := devserver.Start(ctx, devserver.Options{
-		Path:   requireTool(t, "temporal"),
-		DBFile: filepath.Join(t.TempDir(), "temporal.db"),
-	})
+	opts.Path = requireTool(t, "temporal")
+	srv, err := devserver.Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("starting a file-backed Temporal dev server: %v", err)
 	}
@@ -127,13 +132,61 @@ func FileTemporal(t testing.TB) client.Client {
 	return srv.Client()
 }
 
+// BenchSmokeN is every benchmark's size in a smoke run (QM_BENCH_SMOKE,
+// which `make test` sets): each benchmark runs once, small and with short
+// windows, so that one that breaks fails the suite, while its figures are
+// left to `make bench`.
+const BenchSmokeN = 20
+
+// BenchSmoke says whether this is a smoke run (QM_BENCH_SMOKE is set).
+func BenchSmoke() bool { return os.Getenv("QM_BENCH_SMOKE") != "" }
+
 // BenchN is the number of instances a benchmark provisions: QM_BENCH_N, or
-// 1000.
-func BenchN() int {
-	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_N")); err == nil && v > 0 {
+// 1000 (BenchSmokeN in a smoke run).
+func BenchN() int { return BenchSize("QM_BENCH_N", 1000) }
+
+// BenchSize is a benchmark's size: the variable env if it is set to a
+// positive number, BenchSmokeN in a smoke run, def otherwise.
+func BenchSize(env string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(env)); err == nil && v > 0 {
 		return v
 	}
-	return 1000
+	if BenchSmoke() {
+		return BenchSmokeN
+	}
+	return def
+}
+
+// BenchWindow is a measuring window of a benchmark: def, or a tenth of it in
+// a smoke run, where only the path through the benchmark is checked.
+func BenchWindow(def time.Duration) time.Duration {
+	if BenchSmoke() {
+		return def / 10
+	}
+	return def
+}
+
+// BenchVerdict is the last line of a benchmark that has a target: the
+// figure, the target, and whether this run met it. It does not fail the
+// run (figures are noisy on a shared machine; the closing note reports
+// them); a smoke run's figures say nothing, and it says so.
+func BenchVerdict(what string, figure, target float64, unit string, lowerIsBetter bool) string {
+	met := figure >= target
+	if lowerIsBetter {
+		met = figure <= target
+	}
+	verdict := "MET"
+	if !met {
+		verdict = "NOT MET"
+	}
+	if BenchSmoke() {
+		verdict += " (a smoke run: the figure is not a measurement)"
+	}
+	cmp := "≥"
+	if lowerIsBetter {
+		cmp = "≤"
+	}
+	return fmt.Sprintf("  target: %s %s %g %s; this run %.3g %s: %s\n", what, cmp, target, unit, figure, unit, verdict)
 }
 
 // SyncBuffer collects the output of goroutines that a test reads.

@@ -36,14 +36,23 @@ func (s *System) ClosedRun(workflowID, workflowType string) string {
 // History reads a run's history from the Temporal API.
 func (s *System) History(workflowID, runID string) *historypb.History {
 	s.t.Helper()
+	h, err := s.ReadHistory(workflowID, runID)
+	require.NoError(s.t, err)
+	return h
+}
+
+// ReadHistory is History returning its error, for an Eventually condition.
+func (s *System) ReadHistory(workflowID, runID string) (*historypb.History, error) {
 	iter := s.Temporal.GetWorkflowHistory(context.Background(), workflowID, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	h := &historypb.History{}
 	for iter.HasNext() {
 		ev, err := iter.Next()
-		require.NoError(s.t, err)
+		if err != nil {
+			return nil, fmt.Errorf("reading the history of %s: %w", workflowID, err)
+		}
 		h.Events = append(h.Events, ev)
 	}
-	return h
+	return h, nil
 }
 
 // HistoryJSON is a history as the replayer reads it, and as

@@ -2,12 +2,10 @@ package testenv
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"testing"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/quartermaster/qm/api"
 )
@@ -18,16 +16,20 @@ var OSBHeader = map[string]string{"X-Broker-API-Version": "2.17"}
 // HTTP sends a request, with basic auth when auth is set, the headers of
 // header (a header given as "" is removed) and, with a body, the JSON
 // content type. It returns the status, the body without surrounding space
-// and the response headers; a server that cannot be reached is status 0
-// with the error as the body, for tests that wait for a server to come up.
-func HTTP(t testing.TB, method, url, body string, auth *api.Credentials, header map[string]string) (int, string, http.Header) {
-	t.Helper()
+// and the response headers. A request that could not be made, a server
+// that cannot be reached and a reply cut off (a killed server) are status
+// 0 with the error as the body. It never fails the test itself, so that it
+// can run anywhere, in an Eventually condition or a workload's goroutine;
+// the caller checks the status.
+func HTTP(method, url, body string, auth *api.Credentials, header map[string]string) (int, string, http.Header) {
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, url, r)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, err.Error(), nil
+	}
 	if auth != nil {
 		req.SetBasicAuth(auth.Username, auth.Password)
 	}
@@ -47,6 +49,8 @@ func HTTP(t testing.TB, method, url, body string, auth *api.Credentials, header 
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, fmt.Sprintf("%s %s: reading the reply: %v", method, url, err), resp.Header
+	}
 	return resp.StatusCode, string(bytes.TrimSpace(raw)), resp.Header
 }

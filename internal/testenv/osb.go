@@ -16,14 +16,21 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
 
-// Do sends an OSB request to the System's API with the platform's
+// Request sends an OSB request to the System's API with the platform's
 // credentials and version header, and returns the status, the body and the
-// response headers. A header given as "" is removed.
-func (s *System) Do(method, path, body string, header map[string]string) (int, string, http.Header) {
-	s.t.Helper()
+// response headers. A header given as "" is removed. Like HTTP, it never
+// fails the test: status 0 is a request that got no reply.
+func (s *System) Request(method, path, body string, header map[string]string) (int, string, http.Header) {
 	h := maps.Clone(OSBHeader)
 	maps.Copy(h, header)
-	status, got, headers := HTTP(s.t, method, s.URL+path, body, &OSBCredentials, h)
+	return HTTP(method, s.URL+path, body, &OSBCredentials, h)
+}
+
+// Do is Request on the test's goroutine: a request that got no reply
+// fails the test.
+func (s *System) Do(method, path, body string, header map[string]string) (int, string, http.Header) {
+	s.t.Helper()
+	status, got, headers := s.Request(method, path, body, header)
 	require.NotZero(s.t, status, "%s %s: %s", method, path, got)
 	return status, got, headers
 }
@@ -50,7 +57,7 @@ func (s *System) Expect(method, path, body string, wantStatus int, wantBody stri
 func (s *System) ExpectSoon(path string, wantStatus int, wantBody string) {
 	s.t.Helper()
 	require.EventuallyWithT(s.t, func(c *assert.CollectT) {
-		status, got, _ := HTTP(s.t, http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
+		status, got, _ := HTTP(http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
 		assert.Equal(c, wantStatus, status, "GET %s: %s", path, got)
 		if assert.True(c, json.Valid([]byte(got)), "GET %s: the body is not JSON: %q", path, got) {
 			assert.JSONEq(c, wantBody, got, "GET %s", path)
@@ -64,7 +71,7 @@ func (s *System) PollLastOperation(path string) map[string]any {
 	s.t.Helper()
 	var last map[string]any
 	require.EventuallyWithT(s.t, func(c *assert.CollectT) {
-		status, body, _ := HTTP(s.t, http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
+		status, body, _ := HTTP(http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
 		require.Equal(c, http.StatusOK, status, body)
 		last = nil
 		require.NoError(c, json.Unmarshal([]byte(body), &last))

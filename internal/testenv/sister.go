@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,8 +50,11 @@ func (s *Sister) Stop(t testing.TB) {
 }
 
 // Restart stops the sister's API server for down, and starts it again on
-// the same data: a cluster that goes away for a while.
-func (s *Sister) Restart(t testing.TB, down time.Duration) {
-	t.Helper()
-	require.NoError(t, s.cp.RestartAPIServer(down))
+// the same data: a cluster that goes away for a while. It returns its
+// error, as it is meant to run beside the test, on a goroutine of its own.
+func (s *Sister) Restart(down time.Duration) error {
+	if err := s.cp.RestartAPIServer(down); err != nil {
+		return fmt.Errorf("restarting the sister's API server: %w", err)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ import (
 	"github.com/quartermaster/qm/api"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/deploy/samples"
+	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/starter"
@@ -95,6 +97,12 @@ type Parts struct {
 	Sample bool
 	// Scheduler is the worker's (default: the one cluster).
 	Scheduler scheduling.Scheduler
+	// SuggestContinueAsNewAt gives the System a dev server of its own on
+	// which Temporal suggests continue-as-new to every run whose history
+	// has this many events, as it does at 4,096 events in production. It is
+	// the one way tests make a long-running workflow continue as new on the
+	// real server (the Temporal test suite's is SetContinueAsNewSuggested).
+	SuggestContinueAsNewAt int
 }
 
 // System is Quartermaster running on the shared API server and dev server,
@@ -131,6 +139,9 @@ func Start(t testing.TB, parts Parts) *System {
 	switch {
 	case parts.FileTemporal:
 		s.Temporal = FileTemporal(t)
+	case parts.SuggestContinueAsNewAt > 0:
+		s.Temporal = ownTemporal(t, devserver.Options{DynamicConfig: map[string]string{
+			"limit.historyCount.suggestContinueAsNew": strconv.Itoa(parts.SuggestContinueAsNewAt)}})
 	case parts.Worker || parts.Watcher:
 		s.Temporal = Temporal(t)
 	}
@@ -266,9 +277,22 @@ func (s *System) WaitPlanGeneration(planID string, gen int64) {
 // Create creates the object a YAML or JSON manifest describes.
 func (s *System) Create(manifest string) *unstructured.Unstructured {
 	s.t.Helper()
-	obj := Decode(s.t, manifest)
-	require.NoError(s.t, s.Kube.Client.Create(context.Background(), obj))
+	obj, err := s.TryCreate(manifest)
+	require.NoError(s.t, err)
 	return obj
+}
+
+// TryCreate is Create returning its error, for goroutines where the test
+// cannot be stopped.
+func (s *System) TryCreate(manifest string) (*unstructured.Unstructured, error) {
+	obj := &unstructured.Unstructured{}
+	if err := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(&obj.Object); err != nil {
+		return nil, fmt.Errorf("decoding the manifest: %w", err)
+	}
+	if err := s.Kube.Client.Create(context.Background(), obj); err != nil {
+		return nil, fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return obj, nil
 }
 
 // Decode reads a YAML or JSON manifest into an object.
@@ -294,6 +318,14 @@ func (s *System) installSample() {
 // namespace, as kubectl would; parameters is JSON or empty.
 func (s *System) Instance(name, planID, parameters string) *osbv1alpha1.SFServiceInstance {
 	s.t.Helper()
+	inst, err := s.CreateInstance(name, planID, parameters)
+	require.NoError(s.t, err)
+	return inst
+}
+
+// CreateInstance is Instance returning its error, for goroutines (such as
+// Parallel's) where the test cannot be stopped.
+func (s *System) CreateInstance(name, planID, parameters string) (*osbv1alpha1.SFServiceInstance, error) {
 	inst := &osbv1alpha1.SFServiceInstance{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
 		Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: name, ServiceID: s.serviceOf(planID), PlanID: planID},
@@ -301,8 +333,10 @@ func (s *System) Instance(name, planID, parameters string) *osbv1alpha1.SFServic
 	if parameters != "" {
 		inst.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(parameters)}
 	}
-	require.NoError(s.t, s.Kube.Client.Create(context.Background(), inst))
-	return inst
+	if err := s.Kube.Client.Create(context.Background(), inst); err != nil {
+		return nil, fmt.Errorf("creating instance %s: %w", name, err)
+	}
+	return inst, nil
 }
 
 // serviceOf is the service of a plan that Plan registered, or of the sample.
@@ -379,12 +413,13 @@ func (s *System) RegistryValue(secretName, key string) any {
 	return v
 }
 
-// Runs counts the workflow runs stored under a workflow ID.
-func (s *System) Runs(workflowID string) int {
-	s.t.Helper()
+// Runs counts the workflow runs stored under a workflow ID, as Temporal's
+// visibility has them now; a failed list is reported on t, the test or an
+// Eventually condition's *assert.CollectT.
+func (s *System) Runs(t require.TestingT, workflowID string) int {
 	resp, err := s.Temporal.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
 		Query: fmt.Sprintf("WorkflowId = %q", workflowID),
 	})
-	require.NoError(s.t, err)
+	require.NoError(t, err, "listing the runs of %s", workflowID)
 	return len(resp.Executions)
 }

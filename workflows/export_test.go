@@ -1,4 +1,0 @@
-package workflows
-
-// MassStartsPerRun lets a test continue a mass update as new early.
-var MassStartsPerRun = &massStartsPerRun
