@@ -68,11 +68,13 @@ func total(on map[string]int) int {
 // TestCapacitySchedulingNeverOvershoots: 50 provisions at once against two
 // clusters with room for 10 under their limit: exactly 10 are scheduled,
 // 40 wait saying why, and no cluster goes over its limit, even once the
-// pods replace the reservations. Deprovisioning five schedules five of
-// those waiting; a new cluster takes five more.
+// pods replace the reservations. Two workers decide side by side, so their
+// turns race on the ledger as two replicas' would. Deprovisioning five
+// schedules five of those waiting; a new cluster takes five more.
 func TestCapacitySchedulingNeverOvershoots(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond,
 		Scheduler: scheduling.Capacity, Concurrency: 64})
+	s.StartAnotherWorker()
 	ctx := context.Background()
 	sis := sisters(t, s, 2)
 	for name := range sis {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,6 +118,24 @@ func TestClusterRegistry(t *testing.T) {
 		assert.Equal(t, "Misconfigured", readyCondition(c).Reason)
 		assert.Equal(t, want, readyCondition(c).Message)
 		assert.Equal(t, resourcev1alpha1.ClusterUnreachable, c.Status.State)
+	}
+
+	// Credentials the cluster refuses, and a user it knows but lets do
+	// nothing, show as not ready with the API server's reason.
+	stranger, err := clientcmd.Load(eu1.Kubeconfig)
+	require.NoError(t, err)
+	for _, auth := range stranger.AuthInfos {
+		auth.ClientCertificateData, auth.ClientKeyData, auth.Token = nil, nil, "not-a-token-the-cluster-issued"
+	}
+	strangerKubeconfig, err := clientcmd.Write(*stranger)
+	require.NoError(t, err)
+	register(t, s, "stranger", strangerKubeconfig, nil)
+	register(t, s, "nobody", eu1.KubeconfigOf(t, "nobody"), nil)
+	for name, reason := range map[string]string{"stranger": "Unauthorized", "nobody": "Forbidden"} {
+		c := waitCluster(t, s, name, "not ready", func(c *resourcev1alpha1.SFCluster) bool { return readyCondition(c) != nil })
+		assert.Equal(t, metav1.ConditionFalse, readyCondition(c).Status, name)
+		assert.Equal(t, reason, readyCondition(c).Reason, "%s: %s", name, readyCondition(c).Message)
+		assert.Equal(t, resourcev1alpha1.ClusterUnreachable, c.Status.State, name)
 	}
 
 	// Instances scheduled on it are counted, and hold it.

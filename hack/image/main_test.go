@@ -19,13 +19,24 @@ import (
 // TestImage builds the image of this checkout's qm and checks what a
 // cluster relies on: the user is not root, the entrypoint is qm, the OCI
 // labels are set, and the one layer holds a static qm, the CA bundle and
-// /tmp, and no shell.
+// /tmp, and no shell; and that a second build gives the same digest.
 func TestImage(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "qm.tar")
 	require.NoError(t, Build(Options{Module: "../..", Out: out, Ref: "ghcr.io/quartermaster/qm:test", Version: "1.2.3", Revision: "abc",
 		CABundle: "testdata/ca.crt"}))
 
 	img := readArchive(t, out)
+	// The same qm, built again, gives the same digest: a digest names a
+	// build, not a moment.
+	again := filepath.Join(t.TempDir(), "qm.tar")
+	require.NoError(t, Build(Options{Module: "../..", Out: again, Ref: "ghcr.io/quartermaster/qm:test", Version: "1.2.3", Revision: "abc",
+		CABundle: "testdata/ca.crt"}))
+	digest, err := img.Digest()
+	require.NoError(t, err)
+	againDigest, err := readArchive(t, again).Digest()
+	require.NoError(t, err)
+	assert.Equal(t, digest, againDigest, "a second build of the same qm")
+
 	cfg, err := img.ConfigFile()
 	require.NoError(t, err)
 	assert.Equal(t, "65532:65532", cfg.Config.User)

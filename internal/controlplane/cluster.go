@@ -165,6 +165,17 @@ func (c *ControlPlane) startClusterParts(opts Options, dir string) error {
 	return c.waitReady(ctx, kube, nodes)
 }
 
+// UserKubeconfig is a kubeconfig of a new user of the API server, authenticated
+// by a client certificate, in groups (none: a user that RBAC allows nothing
+// beyond discovery).
+func (c *ControlPlane) UserKubeconfig(name string, groups ...string) ([]byte, error) {
+	user, err := c.env.ControlPlane.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("creating the user %s: %w", name, err)
+	}
+	return user.KubeConfig()
+}
+
 // componentKubeconfig writes a kubeconfig for the cluster's own components,
 // as a member of system:masters.
 func (c *ControlPlane) componentKubeconfig(dir string) (string, error) {

@@ -37,6 +37,15 @@ func StartSister(t testing.TB, nodes int) *Sister {
 	return &Sister{Cluster: &Cluster{Config: cp.Config, Client: kube, Kubeconfig: cp.Kubeconfig}, cp: cp}
 }
 
+// KubeconfigOf is a kubeconfig of a new user of the sister, in groups (none:
+// a user that may do nothing beyond discovery).
+func (s *Sister) KubeconfigOf(t testing.TB, user string, groups ...string) []byte {
+	t.Helper()
+	raw, err := s.cp.UserKubeconfig(user, groups...)
+	require.NoError(t, err)
+	return raw
+}
+
 // Stop stops the sister's API server for good: what an unreachable
 // cluster looks like.
 func (s *Sister) Stop(t testing.TB) {

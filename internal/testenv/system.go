@@ -218,6 +218,14 @@ func (s *System) StartWorker() {
 	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler})
 }
 
+// StartAnotherWorker starts one more worker beside the System's, on the
+// same task queue, with state of its own (caches, scheduling turns) as a
+// second replica of `qm worker` has; it stops when the test ends.
+func (s *System) StartAnotherWorker() {
+	s.t.Helper()
+	s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler})
+}
+
 // RestartWatcher stops the watcher (and the API, if the System has it) and
 // starts them again, as a new process would.
 func (s *System) RestartWatcher() {
