@@ -22,6 +22,7 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/bindingusage"
+	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 // BindingUsages holds the activities of the ServiceBindingUsage workflow:
@@ -285,7 +286,7 @@ func (b *BindingUsages) RecordUsage(ctx context.Context, t UsageTarget, o UsageO
 	if o.Injected != nil {
 		s.UsageKind, s.Workload = &o.Injected.Kind, o.Injected.Workload
 	}
-	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Injected", ObservedGeneration: o.Generation}
+	cond := metav1.Condition{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: "Injected", ObservedGeneration: o.Generation}
 	if o.Problem == nil {
 		s.State, s.Secret, s.Env = sc.UsageReady, o.Secret, o.Env
 		cond.Message = fmt.Sprintf("%d variables from Secret %s injected into %s %s", len(o.Env), o.Secret, o.Injected.Kind.Resource.Kind, o.Injected.Workload)

@@ -192,7 +192,7 @@ func (s *Scheduling) clusters(ctx context.Context, namespace string, led *ledger
 	}
 	views := make([]scheduling.Cluster, 0, len(list.Items))
 	for _, c := range list.Items {
-		ready := meta.FindStatusCondition(c.Status.Conditions, "Ready")
+		ready := meta.FindStatusCondition(c.Status.Conditions, lifecycle.ConditionReady)
 		// The spec's totalCapacity as it is now, over the nodes as probed.
 		capacity := c.Status.Allocatable.DeepCopy()
 		if capacity == nil {

@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
 	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/offerings"
-	"github.com/quartermaster/qm/internal/plan"
 )
 
 // target is an instance or binding, loaded with what its templates need.
@@ -148,7 +148,7 @@ func (a *Operations) loadObjects(ctx context.Context, tg lifecycle.Target, op li
 // elsewhere.
 func (t *target) clusterName() string {
 	if t.instance == nil || clusters.IsLocal(t.instance.Spec.ClusterID) {
-		return plan.LocalCluster
+		return resourcev1alpha1.LocalCluster
 	}
 	return t.instance.Spec.ClusterID
 }

@@ -22,6 +22,7 @@ import (
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/claims"
+	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 // catalogDelay is how long after a change its namespace's catalogs are
@@ -139,7 +140,7 @@ func (c *Catalogs) write(ctx context.Context, namespace, env string, services []
 	status.ServiceCount = int32(len(services))
 	status.ObservedGeneration = cat.Generation
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Listed", ObservedGeneration: cat.Generation,
+		Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: "Listed", ObservedGeneration: cat.Generation,
 		Message: fmt.Sprintf("%d services can be claimed from %s", len(services), env),
 	})
 	if equality.Semantic.DeepEqual(cat.Status, status) {

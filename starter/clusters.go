@@ -26,6 +26,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
 	"github.com/quartermaster/qm/internal/clusters"
+	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/scheduling"
 )
 
@@ -124,7 +125,7 @@ func (r *ClusterRegistry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	base := sfc.DeepCopy()
 	sfc.Status.ServiceInstanceCount = int64(len(insts.Items))
 	sfc.Status.ObservedGeneration = sfc.Generation
-	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Reachable", ObservedGeneration: sfc.Generation}
+	ready := metav1.Condition{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reachable", ObservedGeneration: sfc.Generation}
 	probe, err := r.probe(ctx, &sfc)
 	if err != nil {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, probe.reason, err.Error()

@@ -108,7 +108,7 @@ func (u *BindingUsages) ReconcileKind(ctx context.Context, req ctrl.Request) (ct
 			result.RequeueAfter = unresolvedRetry
 		} else {
 			setCondition(&kind, sc.UsageKindPermitted, "", "may "+strings.Join(bindingusage.Verbs, ", ")+" "+kind.Status.Resource)
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "Ready", fmt.Sprintf("bindings can be injected into %s", kind.Status.Resource)
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "Permitted", fmt.Sprintf("bindings can be injected into %s", kind.Status.Resource)
 			if err := u.watchWorkloads(mapping.GroupVersionKind); err != nil {
 				return ctrl.Result{}, err
 			}

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
-	"github.com/quartermaster/qm/internal/scheduling"
 )
 
 // KubeconfigKey is the key of an SFCluster's Secret that holds the
@@ -68,13 +67,13 @@ type remote struct {
 // IsLocal says whether name is the cluster Quartermaster runs in: the
 // reserved name, or none (an instance from before scheduling).
 func IsLocal(name string) bool {
-	return name == "" || name == scheduling.LocalCluster
+	return name == "" || name == resourcev1alpha1.LocalCluster
 }
 
 // Get returns the cluster named name, whose SFCluster is in namespace.
 func (c *Clients) Get(ctx context.Context, namespace, name string) (Cluster, error) {
 	if IsLocal(name) {
-		return Cluster{Name: scheduling.LocalCluster, Client: c.Local, Config: c.LocalConfig}, nil
+		return Cluster{Name: resourcev1alpha1.LocalCluster, Client: c.Local, Config: c.LocalConfig}, nil
 	}
 	var sfc resourcev1alpha1.SFCluster
 	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &sfc); err != nil {

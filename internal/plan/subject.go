@@ -12,12 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
 	"github.com/quartermaster/qm/internal/registry"
 )
-
-// LocalCluster is the name of the SFCluster Quartermaster itself runs in,
-// reserved for it by the inter-operator.
-const LocalCluster = "1"
 
 // Subject is what an operation's templates are rendered for.
 type Subject struct {
@@ -32,7 +29,7 @@ type Subject struct {
 	// Bounds limit each render (zero: DefaultBounds).
 	Bounds Bounds
 	// Cluster names the SFCluster the instance is scheduled on ("":
-	// LocalCluster), .cluster in the templates.
+	// resourcev1alpha1.LocalCluster), .cluster in the templates.
 	Cluster string
 }
 
@@ -47,7 +44,7 @@ func (s *Subject) Values(scheme *runtime.Scheme) (Values, error) {
 		"cluster": map[string]any{
 			"apiVersion": "resource.servicefabrik.io/v1alpha1",
 			"kind":       "SFCluster",
-			"metadata":   map[string]any{"name": cmp.Or(s.Cluster, LocalCluster)},
+			"metadata":   map[string]any{"name": cmp.Or(s.Cluster, resourcev1alpha1.LocalCluster)},
 		},
 		"registry": s.Registry.Values(),
 	}

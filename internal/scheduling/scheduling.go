@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
+
+	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
 )
 
 // Scheduler names a way of choosing a cluster.
@@ -46,9 +48,6 @@ func Parse(name string) (Scheduler, error) {
 func (s Scheduler) Schedules() bool {
 	return s != "" && s != Default
 }
-
-// LocalCluster is the name reserved for the cluster Quartermaster runs in.
-const LocalCluster = "1"
 
 // DefaultLimitPercentage is the share of its capacity a cluster is filled
 // to when its SFCluster sets no schedulingLimitPercentage.
@@ -125,10 +124,10 @@ func (d Decision) Explain() string {
 }
 
 // Schedule chooses a cluster for req among clusters. With no cluster
-// registered, and for the default scheduler, the answer is LocalCluster.
+// registered, and for the default scheduler, the answer is the local cluster (resourcev1alpha1.LocalCluster).
 func Schedule(clusters []Cluster, req Request) (Decision, error) {
 	if req.Scheduler == Default || req.Scheduler == "" || len(clusters) == 0 {
-		return Decision{Cluster: LocalCluster, Why: "the cluster Quartermaster runs in"}, nil
+		return Decision{Cluster: resourcev1alpha1.LocalCluster, Why: "the cluster Quartermaster runs in"}, nil
 	}
 	clusters = slices.SortedFunc(slices.Values(clusters), func(a, b Cluster) int { return cmp.Compare(a.Name, b.Name) })
 	d := Decision{Skipped: map[string]string{}}

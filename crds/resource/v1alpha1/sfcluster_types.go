@@ -5,6 +5,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// LocalCluster is the name of the SFCluster that stands for the cluster
+// Quartermaster itself runs in, reserved for it as Service Fabrik's
+// inter-operator reserves it. An instance whose spec.clusterId is empty is
+// there too (it predates scheduling).
+const LocalCluster = "1"
+
 // ClusterState says whether instances can be scheduled on a cluster.
 // +kubebuilder:validation:Enum=Ready;Unreachable;Unknown
 type ClusterState string
