@@ -27,6 +27,20 @@ const (
 // errGone marks a target deleted while its operation ran.
 var errGone = errors.New("gone")
 
+// Permanent is the one rule for which errors retrying cannot fix: a
+// non-retryable application error, as the activities return for the types
+// above (and a workflow for its own, such as retries run out). It returns
+// the error's type, which the workflow writes as the failure's kind.
+// Temporal itself never retries such an error, so no retry policy lists
+// the types again.
+func Permanent(err error) (kind string, ok bool) {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.NonRetryable() {
+		return appErr.Type(), true
+	}
+	return "", false
+}
+
 // classify makes the errors of package plan and of the API server that the
 // same call would meet again non-retryable: a template that does not
 // render, and an object the API server refuses. Everything else (a chart

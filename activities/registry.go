@@ -37,12 +37,9 @@ func (t *target) readOnlyKeys() map[string]string {
 		registry.KeyServiceID: t.plan.Spec.ServiceID,
 		registry.KeyPlanID:    t.plan.Spec.ID,
 	}
-	switch {
-	case t.instance != nil && t.instance.Spec.InstanceID != "":
-		keys[registry.KeyInstanceID] = t.instance.Spec.InstanceID
-	case t.instance != nil:
-		keys[registry.KeyInstanceID] = t.instance.Name
-	default:
+	if t.instance != nil {
+		keys[registry.KeyInstanceID] = t.instance.OSBID()
+	} else {
 		keys[registry.KeyInstanceID] = t.binding.Spec.InstanceID
 	}
 	if t.binding != nil {

@@ -19,6 +19,7 @@ import (
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
 	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/internal/offerings"
 )
 
@@ -78,7 +79,7 @@ func (t *target) planID() string {
 // starts it for a changed plan, the instance unchanged).
 func (t *target) done(op lifecycle.Operation) bool {
 	state, observed, _ := t.status()
-	if op == lifecycle.OpUpdate && t.instance.Status.AppliedPlanGeneration < t.plan.Generation {
+	if op == lifecycle.OpUpdate && !massupdate.Current(t.instance, t.plan.Generation) {
 		return false
 	}
 	return lifecycle.Done(op, state, observed, t.object().GetGeneration())

@@ -212,7 +212,7 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 		}
 	}
 	attrs := []temporal.SearchAttributeUpdate{
-		runs.AttrInstance.ValueSet(instanceID(&inst)),
+		runs.AttrInstance.ValueSet(inst.OSBID()),
 		runs.AttrService.ValueSet(inst.Spec.ServiceID),
 		runs.AttrPlan.ValueSet(inst.Spec.PlanID),
 	}
@@ -220,7 +220,7 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 		attrs = append(attrs, runs.AttrCluster.ValueSet(inst.Spec.ClusterID))
 	}
 	t := lifecycle.InstanceTarget(&inst)
-	text := s.describeRun(ctx, t, op, inst.Spec.PlanID, inst.Spec.ServiceID, [][2]string{{"instance ID", instanceID(&inst)}})
+	text := s.describeRun(ctx, t, op, inst.Spec.PlanID, inst.Spec.ServiceID, [][2]string{{"instance ID", inst.OSBID()}})
 	return s.start(ctx, &inst, t, op, attrs, text)
 }
 
@@ -330,13 +330,6 @@ func (s *Starter) addFinalizer(ctx context.Context, obj ctrlclient.Object, final
 		return errors.New("the resource changed while its finalizer was added; retrying")
 	}
 	return err
-}
-
-func instanceID(inst *osbv1alpha1.SFServiceInstance) string {
-	if inst.Spec.InstanceID != "" {
-		return inst.Spec.InstanceID
-	}
-	return inst.Name
 }
 
 // specOrDeletion passes the updates of a resource whose spec changed (its

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -287,10 +286,10 @@ func endEarly(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, 
 func failed(op lifecycle.Operation, err error) activities.Outcome {
 	msg := message(err)
 	kind := KindRetriesExhausted
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && slices.Contains(permanentErrors, appErr.Type()) {
-		kind = appErr.Type()
+	if k, ok := activities.Permanent(err); ok {
+		kind = k
 	}
+	// Retries that ran out end the run, but what they met may pass.
 	permanent := kind != KindRetriesExhausted
 	o := activities.Outcome{State: osbv1alpha1.StateFailed, Description: fmt.Sprintf("%s failed: %s", op, msg), Error: msg, Kind: kind}
 	if op == lifecycle.OpUpdate || op == lifecycle.OpDeprovision {
@@ -301,9 +300,6 @@ func failed(op lifecycle.Operation, err error) activities.Outcome {
 	}
 	return o
 }
-
-// permanentErrors are the activity errors that retrying cannot fix.
-var permanentErrors = []string{activities.ErrTemplate, activities.ErrPlan, activities.ErrApply, activities.ErrParameters}
 
 func ptr[T any](v T) *T { return &v }
 

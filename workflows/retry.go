@@ -85,8 +85,7 @@ func (s *steps) run(ctx workflow.Context, what string, start func(workflow.Conte
 
 // transient tells an error that a later attempt may not meet again.
 func transient(err error) bool {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.NonRetryable() {
+	if _, permanent := activities.Permanent(err); permanent {
 		return false
 	}
 	var canceled *temporal.CanceledError
@@ -112,10 +111,9 @@ var briefRetries = workflow.LocalActivityOptions{
 	ScheduleToCloseTimeout: 2 * time.Minute,
 	StartToCloseTimeout:    time.Minute,
 	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:        500 * time.Millisecond,
-		BackoffCoefficient:     2,
-		MaximumAttempts:        3,
-		NonRetryableErrorTypes: append([]string{activities.ErrGone}, permanentErrors...),
+		InitialInterval:    500 * time.Millisecond,
+		BackoffCoefficient: 2,
+		MaximumAttempts:    3,
 	},
 }
 
@@ -128,10 +126,9 @@ func withPatientRetries(ctx workflow.Context) workflow.Context {
 		ScheduleToCloseTimeout: 10 * time.Minute,
 		StartToCloseTimeout:    time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:        500 * time.Millisecond,
-			BackoffCoefficient:     2,
-			MaximumInterval:        30 * time.Second,
-			NonRetryableErrorTypes: append([]string{activities.ErrGone}, permanentErrors...),
+			InitialInterval:    500 * time.Millisecond,
+			BackoffCoefficient: 2,
+			MaximumInterval:    30 * time.Second,
 		},
 	})
 }

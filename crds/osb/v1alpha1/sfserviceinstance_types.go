@@ -120,3 +120,12 @@ type SFServiceInstanceList struct {
 func init() {
 	SchemeBuilder.Register(&SFServiceInstance{}, &SFServiceInstanceList{})
 }
+
+// OSBID is the instance's ID in the OSB API: spec.instanceId, or its name
+// for an instance created with kubectl without one.
+func (in *SFServiceInstance) OSBID() string {
+	if in.Spec.InstanceID != "" {
+		return in.Spec.InstanceID
+	}
+	return in.Name
+}
