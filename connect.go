@@ -41,17 +41,35 @@ func kubeConfig(path string) (*rest.Config, error) {
 // "default"), then the TEMPORAL_* variables over it (TEMPORAL_ADDRESS,
 // TEMPORAL_NAMESPACE, TEMPORAL_TLS_* for mTLS, TEMPORAL_API_KEY), then
 // --temporal-address and --temporal-namespace over both.
+//
+// A configuration that names no address is errNoTemporal: `qm api` then
+// runs without mass updates, and `qm dev` starts its own dev server. A
+// configuration that cannot be read is an error naming the file.
 func (g *globals) temporalOptions() (client.Options, error) {
 	opts, err := envconfig.LoadClientOptions(envconfig.LoadClientOptionsRequest{ConfigFileProfile: g.temporalProfile, EnvLookup: g.env})
 	if err != nil {
-		return client.Options{}, fmt.Errorf("loading the Temporal client configuration: %w", err)
+		return client.Options{}, fmt.Errorf("loading the Temporal client configuration from %s: %w", g.temporalConfigFile(), err)
 	}
 	opts.HostPort = cmp.Or(g.temporalAddress, opts.HostPort)
 	opts.Namespace = cmp.Or(g.temporalNamespace, opts.Namespace, "default")
 	if opts.HostPort == "" {
-		return client.Options{}, errors.New("no Temporal: set --temporal-address or TEMPORAL_ADDRESS, or an address in a temporal.toml profile (or use 'qm dev')")
+		return client.Options{}, errNoTemporal
 	}
 	return opts, nil
+}
+
+// errNoTemporal is a client configuration that names no Temporal.
+var errNoTemporal = errors.New("no Temporal: set --temporal-address or TEMPORAL_ADDRESS, or an address in a temporal.toml profile (or use 'qm dev')")
+
+// temporalConfigFile is the file the client configuration is read from, as
+// envconfig finds it: TEMPORAL_CONFIG_FILE, or the user's temporal.toml.
+func (g *globals) temporalConfigFile() string {
+	env := g.env
+	if env == nil {
+		env = envconfig.EnvLookupOS
+	}
+	file, _ := env.LookupEnv("TEMPORAL_CONFIG_FILE")
+	return cmp.Or(file, envconfig.DefaultConfigFilePath())
 }
 
 // temporalMetrics records the Temporal client's metrics into
@@ -62,19 +80,27 @@ var temporalMetrics = sync.OnceValues(func() (client.MetricsHandler, error) {
 })
 
 // temporal dials the Temporal frontend of temporalOptions, and returns the
-// client and its namespace.
-func (g *globals) temporal(ctx context.Context) (client.Client, string, error) {
+// client and the options it was dialled with.
+func (g *globals) temporal(ctx context.Context) (client.Client, client.Options, error) {
 	opts, err := g.temporalOptions()
 	if err != nil {
-		return nil, "", err
+		return nil, client.Options{}, err
 	}
-	opts.Logger = log.NewStructuredLogger(g.logger)
+	tc, err := dialTemporal(ctx, opts, g.logger)
+	return tc, opts, err
+}
+
+// dialTemporal dials Temporal with opts, logging to logger and recording
+// the client's metrics: how every qm command reaches it, `qm dev` too.
+func dialTemporal(ctx context.Context, opts client.Options, logger *slog.Logger) (client.Client, error) {
+	opts.Logger = log.NewStructuredLogger(logger)
+	var err error
 	if opts.MetricsHandler, err = temporalMetrics(); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	tc, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, "", fmt.Errorf("connecting to Temporal at %s (namespace %s): %w", opts.HostPort, opts.Namespace, err)
+		return nil, fmt.Errorf("connecting to Temporal at %s (namespace %s): %w", opts.HostPort, opts.Namespace, err)
 	}
-	return tc, opts.Namespace, nil
+	return tc, nil
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -73,6 +74,9 @@ client_cert_path = %q
 client_key_path = %q
 `, certPath, keyPath)), 0o600))
 
+	malformed := filepath.Join(t.TempDir(), "malformed.toml")
+	require.NoError(t, os.WriteFile(malformed, []byte("[profile.default]\naddress = \"x:7233\"\nnamespace\n"), 0o600))
+
 	for _, tc := range []struct {
 		name               string
 		env                mapEnv
@@ -91,7 +95,9 @@ client_key_path = %q
 		{name: "mTLS from variables", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233", "TEMPORAL_TLS_CLIENT_CERT_PATH": certPath, "TEMPORAL_TLS_CLIENT_KEY_PATH": keyPath},
 			address: "env:7233", namespace: "default", mtls: true},
 		{name: "an API key", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233", "TEMPORAL_API_KEY": "key-kept-out-of-logs"}, address: "env:7233", namespace: "default", apiKey: true},
-		{name: "a profile that is not in the file", env: mapEnv{"TEMPORAL_CONFIG_FILE": file, "TEMPORAL_PROFILE": "staging"}, err: `loading the Temporal client configuration: unable to find profile staging in config data`},
+		{name: "a profile that is not in the file", env: mapEnv{"TEMPORAL_CONFIG_FILE": file, "TEMPORAL_PROFILE": "staging"}, err: `loading the Temporal client configuration from ` + file + `: unable to find profile staging in config data`},
+		{name: "a file that is not TOML", env: mapEnv{"TEMPORAL_CONFIG_FILE": malformed},
+			err: `loading the Temporal client configuration from ` + malformed + `: failed parsing config: toml: line 3 (last key "profile.default"): expected '.' or '=', but got '\n' instead`},
 		{name: "nothing at all", env: mapEnv{"TEMPORAL_CONFIG_FILE": filepath.Join(t.TempDir(), "none.toml")},
 			err: "no Temporal: set --temporal-address or TEMPORAL_ADDRESS, or an address in a temporal.toml profile (or use 'qm dev')"},
 	} {
@@ -151,4 +157,22 @@ func TestWorkerConnectsThroughAProfile(t *testing.T) {
 	assert.Empty(t, res.Missing)
 	cancel()
 	require.NoError(t, <-done, logs.String())
+}
+
+// TestAPIRefusesAMalformedTemporalConfig: `qm api` with a temporal.toml it
+// cannot read stops at start, naming the file and the line, rather than
+// running without mass updates.
+func TestAPIRefusesAMalformedTemporalConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "temporal.toml")
+	require.NoError(t, os.WriteFile(file, []byte("[profile.default]\naddress = \"x:7233\"\nnamespace\n"), 0o600))
+	t.Setenv("TEMPORAL_CONFIG_FILE", file)
+	t.Setenv("TEMPORAL_ADDRESS", "")
+	cmd := newRootCommand()
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs([]string{"api", "--listen", "127.0.0.1:0", "--kubeconfig", filepath.Join(t.TempDir(), "no-cluster-needed")})
+	err := cmd.ExecuteContext(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), file)
+	assert.Contains(t, err.Error(), "line 3")
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -114,8 +115,10 @@ and Quartermaster's search attributes, installs the CRDs, and runs the worker,
 the watcher and the API in this process. State is kept under --data-dir, so a
 restart keeps every instance. Ctrl-C stops everything.
 
-With KUBECONFIG set, that cluster is used instead of the embedded one; with
-TEMPORAL_ADDRESS set, that Temporal is used instead of the dev server.`,
+With KUBECONFIG set, that cluster is used instead of the embedded one; with a
+Temporal configured as for the other commands (TEMPORAL_ADDRESS, a
+temporal.toml profile, --temporal-address), that Temporal is used instead of
+the dev server.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.BinDir == "" {
@@ -126,8 +129,15 @@ TEMPORAL_ADDRESS set, that Temporal is used instead of the dev server.`,
 				o.BinDir = filepath.Dir(exe)
 			}
 			o.Kubeconfig = g.kubeconfig
-			o.TemporalAddress = cmp.Or(g.temporalAddress, os.Getenv("TEMPORAL_ADDRESS"))
-			o.Namespace = cmp.Or(g.temporalNamespace, os.Getenv("TEMPORAL_NAMESPACE"), "default")
+			switch opts, err := g.temporalOptions(); {
+			case errors.Is(err, errNoTemporal):
+				o.Namespace = cmp.Or(g.temporalNamespace, os.Getenv("TEMPORAL_NAMESPACE"), "default")
+			case err != nil:
+				return err
+			default:
+				o.Temporal = func(ctx context.Context) (client.Client, error) { return dialTemporal(ctx, opts, g.logger) }
+				o.TemporalAddress, o.Namespace = opts.HostPort, opts.Namespace
+			}
 			o.Out = cmd.OutOrStdout()
 			o.Logger = g.logger
 			if _, err := scheduling.Parse(string(o.Scheduler)); err != nil {
@@ -274,8 +284,12 @@ func newAPICommand(g *globals) *cobra.Command {
 				"admin", srv.Admin.Username != "", "https", srv.TLS != nil, "clientCertificates", tlsFiles.ClientCAFile != "")
 			srv.Logger = g.logger
 			// Temporal serves the admin API's mass updates; without it the
-			// OSB API still runs.
+			// OSB API still runs. A configuration that is there but cannot
+			// be read is an error, not a reason to run without.
 			_, err = g.temporalOptions()
+			if err != nil && !errors.Is(err, errNoTemporal) {
+				return err
+			}
 			return g.run(cmd.Context(), err == nil, system.Options{API: srv, APIListener: ln})
 		},
 	}
@@ -327,13 +341,12 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 	}
 	o.Kube = cfg
 	if withTemporal {
-		tc, namespace, err := g.temporal(ctx)
+		tc, opts, err := g.temporal(ctx)
 		if err != nil {
 			return err
 		}
 		defer tc.Close()
 		o.Temporal = tc
-		opts, _ := g.temporalOptions() // g.temporal succeeded with them
 		if o.Probes != nil {
 			o.Probes.Ready = telemetry.TemporalReachable(tc, opts.HostPort)
 		}
@@ -341,7 +354,7 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 			o.Watcher.TemporalAddress = opts.HostPort
 		}
 		if o.Worker {
-			o.TemporalNamespace = namespace
+			o.TemporalNamespace = opts.Namespace
 		}
 	}
 	return system.Run(ctx, o)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/internal/devenv"
 	"github.com/quartermaster/qm/internal/massupdate"
 )
 
@@ -32,8 +32,12 @@ type adminClient struct {
 // an error with the API's description.
 func (a *adminClient) do(method, path string, in, out any) error {
 	if a.creds.Username == "" || a.creds.Password == "" {
-		if raw, err := os.ReadFile(filepath.Join(a.dataDir, "admin-credentials.json")); err == nil {
-			_ = json.Unmarshal(raw, &a.creds)
+		saved, ok, err := devenv.SavedAdminCredentials(a.dataDir)
+		if err != nil {
+			return err
+		}
+		if ok {
+			a.creds = saved
 		}
 	}
 	var body io.Reader

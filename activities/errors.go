@@ -59,6 +59,12 @@ func classify(err error) error {
 	}
 }
 
+// unknownPlan is the error of an instance or binding whose plan no SFPlan
+// registers.
+func unknownPlan(id string) error {
+	return planError("unknown plan %q: no SFPlan has this spec.id", id)
+}
+
 // planError is a plan or service that is not registered.
 func planError(format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrPlan, nil)

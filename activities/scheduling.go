@@ -85,7 +85,7 @@ func (s *Scheduling) Schedule(ctx context.Context, tg lifecycle.Target, generati
 	p, err := s.Offerings.Plan(ctx, inst.Spec.PlanID)
 	if err != nil {
 		if errors.Is(err, offerings.ErrNotFound) {
-			return Scheduled{}, planError("unknown plan %q: no SFPlan has this spec.id", inst.Spec.PlanID)
+			return Scheduled{}, unknownPlan(inst.Spec.PlanID)
 		}
 		return Scheduled{}, err
 	}

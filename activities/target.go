@@ -94,7 +94,7 @@ func (a *Operations) load(ctx context.Context, tg lifecycle.Target, op lifecycle
 	id := t.planID()
 	if t.plan, err = a.Offerings.Plan(ctx, id); err != nil {
 		if errors.Is(err, offerings.ErrNotFound) {
-			return nil, planError("unknown plan %q: no SFPlan has this spec.id", id)
+			return nil, unknownPlan(id)
 		}
 		return nil, err
 	}

@@ -181,7 +181,13 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, e)
 		return
 	}
-	plan, _ := s.Offerings.Plan(ctx, b.Spec.PlanID)
+	// A binding whose plan has since left the catalog (or is claimed twice)
+	// can still be unbound: without its plan the unbind is answered as a
+	// synchronous one, and the worker's Unbind says what it cannot do.
+	plan, err := s.Offerings.Plan(ctx, b.Spec.PlanID)
+	if err != nil {
+		s.Logger.Info("unbinding a binding whose plan is not in the catalog", "binding", bid, "plan", b.Spec.PlanID, "error", err)
+	}
 	if asyncBinding(plan) && !acceptsIncomplete(r) {
 		s.refuse(w, asyncRequired(plan, "unbinds"))
 		return

@@ -18,7 +18,6 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
@@ -54,7 +53,10 @@ type Options struct {
 	APIListener net.Listener
 	// Kubeconfig, when set, names an existing cluster to use instead of the embedded one.
 	Kubeconfig string
-	// TemporalAddress, when set, names an existing Temporal to use instead of the dev server.
+	// Temporal, when set, dials an existing Temporal to use instead of the
+	// dev server (qm dials it as it dials for every command, from the
+	// client configuration), and TemporalAddress says where it is.
+	Temporal        func(context.Context) (client.Client, error)
 	TemporalAddress string
 	// Namespace is the Temporal namespace.
 	Namespace string
@@ -103,7 +105,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	if o.TemporalAddress == "" {
+	if o.Temporal == nil {
 		if err := portFree(o.TemporalPort, "Temporal frontend"); err != nil {
 			return err
 		}
@@ -125,11 +127,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer stopTemporal()
 
-	osb, err := credentials(o.DataDir, "osb-credentials.json", "QM_OSB_USERNAME", "QM_OSB_PASSWORD", "qm")
+	osb, err := credentials(o.DataDir, OSBCredentialsFile, "QM_OSB_USERNAME", "QM_OSB_PASSWORD", "qm")
 	if err != nil {
 		return err
 	}
-	admin, err := credentials(o.DataDir, "admin-credentials.json", "QM_ADMIN_USERNAME", "QM_ADMIN_PASSWORD", "admin")
+	admin, err := credentials(o.DataDir, AdminCredentialsFile, "QM_ADMIN_USERNAME", "QM_ADMIN_PASSWORD", "admin")
 	if err != nil {
 		return err
 	}
@@ -208,7 +210,7 @@ func Run(ctx context.Context, o Options) error {
 }
 
 func (o Options) temporalAddress() string {
-	if o.TemporalAddress != "" {
+	if o.Temporal != nil {
 		return o.TemporalAddress
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(o.TemporalPort))
@@ -267,12 +269,10 @@ func startKubernetes(o Options) (*rest.Config, string, func(), error) {
 // startTemporal connects to o.TemporalAddress, or starts the dev server with
 // SQLite under the data directory and the Web UI, for sv to supervise.
 func startTemporal(ctx context.Context, o Options, sv *supervisor) (client.Client, string, func(), error) {
-	if o.TemporalAddress != "" {
-		tc, err := client.DialContext(ctx, client.Options{
-			HostPort: o.TemporalAddress, Namespace: o.Namespace, Logger: log.NewStructuredLogger(o.Logger),
-		})
+	if o.Temporal != nil {
+		tc, err := o.Temporal(ctx)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("connecting to Temporal at %s: %w", o.TemporalAddress, err)
+			return nil, "", nil, err
 		}
 		return tc, "(the UI of the Temporal at " + o.TemporalAddress + ")", tc.Close, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"strings"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
@@ -51,6 +52,15 @@ const ConditionStarted = "Started"
 
 // Removes reports whether the operation takes its target away.
 func (o Operation) Removes() bool { return o == OpDeprovision || o == OpUnbind }
+
+// Title is the operation's name capitalised, "Provision" for provision: the
+// name of its workflow type and the start of its Ready reasons.
+func (o Operation) Title() string {
+	if o == "" {
+		return ""
+	}
+	return strings.ToUpper(string(o[:1])) + string(o[1:])
+}
 
 // InstanceTarget and BindingTarget name a resource as an operation's target.
 func InstanceTarget(inst *osbv1alpha1.SFServiceInstance) Target {
@@ -148,10 +158,7 @@ func Done(op Operation, state osbv1alpha1.OperationState, observedGeneration, ge
 // ReadyReason is the reason of the Ready condition that op leaves in state,
 // e.g. "ProvisionSucceeded" or "DeprovisionFailed".
 func ReadyReason(op Operation, state osbv1alpha1.OperationState) string {
-	name := string(op)
-	if name != "" {
-		name = string(name[0]-'a'+'A') + name[1:]
-	}
+	name := op.Title()
 	switch state {
 	case osbv1alpha1.StateSucceeded:
 		return name + "Succeeded"

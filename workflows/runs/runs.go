@@ -24,13 +24,7 @@ func WorkflowID(t lifecycle.Target) string {
 
 // WorkflowType is the registered name of the workflow that carries out op:
 // "Provision", "Update", "Deprovision", "Bind" or "Unbind".
-func WorkflowType(op lifecycle.Operation) string {
-	name := string(op)
-	if name == "" {
-		return ""
-	}
-	return strings.ToUpper(name[:1]) + name[1:]
-}
+func WorkflowType(op lifecycle.Operation) string { return op.Title() }
 
 // HealthChecksType is the registered name of the health-check loop of one
 // shard of the registered services.
