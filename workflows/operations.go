@@ -151,27 +151,27 @@ const unbindFirst = "unbind-bindings-first"
 func waitForBindings(ctx workflow.Context, s *steps, maxPolling time.Duration) (o activities.Outcome, gone bool) {
 	var a *activities.Operations
 	t := s.t
-	deadline := workflow.Now(ctx).Add(maxPolling)
-	for wait := pollFirst; ; wait = min(2*wait, pollMax) {
-		var left int
-		if err := workflow.ExecuteLocalActivity(ctx, a.RemoveBindings, t).Get(ctx, &left); err != nil {
+	polls := newBackoff(workflow.Now(ctx).Add(maxPolling), pollFirst, pollMax)
+	for {
+		var bindings int
+		if err := workflow.ExecuteLocalActivity(ctx, a.RemoveBindings, t).Get(ctx, &bindings); err != nil {
 			return failed(lifecycle.OpDeprovision, err), false
 		}
-		if left == 0 {
+		if bindings == 0 {
 			return activities.Outcome{}, true
 		}
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for %d bindings to be unbound", left))
-		remaining := deadline.Sub(workflow.Now(ctx))
-		if remaining <= 0 {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for %d bindings to be unbound", bindings))
+		left := polls.left(ctx)
+		if left <= 0 {
 			return activities.Outcome{
 				State: osbv1alpha1.StateFailed,
 				Kind:  KindTimeout,
 				Description: fmt.Sprintf("deprovision failed: %d of the instance's bindings were not unbound within the plan's maximum_polling_duration of %s",
-					left, maxPolling),
+					bindings, maxPolling),
 				InstanceUsable: ptr(true),
 			}, false
 		}
-		if err := s.sleep(ctx, min(wait, remaining), "wait for the bindings to go"); err != nil {
+		if err := polls.sleep(ctx, s, left, "wait for the bindings to go"); err != nil {
 			return failed(lifecycle.OpDeprovision, err), false
 		}
 	}
@@ -196,8 +196,7 @@ func begin(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (be
 func poll(ctx workflow.Context, s *steps, maxPolling time.Duration, refs []osbv1alpha1.Source) activities.Outcome {
 	var a *activities.Operations
 	t, op := s.t, s.op
-	deadline := workflow.Now(ctx).Add(maxPolling)
-	wait := pollFirst
+	polls := newBackoff(workflow.Now(ctx).Add(maxPolling), pollFirst, pollMax)
 	for first := true; ; first = false {
 		var o activities.Outcome
 		if err := s.run(ctx, "check the status", func(ctx workflow.Context) workflow.Future {
@@ -215,8 +214,8 @@ func poll(ctx workflow.Context, s *steps, maxPolling time.Duration, refs []osbv1
 				return failed(op, err)
 			}
 		}
-		remaining := deadline.Sub(workflow.Now(ctx))
-		if remaining <= 0 {
+		left := polls.left(ctx)
+		if left <= 0 {
 			timedOut := activities.Outcome{
 				State: osbv1alpha1.StateFailed,
 				Kind:  KindTimeout,
@@ -228,10 +227,9 @@ func poll(ctx workflow.Context, s *steps, maxPolling time.Duration, refs []osbv1
 			}
 			return timedOut
 		}
-		if err := s.sleep(ctx, min(wait, remaining), "poll the "+string(op)+" status"); err != nil {
+		if err := polls.sleep(ctx, s, left, "poll the "+string(op)+" status"); err != nil {
 			return failed(op, err)
 		}
-		wait = min(2*wait, pollMax)
 	}
 }
 

@@ -39,6 +39,35 @@ type steps struct {
 	visible  bool // false for runs begun before operatorView
 }
 
+// backoff is how a step that asks again waits, until a deadline: on
+// durable timers named for what it waits for, each wait twice the last up
+// to most (first == most waits the same each time), never past the
+// deadline. Polls, retries, the wait for a cluster and the wait for an
+// instance's bindings all wait this way.
+type backoff struct {
+	deadline   time.Time
+	wait, most time.Duration
+}
+
+func newBackoff(deadline time.Time, first, most time.Duration) *backoff {
+	return &backoff{deadline: deadline, wait: first, most: most}
+}
+
+// left is the time until the deadline: none or less once it has passed.
+func (b *backoff) left(ctx workflow.Context) time.Duration {
+	return b.deadline.Sub(workflow.Now(ctx))
+}
+
+// sleep waits the next wait, or left if that is less, on a timer named
+// what; the wait after it is twice as long, up to most.
+func (b *backoff) sleep(ctx workflow.Context, s *steps, left time.Duration, what string) error {
+	if err := s.sleep(ctx, min(b.wait, left), what); err != nil {
+		return err
+	}
+	b.wait = min(2*b.wait, b.most)
+	return nil
+}
+
 // newSteps decides, once per run, whether its retries are visible.
 func newSteps(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, maxPolling time.Duration) *steps {
 	return &steps{
@@ -56,7 +85,7 @@ func (s *steps) run(ctx workflow.Context, what string, start func(workflow.Conte
 	}
 	ctx = workflow.WithLocalActivityOptions(ctx, briefRetries)
 	var a *activities.Operations
-	wait := retryFirst
+	retries := newBackoff(s.deadline, retryFirst, retryMax)
 	for attempt := 1; ; attempt++ {
 		err := start(ctx).Get(ctx, out)
 		if err == nil || !transient(err) {
@@ -65,8 +94,8 @@ func (s *steps) run(ctx workflow.Context, what string, start func(workflow.Conte
 			}
 			return err
 		}
-		remaining := s.deadline.Sub(workflow.Now(ctx))
-		if remaining <= 0 {
+		left := retries.left(ctx)
+		if left <= 0 {
 			return temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("%s kept failing until the plan's maximum_polling_duration ran out (%d attempts): %s", what, attempt, message(err)),
 				KindRetriesExhausted, nil)
@@ -75,11 +104,9 @@ func (s *steps) run(ctx workflow.Context, what string, start func(workflow.Conte
 		workflow.SetCurrentDetails(ctx, retrying)
 		// Best effort: the retry goes on even if the status cannot say so.
 		_ = workflow.ExecuteLocalActivity(withPatientRetries(ctx), a.RecordRetry, s.t, s.op, retrying).Get(ctx, nil)
-		timer := workflow.NewTimerWithOptions(ctx, min(wait, remaining), workflow.TimerOptions{Summary: "retry " + what})
-		if err := timer.Get(ctx, nil); err != nil {
+		if err := retries.sleep(ctx, s, left, "retry "+what); err != nil {
 			return err
 		}
-		wait = min(2*wait, retryMax)
 	}
 }
 

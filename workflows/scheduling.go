@@ -22,7 +22,8 @@ const scheduleAgain = 5 * time.Second
 // generation the provision then applies, or the outcome it failed with.
 func schedule(ctx workflow.Context, s *steps, begun activities.Begun) (int64, activities.Outcome, bool) {
 	var a *activities.Scheduling
-	deadline := workflow.Now(ctx).Add(begun.MaxPolling)
+	// Asks again at the same pace: what it waits for is a change elsewhere.
+	again := newBackoff(workflow.Now(ctx).Add(begun.MaxPolling), scheduleAgain, scheduleAgain)
 	for {
 		var sch activities.Scheduled
 		if err := s.run(ctx, "schedule", func(ctx workflow.Context) workflow.Future {
@@ -35,13 +36,12 @@ func schedule(ctx workflow.Context, s *steps, begun activities.Begun) (int64, ac
 			return sch.Generation, activities.Outcome{}, true
 		}
 		workflow.SetCurrentDetails(ctx, "waiting for a cluster: "+sch.Explanation)
-		remaining := deadline.Sub(workflow.Now(ctx))
-		if remaining <= 0 {
+		left := again.left(ctx)
+		if left <= 0 {
 			return 0, activities.Outcome{State: osbv1alpha1.StateFailed, Kind: KindTimeout,
 				Description: fmt.Sprintf("no cluster qualified within the plan's maximum_polling_duration of %s: %s", begun.MaxPolling, sch.Explanation)}, false
 		}
-		timer := workflow.NewTimerWithOptions(ctx, min(scheduleAgain, remaining), workflow.TimerOptions{Summary: "wait for a cluster"})
-		if err := timer.Get(ctx, nil); err != nil {
+		if err := again.sleep(ctx, s, left, "wait for a cluster"); err != nil {
 			return 0, failed(s.op, err), false
 		}
 	}
