@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,18 +42,16 @@ type bindingMetadata struct {
 // putBinding binds: it records the request as an SFServiceBinding, which
 // the watcher hands to the Bind workflow, and answers with the credentials
 // once the binding succeeded.
-func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) {
+func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) *requestError {
 	ctx := r.Context()
 	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
 	var req bindRequest
 	if e := decodeBody(r, s.MaxBodyBytes, &req); e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	inst, plan, identity, e := s.checkBind(ctx, r, iid, &req)
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	var bindResource json.RawMessage
 	if req.BindResource != nil {
@@ -74,25 +73,23 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) {
 	created, e := s.record(ctx, b, &b.Status.State, fmt.Sprintf("binding %q", bid), "unbound",
 		func() bool { return sameBinding(b.Spec, want) })
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 
 	lo, waited, gone, err := s.settle(ctx, b, asyncBinding(plan), s.BindTimeout, func() lastOperation { return bindingProgress(b) })
 	if err != nil {
 		s.internalError(w, r, "waiting for the bind", err)
-		return
+		return nil
 	}
 	if gone {
-		s.refuse(w, concurrencyError("binding %q was unbound meanwhile", bid))
-		return
+		return concurrencyError("binding %q was unbound meanwhile", bid)
 	}
 	switch {
 	case lo.State == osbSucceeded:
 		resp, err := s.bindingResponse(ctx, b)
 		if err != nil {
 			s.internalError(w, r, "reading the credentials of binding "+bid, err)
-			return
+			return nil
 		}
 		status := http.StatusOK
 		if created || waited {
@@ -107,6 +104,7 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "", fmt.Sprintf(
 			"bind %q did not finish within %s; it goes on, and GET .../service_bindings/%s shows it once done", bid, s.BindTimeout, bid))
 	}
+	return nil
 }
 
 // checkBind validates a bind request against its instance and the catalog.
@@ -159,27 +157,16 @@ func (s *Server) checkBind(ctx context.Context, r *http.Request, iid string, req
 
 // deleteBinding unbinds: it deletes the SFServiceBinding, whose finalizer
 // holds it until the Unbind workflow has removed what it created.
-func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) *requestError {
 	ctx := r.Context()
 	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
-	q := r.URL.Query()
-	if e := required("the query parameter service_id", q.Get("service_id"), "the query parameter plan_id", q.Get("plan_id")); e != nil {
-		s.refuse(w, e)
-		return
-	}
-	identity, e := originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
+	identity, e := removalRequest(r)
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	b, e := s.binding(ctx, iid, bid, http.StatusGone)
 	if e != nil {
-		s.refuse(w, e)
-		return
-	}
-	if e := checkRemovalIDs(q, fmt.Sprintf("binding %q", bid), b.Spec.ServiceID, b.Spec.PlanID); e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	// A binding whose plan has since left the catalog (or is claimed twice)
 	// can still be unbound: without its plan the unbind is answered as a
@@ -188,69 +175,60 @@ func (s *Server) deleteBinding(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.Logger.Info("unbinding a binding whose plan is not in the catalog", "binding", bid, "plan", b.Spec.PlanID, "error", err)
 	}
-	if asyncBinding(plan) && !acceptsIncomplete(r) {
-		s.refuse(w, asyncRequired(plan, "unbinds"))
-		return
-	}
-	if b.DeletionTimestamp == nil {
-		if lo := bindingProgress(b); lo.State == osbInProgress {
-			s.refuse(w, concurrencyError("binding %q is busy: %s", bid, lo.Description))
-			return
-		}
-		if ended, e := s.remove(ctx, b, fmt.Sprintf("binding %q", bid), identity); e != nil {
-			s.refuse(w, e)
-			return
-		} else if ended != 0 {
-			writeJSON(w, ended, struct{}{})
-			return
-		}
-	}
-	s.answerRemoval(w, r, b, string(lifecycle.OpUnbind), asyncBinding(plan), s.BindTimeout, func() lastOperation { return bindingProgress(b) })
+	return s.removeAndAnswer(w, r, identity, removal{
+		obj: b, what: fmt.Sprintf("binding %q", bid), op: lifecycle.OpUnbind,
+		serviceID: b.Spec.ServiceID, planID: b.Spec.PlanID,
+		plan: plan, async: asyncBinding(plan), asyncDoes: "unbinds", timeout: s.BindTimeout,
+		busy: func() string {
+			if lo := bindingProgress(b); lo.State == osbInProgress {
+				return cmp.Or(lo.Description, string(lo.State))
+			}
+			return ""
+		},
+		progress: func() lastOperation { return bindingProgress(b) },
+	})
 }
 
 // getBinding serves a binding that succeeded, with its credentials; one
 // that is being bound or unbound, or whose instance is gone, is 404.
-func (s *Server) getBinding(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getBinding(w http.ResponseWriter, r *http.Request) *requestError {
 	ctx := r.Context()
 	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
 	b, e := s.binding(ctx, iid, bid, http.StatusNotFound)
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	if lo := bindingProgress(b); lo.State != osbSucceeded || b.DeletionTimestamp != nil {
-		s.refuse(w, &requestError{status: http.StatusNotFound,
-			description: fmt.Sprintf("binding %q is not bound (%s: %s)", bid, lo.State, lo.Description)})
-		return
+		return &requestError{status: http.StatusNotFound,
+			description: fmt.Sprintf("binding %q is not bound (%s: %s)", bid, lo.State, lo.Description)}
 	}
 	// Credentials to an instance that is gone, or going, are stale.
 	if inst, e := s.instance(ctx, iid, http.StatusNotFound); e != nil || inst.DeletionTimestamp != nil {
-		s.refuse(w, &requestError{status: http.StatusNotFound,
-			description: fmt.Sprintf("binding %q is of instance %q, which is deprovisioned", bid, iid)})
-		return
+		return &requestError{status: http.StatusNotFound,
+			description: fmt.Sprintf("binding %q is of instance %q, which is deprovisioned", bid, iid)}
 	}
 	resp, err := s.bindingResponse(ctx, b)
 	if err != nil {
 		s.internalError(w, r, "reading the credentials of binding "+bid, err)
-		return
+		return nil
 	}
 	writeJSON(w, http.StatusOK, resp)
+	return nil
 }
 
 // bindingLastOperation serves GET .../service_bindings/:bid/last_operation.
-func (s *Server) bindingLastOperation(w http.ResponseWriter, r *http.Request) {
+func (s *Server) bindingLastOperation(w http.ResponseWriter, r *http.Request) *requestError {
 	iid, bid := chi.URLParam(r, "instance_id"), chi.URLParam(r, "binding_id")
 	asked := r.URL.Query().Get("operation")
 	b, e := s.polledBinding(r.Context(), iid, bid, asked, pollMissing(asked, string(lifecycle.OpUnbind)))
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	if e := checkOperation(asked, bindingOperation(b), fmt.Sprintf("binding %q", bid)); e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	writeLastOperation(w, bindingProgress(b))
+	return nil
 }
 
 // binding reads the SFServiceBinding of an OSB binding_id of instance iid

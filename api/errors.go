@@ -23,6 +23,20 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
+// osbHandler is an OSB route: it answers the request itself, or returns
+// the refusal for refuse to write.
+type osbHandler func(w http.ResponseWriter, r *http.Request) *requestError
+
+// osb adapts an osbHandler to chi's http.HandlerFunc: a handler that
+// refuses says so by returning, and the refusal is written in one place.
+func (s *Server) osb(h osbHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if e := h(w, r); e != nil {
+			s.refuse(w, e)
+		}
+	}
+}
+
 // refuse writes the OSB error body of a refused request. A failure of the
 // broker itself (5xx) is logged too.
 func (s *Server) refuse(w http.ResponseWriter, e *requestError) {

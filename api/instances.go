@@ -44,18 +44,16 @@ type instanceResponse struct {
 // putInstance provisions: it records the request as an SFServiceInstance,
 // which the watcher hands to the Provision workflow, and answers from the
 // instance's state. Repeating the same request is safe.
-func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) {
+func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) *requestError {
 	ctx := r.Context()
 	id := chi.URLParam(r, "instance_id")
 	var req provisionRequest
 	if e := decodeBody(r, s.MaxBodyBytes, &req); e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	plan, identity, e := s.checkProvision(ctx, r, &req)
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	inst := &osbv1alpha1.SFServiceInstance{
 		// The finalizer is there from the start, also on clusters without
@@ -76,10 +74,9 @@ func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) {
 	created, e := s.record(ctx, inst, &inst.Status.State, fmt.Sprintf("instance %q", id), "deprovisioned",
 		func() bool { return sameInstance(inst.Spec, want) })
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
-	s.answerInstance(w, r, inst, plan, created)
+	return s.answerInstance(w, r, inst, plan, created)
 }
 
 // checkProvision validates a provision request against the catalog and
@@ -112,16 +109,15 @@ func (s *Server) checkProvision(ctx context.Context, r *http.Request, req *provi
 // recorded. An asynchronous plan answers 202 at once (200 when there is
 // nothing left to do); a synchronous one waits up to SyncTimeout for the
 // workflow, and falls back to 202 if the client accepts it.
-func (s *Server) answerInstance(w http.ResponseWriter, r *http.Request, inst *osbv1alpha1.SFServiceInstance, plan *osbv1alpha1.SFPlan, created bool) {
+func (s *Server) answerInstance(w http.ResponseWriter, r *http.Request, inst *osbv1alpha1.SFServiceInstance, plan *osbv1alpha1.SFPlan, created bool) *requestError {
 	op := instanceOperation(inst)
 	lo, waited, gone, err := s.settle(r.Context(), inst, async(plan), s.SyncTimeout, func() lastOperation { return instanceProgress(inst) })
 	if err != nil {
 		s.internalError(w, r, "waiting for the "+op, err)
-		return
+		return nil
 	}
 	if gone {
-		s.refuse(w, concurrencyError("instance %q was deprovisioned meanwhile", inst.Spec.InstanceID))
-		return
+		return concurrencyError("instance %q was deprovisioned meanwhile", inst.Spec.InstanceID)
 	}
 	switch {
 	case lo.State == osbSucceeded && (created || waited) && op == string(lifecycle.OpProvision):
@@ -137,52 +133,85 @@ func (s *Server) answerInstance(w http.ResponseWriter, r *http.Request, inst *os
 			"%s of instance %q did not finish within %s; it goes on, and GET /v2/service_instances/%s shows it once done",
 			op, inst.Spec.InstanceID, s.SyncTimeout, inst.Spec.InstanceID))
 	}
+	return nil
 }
 
 // deleteInstance deprovisions: it deletes the SFServiceInstance, whose
 // finalizer holds it until the Deprovision workflow has removed what it
 // created.
-func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) *requestError {
 	ctx := r.Context()
 	id := chi.URLParam(r, "instance_id")
-	q := r.URL.Query()
-	if e := required("the query parameter service_id", q.Get("service_id"), "the query parameter plan_id", q.Get("plan_id")); e != nil {
-		s.refuse(w, e)
-		return
-	}
-	identity, e := originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
+	identity, e := removalRequest(r)
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	inst, e := s.instance(ctx, id, http.StatusGone)
 	if e != nil {
-		s.refuse(w, e)
-		return
-	}
-	if e := checkRemovalIDs(q, fmt.Sprintf("instance %q", id), inst.Spec.ServiceID, inst.Spec.PlanID); e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	plan, _ := s.Offerings.Plan(ctx, inst.Spec.PlanID) // a plan gone from the catalog is deprovisioned synchronously
-	if async(plan) && !acceptsIncomplete(r) {
-		s.refuse(w, asyncRequired(plan, "runs its operations"))
-		return
+	return s.removeAndAnswer(w, r, identity, removal{
+		obj: inst, what: fmt.Sprintf("instance %q", id), op: lifecycle.OpDeprovision,
+		serviceID: inst.Spec.ServiceID, planID: inst.Spec.PlanID,
+		plan: plan, async: async(plan), asyncDoes: "runs its operations", timeout: s.SyncTimeout,
+		busy:     func() string { return instanceBusy(inst) },
+		progress: func() lastOperation { return instanceProgress(inst) },
+	})
+}
+
+// removal is a deprovision or an unbind of obj, as the API answers it.
+type removal struct {
+	obj  client.Object
+	what string // `instance "x"`, as messages name it
+	op   lifecycle.Operation
+	// serviceID and planID are obj's, which the request must name.
+	serviceID, planID string
+	// plan is obj's, nil once it has left the catalog; async says it runs
+	// the removal asynchronously, which asyncDoes says to a request that
+	// does not accept that ("unbinds").
+	plan      *osbv1alpha1.SFPlan
+	async     bool
+	asyncDoes string
+	timeout   time.Duration
+	busy      func() string // what obj is busy with, or ""
+	progress  func() lastOperation
+}
+
+// removalRequest checks what a deprovision and an unbind both require of
+// their request (service_id and plan_id) and returns its originating
+// identity.
+func removalRequest(r *http.Request) (identity string, e *requestError) {
+	q := r.URL.Query()
+	if e := required("the query parameter service_id", q.Get("service_id"), "the query parameter plan_id", q.Get("plan_id")); e != nil {
+		return "", e
 	}
-	if inst.DeletionTimestamp == nil {
-		if busy := instanceBusy(inst); busy != "" {
-			s.refuse(w, concurrencyError("instance %q is busy: %s", id, busy))
-			return
+	return originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
+}
+
+// removeAndAnswer carries out a removal that its request may ask for: it
+// records the deletion, unless one is under way, and answers as the
+// removal ends or goes on.
+func (s *Server) removeAndAnswer(w http.ResponseWriter, r *http.Request, identity string, rm removal) *requestError {
+	if e := checkRemovalIDs(r.URL.Query(), rm.what, rm.serviceID, rm.planID); e != nil {
+		return e
+	}
+	if rm.async && !acceptsIncomplete(r) {
+		return asyncRequired(rm.plan, rm.asyncDoes)
+	}
+	if rm.obj.GetDeletionTimestamp() == nil {
+		if busy := rm.busy(); busy != "" {
+			return concurrencyError("%s is busy: %s", rm.what, busy)
 		}
-		if ended, e := s.remove(ctx, inst, fmt.Sprintf("instance %q", id), identity); e != nil {
-			s.refuse(w, e)
-			return
+		if ended, e := s.remove(r.Context(), rm.obj, rm.what, identity); e != nil {
+			return e
 		} else if ended != 0 {
 			writeJSON(w, ended, struct{}{})
-			return
+			return nil
 		}
 	}
-	s.answerRemoval(w, r, inst, string(lifecycle.OpDeprovision), async(plan), s.SyncTimeout, func() lastOperation { return instanceProgress(inst) })
+	s.answerRemoval(w, r, rm.obj, string(rm.op), rm.async, rm.timeout, rm.progress)
+	return nil
 }
 
 // answerRemoval replies to a deprovision or unbind of obj, whose deletion
@@ -207,44 +236,41 @@ func (s *Server) answerRemoval(w http.ResponseWriter, r *http.Request, obj clien
 
 // getInstance serves an instance as provisioned: 404 while it is being
 // provisioned, 422 while an update or deprovision runs.
-func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) *requestError {
 	id := chi.URLParam(r, "instance_id")
 	inst, e := s.instance(r.Context(), id, http.StatusNotFound)
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	applied := inst.Status.AppliedSpec
 	if applied == nil {
-		s.refuse(w, &requestError{status: http.StatusNotFound,
-			description: fmt.Sprintf("instance %q is not provisioned (%s)", id, instanceProgress(inst).Description)})
-		return
+		return &requestError{status: http.StatusNotFound,
+			description: fmt.Sprintf("instance %q is not provisioned (%s)", id, instanceProgress(inst).Description)}
 	}
 	if busy := instanceBusy(inst); busy != "" {
-		s.refuse(w, concurrencyError("instance %q is busy: %s", id, busy))
-		return
+		return concurrencyError("instance %q is busy: %s", id, busy)
 	}
 	writeJSON(w, http.StatusOK, instanceResponse{
 		ServiceID: applied.ServiceID, PlanID: applied.PlanID, DashboardURL: inst.Status.DashboardURL,
 		Metadata: inst.Status.Metadata, Parameters: rawOf(applied.Parameters), MaintenanceInfo: applied.MaintenanceInfo,
 	})
+	return nil
 }
 
 // instanceLastOperation serves GET .../last_operation. A missing instance
 // is 410 Gone when the poll is for its deprovision, 404 otherwise.
-func (s *Server) instanceLastOperation(w http.ResponseWriter, r *http.Request) {
+func (s *Server) instanceLastOperation(w http.ResponseWriter, r *http.Request) *requestError {
 	id := chi.URLParam(r, "instance_id")
 	asked := r.URL.Query().Get("operation")
 	inst, e := s.polledInstance(r.Context(), id, asked, pollMissing(asked, string(lifecycle.OpDeprovision)))
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	if e := checkOperation(asked, instanceOperation(inst), fmt.Sprintf("instance %q", id)); e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	writeLastOperation(w, instanceProgress(inst))
+	return nil
 }
 
 // instance reads the SFServiceInstance of an OSB instance_id from the API

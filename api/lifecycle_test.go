@@ -398,3 +398,33 @@ func TestOSBBindResponseFields(t *testing.T) {
 		http.StatusCreated, want+`, "parameters": {"role": "reader"}}`)
 	s.Expect(http.MethodGet, binding, "", http.StatusOK, want+`, "parameters": {"role": "reader"}}`)
 }
+
+// TestOSBRemovalsAfterThePlanLeftTheCatalog: a binding and an instance
+// whose plan has since been deleted are answered, not refused or crashed
+// on: as synchronous removals (no plan says otherwise), which fail naming
+// the plan that is missing.
+func TestOSBRemovalsAfterThePlanLeftTheCatalog(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	plan := s.Plan("leaving", "  manager: {async: true, asyncBinding: true}\n", testenv.Templates("instant"))
+	inst := "/v2/service_instances/orphan-1"
+	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
+		http.StatusAccepted, `{"operation": "provision"}`)
+	assert.Equal(t, "succeeded", s.PollLastOperation(inst+"/last_operation")["state"])
+	s.Expect(http.MethodPut, inst+"/service_bindings/b-1?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan),
+		http.StatusAccepted, `{"operation": "bind"}`)
+	assert.Equal(t, "succeeded", s.PollLastOperation(inst+"/service_bindings/b-1/last_operation")["state"])
+
+	require.NoError(t, s.Kube.Client.DeleteAllOf(context.Background(), &osbv1alpha1.SFPlan{}, ctrlclient.InNamespace(s.Namespace)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, body, _ := s.Request(http.MethodGet, "/v2/catalog", "", nil)
+		assert.Equal(c, http.StatusOK, status)
+		assert.NotContains(c, body, plan)
+	}, 30*time.Second, 50*time.Millisecond, "the plan leaves the catalog")
+
+	// Answered without accepts_incomplete, as synchronous removals are;
+	// they fail saying why, and the resources stay until the plan is back.
+	s.Expect(http.MethodDelete, fmt.Sprintf("%s/service_bindings/b-1?service_id=%s&plan_id=%s", inst, s.ServiceID, plan), "",
+		http.StatusInternalServerError, fmt.Sprintf(`{"description": "unbind failed: unknown plan \"%s\": no SFPlan has this spec.id"}`, plan))
+	s.Expect(http.MethodDelete, fmt.Sprintf("%s?service_id=%s&plan_id=%s", inst, s.ServiceID, plan), "",
+		http.StatusInternalServerError, fmt.Sprintf(`{"description": "deprovision failed: unknown plan \"%s\": no SFPlan has this spec.id"}`, plan))
+}

@@ -14,27 +14,23 @@ import (
 // patchInstance updates an instance: a plan change, new parameters or
 // context, or a maintenance_info upgrade. The Update workflow starts when
 // the watcher sees the new generation.
-func (s *Server) patchInstance(w http.ResponseWriter, r *http.Request) {
+func (s *Server) patchInstance(w http.ResponseWriter, r *http.Request) *requestError {
 	ctx := r.Context()
 	id := chi.URLParam(r, "instance_id")
 	var req updateRequest
 	if e := decodeBody(r, s.MaxBodyBytes, &req); e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	if e := req.validate(); e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	identity, e := originatingIdentity(r.Header.Get("X-Broker-API-Originating-Identity"))
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	inst, e := s.instance(ctx, id, http.StatusNotFound)
 	if e != nil {
-		s.refuse(w, e)
-		return
+		return e
 	}
 	var plan *osbv1alpha1.SFPlan
 	// The patch is made on the version read; if the instance changes
@@ -42,16 +38,14 @@ func (s *Server) patchInstance(w http.ResponseWriter, r *http.Request) {
 	for attempt := 0; ; attempt++ {
 		var changed bool
 		if plan, changed, e = s.checkUpdate(ctx, r, inst, &req, identity); e != nil {
-			s.refuse(w, e)
-			return
+			return e
 		}
 		if !changed && instanceBusy(inst) != "" { // the update under way, asked again
-			s.answerInstance(w, r, inst, plan, false)
-			return
+			return s.answerInstance(w, r, inst, plan, false)
 		}
 		if !changed {
 			writeJSON(w, http.StatusOK, struct{}{})
-			return
+			return nil
 		}
 		err := s.Kube.Update(ctx, inst)
 		if err == nil {
@@ -59,14 +53,13 @@ func (s *Server) patchInstance(w http.ResponseWriter, r *http.Request) {
 		}
 		if !apierrors.IsConflict(err) || attempt == 4 {
 			s.internalError(w, r, "updating instance "+id, err)
-			return
+			return nil
 		}
 		if inst, e = s.instance(ctx, id, http.StatusNotFound); e != nil {
-			s.refuse(w, e)
-			return
+			return e
 		}
 	}
-	s.answerInstance(w, r, inst, plan, false)
+	return s.answerInstance(w, r, inst, plan, false)
 }
 
 // checkUpdate validates an update request against the instance and the
