@@ -26,7 +26,7 @@ func newUsageKindVerifyCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify NAME",
 		Short: "Check that bindings can be injected into a UsageKind's workloads",
-		Long: `verify is the acceptance test of a UsageKind (seed 002). It checks that its
+		Long: `verify is the acceptance test of a UsageKind (Kyma). It checks that its
 resource is served; that Quartermaster may get, list, watch and patch it
 (RBAC, as the caller or as --service-account); that labelsPath and the
 containers path exist in a sample workload; and that the API server accepts

@@ -409,10 +409,10 @@ func TestOSBRemovalsAfterThePlanLeftTheCatalog(t *testing.T) {
 	inst := "/v2/service_instances/orphan-1"
 	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
 		http.StatusAccepted, `{"operation": "provision"}`)
-	assert.Equal(t, "succeeded", s.PollLastOperation(inst+"/last_operation")["state"])
+	assert.Equal(t, "succeeded", s.PollLastOperation(inst + "/last_operation")["state"])
 	s.Expect(http.MethodPut, inst+"/service_bindings/b-1?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan),
 		http.StatusAccepted, `{"operation": "bind"}`)
-	assert.Equal(t, "succeeded", s.PollLastOperation(inst+"/service_bindings/b-1/last_operation")["state"])
+	assert.Equal(t, "succeeded", s.PollLastOperation(inst + "/service_bindings/b-1/last_operation")["state"])
 
 	require.NoError(t, s.Kube.Client.DeleteAllOf(context.Background(), &osbv1alpha1.SFPlan{}, ctrlclient.InNamespace(s.Namespace)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -83,10 +83,10 @@ func TestUsageWaitsForWhatIsMissing(t *testing.T) {
 	assert.Equal(t, "Deployment web: containersPath spec.templat.spec.containers: spec.templat is not in Deployment web", readyMessage(u))
 }
 
-// TestSeed002DeletionScenario runs the deletion scenario of seed 002,
+// TestKymaDeletionScenario runs the deletion scenario of Kyma's design,
 // steps 1 to 8: a UsageKind deleted while a usage names it stays until
 // that usage is gone, and the usage removes its injection first.
-func TestSeed002DeletionScenario(t *testing.T) {
+func TestKymaDeletionScenario(t *testing.T) {
 	s, _ := usageSystem(t)
 	ctx := context.Background()
 	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")

@@ -23,7 +23,7 @@ import (
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
-// installFunctionCRD installs the kubeless Function of seed 002's example,
+// installFunctionCRD installs the kubeless Function of Kyma's example,
 // once per cluster, and waits until it is served.
 func installFunctionCRD(t *testing.T, s *testenv.System) {
 	t.Helper()

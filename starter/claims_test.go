@@ -89,7 +89,7 @@ func binding(c require.TestingT, s *testenv.System, name string) map[string]stri
 	return out
 }
 
-// TestClaimUseCases walks seed 000's use cases: a claim resolves to the
+// TestClaimUseCases walks Primaza's use cases: a claim resolves to the
 // one matching service and gets its endpoint in a Secret; a change of the
 // service's endpoint rewrites it; a change that stops the service matching
 // re-matches the claim; deleting the claimed service sends the claim back

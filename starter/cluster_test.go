@@ -99,7 +99,7 @@ func TestStoreThatCannotBeScheduledFails(t *testing.T) {
 // TestGarbageCollectorRemovesWhatTheRegistryOwned deletes registry Secrets
 // directly, as an operator might, and leaves the rest to the garbage
 // collector: an instance's own objects go with its registry, and a
-// singleton that two instances share goes with the last of them (seed 001).
+// singleton that two instances share goes with the last of them (the Couchbase broker's registries).
 func TestGarbageCollectorRemovesWhatTheRegistryOwned(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
 	ctx := context.Background()

@@ -317,7 +317,7 @@ func TestHealthCheckWorkerRestart(t *testing.T) {
 	assert.NoError(t, err, "a check's Job is named by its instant: %s", next)
 }
 
-// TestSeedExamples: seed 000's example (crds/testdata/seeds), with its
+// TestSeedExamples: Primaza's example (crds/testdata/seeds), with its
 // "health check" spelling, and a service without a check both reach
 // Available.
 func TestSeedExamples(t *testing.T) {

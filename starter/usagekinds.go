@@ -57,7 +57,7 @@ func setupUsageKinds(mgr ctrl.Manager, u *BindingUsages, copts controller.Option
 
 // ReconcileKind keeps a UsageKind's status (does its resource resolve, may
 // Quartermaster work on it) and its protection finalizer (held while a
-// usage names it, seed 002), and starts the watch of its workloads once
+// usage names it, as in Kyma), and starts the watch of its workloads once
 // it is Ready.
 func (u *BindingUsages) ReconcileKind(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var kind sc.UsageKind

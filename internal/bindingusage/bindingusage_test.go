@@ -206,7 +206,7 @@ func TestResolve(t *testing.T) {
 		err  string
 	}{
 		{"exact kind", sc.ResourceReference{Group: "apps", Version: "v1", Kind: "Deployment"}, ""},
-		{"seed 002's lower case", sc.ResourceReference{Group: "apps", Version: "v1", Kind: "deployment"}, ""},
+		{"Kyma's lower case", sc.ResourceReference{Group: "apps", Version: "v1", Kind: "deployment"}, ""},
 		{"the plural", sc.ResourceReference{Group: "apps", Version: "v1", Kind: "deployments"}, ""},
 		{"an old version", sc.ResourceReference{Group: "apps", Version: "v1beta1", Kind: "deployment"}, "apps/v1beta1 Deployment is not served; it is served in v1"},
 		{"unknown", sc.ResourceReference{Group: "kubeless.io", Version: "v1beta1", Kind: "function"}, "the API server serves no kind function in kubeless.io/v1beta1"},

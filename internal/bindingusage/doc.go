@@ -1,4 +1,4 @@
-// Package bindingusage is seed 002's binding injection as pure logic: how a
+// Package bindingusage is Kyma's binding injection as pure logic: how a
 // UsageKind's paths are found in a workload, what a ServiceBindingUsage
 // adds to it (environment variables through secretKeyRefs, a label, a hash
 // annotation, optionally a servicebinding.io volume), and how that

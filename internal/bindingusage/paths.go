@@ -90,7 +90,7 @@ func Containers(obj *unstructured.Unstructured, path string) ([]map[string]any, 
 
 // CheckLabels checks that the labels path can hold labels in obj: every
 // element up to the pod template exists and is a map; the template's
-// metadata and labels may be missing (injection creates them, as seed 002
+// metadata and labels may be missing (injection creates them, as Kyma
 // asks).
 func CheckLabels(obj *unstructured.Unstructured, path string) error {
 	return walk(obj, "labelsPath", path, len(strings.Split(path, "."))-2)

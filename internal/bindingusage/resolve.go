@@ -20,7 +20,7 @@ var Verbs = []string{"get", "list", "watch", "patch"}
 
 // Resolve finds how the API server serves a UsageKind's resource: its
 // exact kind, its version and its plural resource. The kind may be given
-// in lower case or as the resource's name, as seed 002 writes it
+// in lower case or as the resource's name, as Kyma writes it
 // ("deployment").
 func Resolve(mapper meta.RESTMapper, r servicecatalogv1alpha1.ResourceReference) (*meta.RESTMapping, error) {
 	gvk, err := mapper.KindFor(schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: strings.ToLower(r.Kind)})

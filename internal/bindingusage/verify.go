@@ -44,7 +44,7 @@ type VerifyOptions struct {
 	DryRun ctrlclient.Client
 }
 
-// Verify is seed 002's easy acceptance test of a UsageKind: does its
+// Verify is Kyma's easy acceptance test of a UsageKind: does its
 // resource resolve; may the identity get, list, watch and patch it; do
 // labelsPath and the containers path exist in a sample; does the API
 // server accept an injection (server-side dry run). It returns the

@@ -10,7 +10,7 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 )
 
-// TestAdmits is seed 000's constraints table: exclusions win, and a list
+// TestAdmits is Primaza's constraints table: exclusions win, and a list
 // with any exclusion admits every environment it does not exclude.
 func TestAdmits(t *testing.T) {
 	for _, tc := range []struct {

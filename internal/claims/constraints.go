@@ -8,7 +8,7 @@ import (
 )
 
 // Admits says whether environment env may claim a service with these
-// constraints (seed 000). No list admits every environment. An entry "!e"
+// constraints (Primaza). No list admits every environment. An entry "!e"
 // excludes e, and exclusions win: once a list excludes any environment, it
 // admits every environment it does not exclude, and its inclusions are
 // redundant ("!prod" with "dev" admits dev and stage alike). A list of

@@ -1,4 +1,4 @@
-// Package claims holds the rules of seed 000's second half: which
+// Package claims holds the rules of Primaza's second half: which
 // environments may claim a registered service (its constraints), which
 // environments there are, and what each environment's ServiceCatalog lists.
 // It knows nothing of Temporal or the API server; starter/catalogs.go keeps

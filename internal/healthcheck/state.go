@@ -44,7 +44,7 @@ func Unchecked(svc *primazav1alpha1.RegisteredService) primazav1alpha1.Registere
 // verdict (Unknown) one result decides; a healthy service turns
 // Unreachable after failureThreshold failures in a row, an Unreachable one
 // healthy after successThreshold successes. Healthy is Claimed while a
-// claim holds the service (as seed 000's docs say; Primaza's code loses
+// claim holds the service (as Primaza's docs say; Primaza's code loses
 // the claim), Available otherwise. A check that could not run makes the
 // service Unknown. Only the latest result counts.
 func Decide(svc *primazav1alpha1.RegisteredService, r Result, now time.Time) primazav1alpha1.RegisteredServiceStatus {
@@ -87,7 +87,7 @@ func Decide(svc *primazav1alpha1.RegisteredService, r Result, now time.Time) pri
 	return st
 }
 
-// Of is the health check of svc: healthcheck, or seed 000's spelling
+// Of is the health check of svc: healthcheck, or Primaza's spelling
 // "health check"; nil when it has none.
 func Of(svc *primazav1alpha1.RegisteredService) *primazav1alpha1.HealthCheck {
 	if svc.Spec.HealthCheck != nil {

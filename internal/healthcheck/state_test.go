@@ -35,7 +35,7 @@ func service(failures, successes int32, st primazav1alpha1.RegisteredServiceStat
 	}
 }
 
-// TestDecide walks the state machine of seed 000 with thresholds.
+// TestDecide walks the state machine of Primaza's design with thresholds.
 func TestDecide(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	counts := func(f, s int32) *primazav1alpha1.HealthCheckStatus {
@@ -98,5 +98,5 @@ func TestWithoutHealthCheck(t *testing.T) {
 	withCheck := service(1, 1, primazav1alpha1.RegisteredServiceStatus{})
 	assert.Equal(t, unknownS, Unchecked(withCheck).State, "Unknown until the first check ends")
 	seed := &primazav1alpha1.RegisteredService{Spec: primazav1alpha1.RegisteredServiceSpec{SeedHealthCheck: withCheck.Spec.HealthCheck}}
-	assert.Same(t, withCheck.Spec.HealthCheck, Of(seed), "seed 000's spelling is the same check")
+	assert.Same(t, withCheck.Spec.HealthCheck, Of(seed), "Primaza's spelling is the same check")
 }

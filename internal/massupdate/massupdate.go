@@ -1,4 +1,4 @@
-// Package massupdate is seed 003's mass update as pure logic: which
+// Package massupdate is Service Fabrik's mass update as pure logic: which
 // instances a run selects, whether one is already current, when failures
 // exhaust the budget, and what a run's progress says (rate, ETA). It has
 // no Temporal in it; workflows/massupdate.go runs it.

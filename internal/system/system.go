@@ -134,7 +134,7 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 				return err
 			}
 		}
-		checks, claims, err := registryActivities(ctx, g, o.Kube, s.Kube, o.HealthCheckMinute)
+		checks, claims, err := registeredServiceActivities(ctx, g, o.Kube, s.Kube, o.HealthCheckMinute)
 		if err != nil {
 			return err
 		}

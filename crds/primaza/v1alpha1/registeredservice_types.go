@@ -160,7 +160,7 @@ type HTTPFromEndpoint struct {
 }
 
 // HealthCheck verifies that a registered service is online and usable:
-// exactly one of container (seed 000), tcp or http.
+// exactly one of container (Primaza), tcp or http.
 // +kubebuilder:validation:XValidation:rule="(has(self.container) ? 1 : 0) + (has(self.tcp) ? 1 : 0) + (has(self.http) ? 1 : 0) == 1",message="give exactly one kind of check: container, tcp or http"
 type HealthCheck struct {
 	// +optional
@@ -234,7 +234,7 @@ type RegisteredServiceSpec struct {
 	// Available as soon as it is registered.
 	// +optional
 	HealthCheck *HealthCheck `json:"healthcheck,omitempty"`
-	// SeedHealthCheck is the spelling of seed 000's example ("health
+	// SeedHealthCheck is the spelling of Primaza's example ("health
 	// check"), accepted as the same field; healthcheck wins.
 	// +optional
 	SeedHealthCheck *HealthCheck `json:"health check,omitempty"`

@@ -27,7 +27,7 @@ const (
 	BindingKindServiceClaim     = "ServiceClaim"
 )
 
-// Finalizers of seed 002.
+// Finalizers of Kyma's design.
 const (
 	// UsageProtection holds a ServiceBindingUsage until its injection is
 	// removed from the workload.
@@ -87,7 +87,7 @@ type ServiceBindingUsageSpec struct {
 	Parameters *UsageParameters `json:"parameters,omitempty"`
 }
 
-// UsageKindSnapshot is the UsageKind a usage was injected with (seed 002's
+// UsageKindSnapshot is the UsageKind a usage was injected with (Kyma's
 // snapshot): the injection can be removed with it after the UsageKind
 // changed or went.
 type UsageKindSnapshot struct {

@@ -16,7 +16,7 @@ const (
 )
 
 // ResourceReference is the group, version and kind of a resource type. The
-// kind may be written in lower case, as seed 002's examples do
+// kind may be written in lower case, as Kyma's examples do
 // ("deployment"): it is matched against the kind and the resource names.
 type ResourceReference struct {
 	// Group is the API group; "" is the core group.

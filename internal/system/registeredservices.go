@@ -26,13 +26,13 @@ import (
 	"github.com/quartermaster/qm/internal/healthcheck"
 )
 
-// registryActivities builds the worker's activities of the service
-// registry, the health checks and the claims: they share a cache of the
-// registered services and of their checks' Jobs and pods (those alone, by
+// registeredServiceActivities builds the worker's activities of the
+// registered services, their health checks and the claims: they share a
+// cache of the services and of their checks' Jobs and pods (those alone, by
 // label), so that a pass over thousands of services reads nothing from the
 // API server; the checks get a recorder for the Events of their changes of
 // state.
-func registryActivities(ctx context.Context, g *errgroup.Group, cfg *rest.Config, kube ctrlclient.Client, minute time.Duration) (*activities.HealthChecks, *activities.Claims, error) {
+func registeredServiceActivities(ctx context.Context, g *errgroup.Group, cfg *rest.Config, kube ctrlclient.Client, minute time.Duration) (*activities.HealthChecks, *activities.Claims, error) {
 	checks, err := labels.NewRequirement(healthcheck.LabelService, selection.Exists, nil)
 	if err != nil {
 		return nil, nil, err
