@@ -336,7 +336,7 @@ func (a *Operations) subject(ctx context.Context, t *target) (*plan.Subject, *co
 		return nil, nil, err
 	}
 	return &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds,
-		Cluster: t.clusterName()}, secret, nil
+		Cluster: t.sfCluster()}, secret, nil
 }
 
 // values builds the template variables. withSources adds every object the

@@ -40,6 +40,8 @@ type target struct {
 	// there. remote says it is not the cluster Quartermaster runs in.
 	kube   client.Client
 	remote bool
+	// cluster is the SFCluster of a remote cluster, as reach read it.
+	cluster *resourcev1alpha1.SFCluster
 }
 
 func (t *target) object() client.Object {
@@ -173,8 +175,18 @@ func (a *Operations) reach(ctx context.Context, t *target) error {
 	if err != nil {
 		return fmt.Errorf("reaching the cluster %s of %s: %w", cluster, of, err)
 	}
-	t.kube, t.remote = c.Client, true
+	t.kube, t.remote, t.cluster = c.Client, true, c.SFCluster
 	return nil
+}
+
+// sfCluster is the SFCluster the target's instance is scheduled on, as its
+// templates see it (.cluster): the one reach read, or the name alone of
+// the cluster Quartermaster runs in.
+func (t *target) sfCluster() *resourcev1alpha1.SFCluster {
+	if t.cluster != nil {
+		return t.cluster
+	}
+	return &resourcev1alpha1.SFCluster{ObjectMeta: metav1.ObjectMeta{Name: t.clusterName()}}
 }
 
 // The objects a workflow run has read or written are kept for the run's

@@ -142,6 +142,36 @@ func TestProvisionIntoSisterClusters(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Delete(ctx, b))
 	s.WaitGone(b)
 	assert.False(t, exists(t, home, s.Namespace, "qm-credentials-app-1", &corev1.Secret{}), "the unbind of a gone instance removed its credentials there")
+
+	// Templates see the SFCluster the instance is scheduled on: its name,
+	// labels and spec.
+	for name := range sis {
+		var sfc resourcev1alpha1.SFCluster
+		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &sfc))
+		base := sfc.DeepCopy()
+		sfc.Labels = map[string]string{"region": name + "-region"}
+		require.NoError(t, s.Kube.Client.Patch(ctx, &sfc, ctrlclient.MergeFrom(base)))
+	}
+	where := s.Plan("where", "", `
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: {{ .instance.metadata.name }}-where}
+      data:
+        cluster: {{ .cluster.metadata.name | quote }}
+        region: {{ .cluster.metadata.labels.region | quote }}
+        secret: {{ .cluster.spec.secretRef | quote }}
+  - action: status
+    type: gotemplate
+    content: |
+      provision: {state: succeeded}`)
+	s.Instance("where-1", where, "")
+	placed := s.WaitInstance("where-1", "provisioned", testenv.Succeeded(2)).Spec.ClusterID
+	var cm corev1.ConfigMap
+	require.NoError(t, sis[placed].Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "where-1-where"}, &cm))
+	assert.Equal(t, map[string]string{"cluster": placed, "region": placed + "-region", "secret": placed + "-kubeconfig"}, cm.Data)
 }
 
 // inst0 is the instance db-0.

@@ -1,7 +1,20 @@
 // Package workflows holds Quartermaster's Temporal workflows, one file per
-// capability: the lifecycle of instances and bindings (operations.go) and
-// the start-up self-check (selfcheck.go). Workflow code is deterministic:
-// every effect goes through an activity in package activities, and every
-// change to a workflow's steps is checked by replaying recorded histories
-// (testdata/). The names runs go by are package runs'.
+// capability; each workflow opens with its steps:
+//
+//   - operations.go: the lifecycle of instances and bindings (Provision,
+//     Update, Deprovision, Bind, Unbind), with scheduling.go (a provision's
+//     first step under a scheduler) and retry.go (retries that show, and
+//     the backoff every wait until a deadline uses);
+//   - healthcheck.go: HealthChecks, the loop of one shard of the registered
+//     services' checks;
+//   - claims.go: ServiceClaim, one claim from resolution to release;
+//   - bindingusage.go: BindingUsage, one usage's injection into a workload;
+//   - massupdate.go: MassUpdate, many instances' Updates as its children;
+//   - selfcheck.go: SelfCheck, the worker's start-up check.
+//
+// Register registers them all. Workflow code is deterministic: every
+// effect goes through an activity in package activities, and every change
+// to a workflow's steps is checked by replaying recorded histories
+// (testdata/, listed in replay_test.go). The names runs go by (task queue,
+// workflow IDs and types, signals, search attributes) are package runs'.
 package workflows

@@ -49,9 +49,12 @@ type Clients struct {
 
 // Cluster is a cluster to work in.
 type Cluster struct {
-	Name   string
-	Client client.Client
-	Config *rest.Config
+	Name string
+	// SFCluster registers the cluster: nil for the cluster Quartermaster
+	// runs in, which needs no registration.
+	SFCluster *resourcev1alpha1.SFCluster
+	Client    client.Client
+	Config    *rest.Config
 	// HTTP is Client's HTTP client, for other clients of the same cluster
 	// to share its connections (nil: the cluster Quartermaster runs in).
 	HTTP *http.Client
@@ -103,7 +106,7 @@ func (c *Clients) ForSFCluster(ctx context.Context, sfc *resourcev1alpha1.SFClus
 	r, ok := c.remote[id]
 	c.mu.Unlock()
 	if ok && r.secret == secret.UID && r.rv == secret.ResourceVersion {
-		return r.Cluster, nil
+		return r.with(sfc), nil
 	}
 	raw := secret.Data[KubeconfigKey]
 	if len(raw) == 0 {
@@ -135,5 +138,13 @@ func (c *Clients) ForSFCluster(ctx context.Context, sfc *resourcev1alpha1.SFClus
 	}
 	c.remote[id] = r
 	c.mu.Unlock()
-	return r.Cluster, nil
+	return r.with(sfc), nil
+}
+
+// with is the kept cluster with sfc as it was read now: its client is kept
+// while the Secret is the same, but its labels and spec are as they are.
+func (r remote) with(sfc *resourcev1alpha1.SFCluster) Cluster {
+	c := r.Cluster
+	c.SFCluster = sfc
+	return c
 }

@@ -44,9 +44,12 @@
 //	.binding    the SFServiceBinding, for bind and unbind, and for status and sources of a binding
 //	.registry   the registry of the instance or binding: every key but the reserved ones
 //	            (namespace, instance-id, binding-id, service-id, plan-id, and what templates stored)
-//	.cluster    the SFCluster the instance runs on; until multi-cluster scheduling, always the
-//	            cluster Quartermaster runs in, named "1" as in the inter-operator:
-//	            {apiVersion: resource.servicefabrik.io/v1alpha1, kind: SFCluster, metadata: {name: "1"}}
+//	.cluster    the SFCluster the instance is scheduled on: its name, labels and spec, which an
+//	            operator registered (not its status, which changes with every probe):
+//	            {apiVersion: resource.servicefabrik.io/v1alpha1, kind: SFCluster,
+//	             metadata: {name, labels}, spec: {secretRef, schedulingLimitPercentage, totalCapacity, ...}};
+//	            for the cluster Quartermaster runs in (no spec.clusterId, or "1" as in the
+//	            inter-operator), its name alone: {..., metadata: {name: "1"}}
 //	.<key>      for status, bind and unbind: each object the sources template names, under its
 //	            key, as the API server returns it; absent while it does not exist (test with `with`)
 //

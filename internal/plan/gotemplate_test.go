@@ -9,10 +9,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/quartermaster/qm/crds"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
 	"github.com/quartermaster/qm/internal/plan"
+	"github.com/quartermaster/qm/internal/registry"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -213,4 +219,35 @@ func TestSeedClusterSelector(t *testing.T) {
 	assert.Equal(t, "plan=plan-1", sel.String())
 	assert.True(t, sel.Matches(labels.Set{"plan": "plan-1", "region": "eu"}))
 	assert.False(t, sel.Matches(labels.Set{"plan": "plan-2"}))
+}
+
+// TestClusterVariable: .cluster is the SFCluster the instance is scheduled
+// on, with its name, labels and spec (not its status); the cluster
+// Quartermaster runs in is its name alone.
+func TestClusterVariable(t *testing.T) {
+	scheme := crds.NewScheme()
+	const tmpl = `{{ .cluster.metadata.name }} region={{ .cluster.metadata.labels.region | default "none" }} limit={{ .cluster.spec.schedulingLimitPercentage | default "none" }} status={{ .cluster.status | default "none" }}`
+	eu2 := &resourcev1alpha1.SFCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "eu-2", Namespace: "brokers", Labels: map[string]string{"region": "eu", "plan": "gold"}},
+		Spec:       resourcev1alpha1.SFClusterSpec{SecretRef: "eu-2-kubeconfig", SchedulingLimitPercentage: ptr.To[int32](80)},
+		Status:     resourcev1alpha1.SFClusterStatus{KubernetesVersion: "v1.37.1"},
+	}
+	for _, tc := range []struct {
+		name    string
+		cluster *resourcev1alpha1.SFCluster
+		want    string
+	}{
+		{"a registered cluster", eu2, "eu-2 region=eu limit=80 status=none"},
+		{"the cluster Quartermaster runs in", &resourcev1alpha1.SFCluster{ObjectMeta: metav1.ObjectMeta{Name: "1"}}, "1 region=none limit=none status=none"},
+		{"none given", nil, "1 region=none limit=none status=none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &plan.Subject{Service: &osbv1alpha1.SFService{}, Plan: &osbv1alpha1.SFPlan{}, Registry: registry.New(registry.Instance, nil), Cluster: tc.cluster}
+			values, err := s.Values(scheme)
+			require.NoError(t, err)
+			out, err := plan.Go("cluster", tmpl, values, plan.FuncMap(), plan.Bounds{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, out)
+		})
+	}
 }

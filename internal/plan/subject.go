@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -28,9 +27,10 @@ type Subject struct {
 	Fetcher *Fetcher
 	// Bounds limit each render (zero: DefaultBounds).
 	Bounds Bounds
-	// Cluster names the SFCluster the instance is scheduled on ("":
-	// resourcev1alpha1.LocalCluster), .cluster in the templates.
-	Cluster string
+	// Cluster is the SFCluster the instance is scheduled on, .cluster in the
+	// templates; nil, or one with no name, is the cluster Quartermaster
+	// runs in (resourcev1alpha1.LocalCluster).
+	Cluster *resourcev1alpha1.SFCluster
 }
 
 // Values are the variables of a template (see the package doc). Every value
@@ -40,14 +40,11 @@ type Values map[string]any
 // Values returns the variables every template of s sees; scheme gives the
 // objects their apiVersion and kind. The sources are added by AddSources.
 func (s *Subject) Values(scheme *runtime.Scheme) (Values, error) {
-	v := Values{
-		"cluster": map[string]any{
-			"apiVersion": "resource.servicefabrik.io/v1alpha1",
-			"kind":       "SFCluster",
-			"metadata":   map[string]any{"name": cmp.Or(s.Cluster, resourcev1alpha1.LocalCluster)},
-		},
-		"registry": s.Registry.Values(),
+	cluster, err := clusterValue(s.Cluster)
+	if err != nil {
+		return nil, fmt.Errorf("the template variable .cluster: %w", err)
 	}
+	v := Values{"cluster": cluster, "registry": s.Registry.Values()}
 	objs := map[string]client.Object{"service": s.Service, "plan": s.Plan}
 	if s.Instance != nil {
 		objs["instance"] = s.Instance
@@ -107,6 +104,31 @@ func (s *Subject) release() Release {
 
 // toMap converts a typed object to the map a template sees, with its
 // apiVersion and kind and without managed fields.
+// clusterValue is .cluster: the SFCluster's name, labels and spec, which
+// are what an operator registered (its status changes with every probe,
+// and a render should not).
+func clusterValue(c *resourcev1alpha1.SFCluster) (map[string]any, error) {
+	metadata := map[string]any{"name": resourcev1alpha1.LocalCluster}
+	v := map[string]any{"apiVersion": resourcev1alpha1.GroupVersion.String(), "kind": "SFCluster", "metadata": metadata}
+	if c == nil || c.Name == "" {
+		return v, nil
+	}
+	metadata["name"] = c.Name
+	if len(c.Labels) > 0 {
+		labels := map[string]any{}
+		for k, l := range c.Labels {
+			labels[k] = l
+		}
+		metadata["labels"] = labels
+	}
+	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&c.Spec)
+	if err != nil {
+		return nil, err
+	}
+	v["spec"] = spec
+	return v, nil
+}
+
 func toMap(scheme *runtime.Scheme, obj client.Object) (map[string]any, error) {
 	obj = obj.DeepCopyObject().(client.Object)
 	gvk, err := apiutil.GVKForObject(obj, scheme)

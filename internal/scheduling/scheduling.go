@@ -1,10 +1,14 @@
 // Package scheduling decides which registered cluster (SFCluster) an
 // instance is provisioned on. It is pure: the caller gives it what the
 // clusters look like now and what the instance asks for, and it returns
-// the decision with why each cluster was taken or skipped. The workflow
-// step that calls it serializes decisions and records each one before the
-// next (workflows/scheduling.go), so that decisions taken together never
-// overshoot a limit.
+// the decision with why each cluster was taken or skipped. The activity
+// that calls it serializes decisions: a worker's decisions of one
+// namespace take turns (activities/scheduling_turns.go), and each is
+// reserved in the namespace's ledger before the next is placed
+// (activities/scheduling_ledger.go, Place), so that decisions taken
+// together never overshoot a limit, on one worker or several. The workflow
+// step (workflows/scheduling.go) only asks, and waits while no cluster
+// qualifies.
 package scheduling
 
 import (
