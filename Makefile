@@ -188,7 +188,7 @@ FAULTS   ?= 180
 .PHONY: chaos
 chaos: tools ## Run Quartermaster as processes under seeded faults and check its invariants (SEED, N, DURATION, FAULTS).
 	QM_BIN_DIR=$(BIN) QM_CHAOS_SEED=$(SEED) QM_CHAOS_N=$(N) QM_CHAOS_DURATION=$(DURATION) QM_CHAOS_FAULTS=$(FAULTS) \
-	  go test -count=1 -v -run '^TestChaos$$' -timeout 180m .
+	  go test -count=1 -v -run '^TestChaos$$' -timeout 180m ./test/e2e
 
 .PHONY: bench
 # -p 1: one benchmark binary at a time, or they share the machine's two cores.

@@ -33,13 +33,34 @@ type MassUpdateRequest struct {
 	DryRun      bool    `json:"dryRun,omitempty"`
 }
 
-// massUpdateRun is how the admin API shows a run.
-type massUpdateRun struct {
+// MassUpdateRun is how the admin API shows a run.
+type MassUpdateRun struct {
 	Name       string               `json:"name"`
 	WorkflowID string               `json:"workflow_id"`
 	Status     string               `json:"status"`
 	StartTime  time.Time            `json:"start_time"`
 	Progress   *massupdate.Progress `json:"progress,omitempty"`
+}
+
+// MassUpdateList is the reply of GET /admin/mass-updates.
+type MassUpdateList struct {
+	Runs []MassUpdateRun `json:"mass_updates"`
+}
+
+// MassUpdateDryRun is the reply of a dry run: the instances a run would
+// update, and how many it would skip as current already.
+type MassUpdateDryRun struct {
+	DryRun    bool     `json:"dryRun"`
+	Total     int      `json:"total"`
+	Skipped   int      `json:"skipped"`
+	Instances []string `json:"instances"`
+}
+
+// MassUpdateStarted is the reply of a start.
+type MassUpdateStarted struct {
+	Name       string `json:"name"`
+	WorkflowID string `json:"workflow_id"`
+	URL        string `json:"url"`
 }
 
 // runName is what a run may be called: it becomes part of a workflow ID.
@@ -101,7 +122,7 @@ func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
 		for _, t := range sel.Targets {
 			names = append(names, t.String())
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"dryRun": true, "total": len(sel.Targets) + sel.Skipped, "skipped": sel.Skipped, "instances": names})
+		writeJSON(w, http.StatusOK, MassUpdateDryRun{DryRun: true, Total: len(sel.Targets) + sel.Skipped, Skipped: sel.Skipped, Instances: names})
 		return
 	}
 	if !s.needTemporal(w) {
@@ -132,7 +153,7 @@ func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "starting the mass update", err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]string{"name": req.Name, "workflow_id": id, "url": "/admin/mass-updates/" + req.Name})
+	writeJSON(w, http.StatusAccepted, MassUpdateStarted{Name: req.Name, WorkflowID: id, URL: "/admin/mass-updates/" + req.Name})
 }
 
 // listMassUpdates lists the runs, newest first.
@@ -147,12 +168,10 @@ func (s *Server) listMassUpdates(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "listing the mass updates", err)
 		return
 	}
-	out := struct {
-		Runs []massUpdateRun `json:"mass_updates"`
-	}{Runs: []massUpdateRun{}}
+	out := MassUpdateList{Runs: []MassUpdateRun{}}
 	for _, e := range resp.GetExecutions() {
 		id := e.GetExecution().GetWorkflowId()
-		out.Runs = append(out.Runs, massUpdateRun{Name: strings.TrimPrefix(id, runs.MassUpdateID("")), WorkflowID: id,
+		out.Runs = append(out.Runs, MassUpdateRun{Name: strings.TrimPrefix(id, runs.MassUpdateID("")), WorkflowID: id,
 			Status: runStatus(e.GetStatus()), StartTime: e.GetStartTime().AsTime()})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -189,20 +208,20 @@ func (s *Server) getMassUpdate(w http.ResponseWriter, r *http.Request) {
 }
 
 // describeRun finds a run by name, answering 404 when there is none.
-func (s *Server) describeRun(w http.ResponseWriter, r *http.Request, name string) (massUpdateRun, bool) {
+func (s *Server) describeRun(w http.ResponseWriter, r *http.Request, name string) (MassUpdateRun, bool) {
 	id := runs.MassUpdateID(name)
 	d, err := s.Temporal.DescribeWorkflowExecution(r.Context(), id, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("there is no mass update named %q", name))
-		return massUpdateRun{}, false
+		return MassUpdateRun{}, false
 	}
 	if err != nil {
 		s.internalError(w, r, "reading mass update "+name, err)
-		return massUpdateRun{}, false
+		return MassUpdateRun{}, false
 	}
 	info := d.GetWorkflowExecutionInfo()
-	return massUpdateRun{Name: name, WorkflowID: id, StartTime: info.GetStartTime().AsTime(),
+	return MassUpdateRun{Name: name, WorkflowID: id, StartTime: info.GetStartTime().AsTime(),
 		Status: runStatus(info.GetStatus())}, true
 }
 

@@ -66,8 +66,9 @@ var (
 	temporalErr  error
 )
 
-// Main runs the tests of a package and then stops the servers they started.
-func Main(m *testing.M) {
+// Main runs the tests of a package and then stops the servers they
+// started, and runs cleanups (what the package made for all its tests).
+func Main(m *testing.M, cleanups ...func()) {
 	// The servers start through the test binary itself (internal/childproc),
 	// so that they die with it.
 	childproc.Run()
@@ -75,6 +76,9 @@ func Main(m *testing.M) {
 	// logger it prints a warning with a stack trace instead.
 	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	code := m.Run()
+	for _, cleanup := range cleanups {
+		cleanup()
+	}
 	if temporalSrv != nil {
 		temporalSrv.Client().Close()
 		if err := temporalSrv.Stop(); err != nil {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -139,7 +139,7 @@ func TestWorkerConnectsThroughAProfile(t *testing.T) {
 	t.Setenv("TEMPORAL_ADDRESS", "")
 	os.Unsetenv("TEMPORAL_ADDRESS")
 
-	cmd := newRootCommand()
+	cmd := NewRootCommand()
 	cmd.SetArgs([]string{"worker", "--kubeconfig", kubeconfig, "--temporal-profile", "qm-test", "--health-addr", "0", "--metrics-addr", "0"})
 	// The SDK's goroutines may still log as the worker stops.
 	var logs testenv.SyncBuffer
@@ -167,7 +167,7 @@ func TestAPIRefusesAMalformedTemporalConfig(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte("[profile.default]\naddress = \"x:7233\"\nnamespace\n"), 0o600))
 	t.Setenv("TEMPORAL_CONFIG_FILE", file)
 	t.Setenv("TEMPORAL_ADDRESS", "")
-	cmd := newRootCommand()
+	cmd := NewRootCommand()
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
 	cmd.SetArgs([]string{"api", "--listen", "127.0.0.1:0", "--kubeconfig", filepath.Join(t.TempDir(), "no-cluster-needed")})

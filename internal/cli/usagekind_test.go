@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -58,7 +58,7 @@ spec:
 		"subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": %q}]}`, ns, ns))
 
 	verify := func(args ...string) (string, error) {
-		cmd := newRootCommand()
+		cmd := NewRootCommand()
 		var out bytes.Buffer
 		cmd.SetOut(&out)
 		cmd.SetErr(&out)

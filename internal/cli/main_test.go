@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -47,7 +47,7 @@ func TestAPICommand(t *testing.T) {
 	t.Setenv("QM_OSB_PASSWORD", "osb-secret")
 	t.Setenv("QM_ADMIN_USERNAME", "operator")
 	t.Setenv("QM_ADMIN_PASSWORD", "admin-secret")
-	cmd := newRootCommand()
+	cmd := NewRootCommand()
 	// Port 0: qm api binds a free port and logs which, as an operator reads it.
 	cmd.SetArgs([]string{"api", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0", "--namespace", ns, "--log-level", "info"})
 	var logs testenv.SyncBuffer
@@ -97,7 +97,7 @@ func TestAPICommand(t *testing.T) {
 // TestAPICommandTLSNeedsACertificate: client CAs without a serving
 // certificate stop `qm api` at once, saying what is missing.
 func TestAPICommandTLSNeedsACertificate(t *testing.T) {
-	cmd := newRootCommand()
+	cmd := NewRootCommand()
 	cmd.SetArgs([]string{"api", "--listen", "127.0.0.1:0", "--tls-client-ca-file", "ca.crt"})
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)

@@ -1,9 +1,8 @@
-package main
+package cli
 
 import (
-	"bytes"
-	"cmp"
-	"encoding/json"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,68 +18,47 @@ import (
 	"github.com/quartermaster/qm/internal/massupdate"
 )
 
-// adminClient talks to the admin API for `qm mass-update`.
+// adminClient is `qm mass-update`'s api.AdminClient: given no credentials,
+// it uses those qm dev keeps under dataDir.
 type adminClient struct {
-	url   string
-	creds api.Credentials
-	// dataDir holds the credentials `qm dev` made, used when none are given.
+	api.AdminClient
 	dataDir string
-	http    *http.Client
 }
 
-// do sends a request and decodes a 2xx reply into out; any other reply is
-// an error with the API's description.
-func (a *adminClient) do(method, path string, in, out any) error {
-	if a.creds.Username == "" || a.creds.Password == "" {
+// client returns the api.AdminClient with its credentials settled.
+func (a *adminClient) client() (*api.AdminClient, error) {
+	if a.Credentials.Username == "" || a.Credentials.Password == "" {
 		saved, ok, err := devenv.SavedAdminCredentials(a.dataDir)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if ok {
-			a.creds = saved
+			a.Credentials = saved
 		}
 	}
-	var body io.Reader
-	if in != nil {
-		raw, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(raw)
+	return &a.AdminClient, nil
+}
+
+// explain adds what an operator can do about a refusal of the credentials.
+func explain(err error) error {
+	var refused *api.AdminError
+	if errors.As(err, &refused) && refused.StatusCode == http.StatusUnauthorized {
+		refused.Description = "the admin API refused the credentials: set --username/--password or QM_ADMIN_USERNAME/QM_ADMIN_PASSWORD (qm dev prints them)"
 	}
-	req, err := http.NewRequest(method, strings.TrimSuffix(a.url, "/")+path, body)
+	return err
+}
+
+// call runs one request of the admin client.
+func (a *adminClient) call(do func(c *api.AdminClient) error) error {
+	c, err := a.client()
 	if err != nil {
 		return err
 	}
-	req.SetBasicAuth(a.creds.Username, a.creds.Password)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("reaching the admin API at %s: %w", a.url, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Description string `json:"description"`
-		}
-		_ = json.Unmarshal(raw, &e)
-		if resp.StatusCode == http.StatusUnauthorized {
-			e.Description = "the admin API refused the credentials: set --username/--password or QM_ADMIN_USERNAME/QM_ADMIN_PASSWORD (qm dev prints them)"
-		}
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, cmp.Or(e.Description, string(raw)))
-	}
-	if out != nil {
-		return json.Unmarshal(raw, out)
-	}
-	return nil
+	return explain(do(c))
 }
 
 func newMassUpdateCommand() *cobra.Command {
-	a := &adminClient{http: &http.Client{Timeout: time.Minute}}
+	a := &adminClient{}
 	cmd := &cobra.Command{
 		Use:   "mass-update",
 		Short: "Update many instances at once, steerably: start, status, list, pause, resume, cancel",
@@ -100,9 +78,9 @@ their plan's generation are skipped. Follow a run here or in the Temporal UI
   qm mass-update status manual-20261123-031500 --watch`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&a.url, "url", envOr("QM_API_URL", "http://127.0.0.1:8080"), "URL of the admin API (env QM_API_URL)")
-	pf.StringVar(&a.creds.Username, "username", os.Getenv("QM_ADMIN_USERNAME"), "admin API user (env QM_ADMIN_USERNAME)")
-	pf.StringVar(&a.creds.Password, "password", os.Getenv("QM_ADMIN_PASSWORD"), "admin API password (env QM_ADMIN_PASSWORD; prefer the environment)")
+	pf.StringVar(&a.URL, "url", envOr("QM_API_URL", "http://127.0.0.1:8080"), "URL of the admin API (env QM_API_URL)")
+	pf.StringVar(&a.Credentials.Username, "username", os.Getenv("QM_ADMIN_USERNAME"), "admin API user (env QM_ADMIN_USERNAME)")
+	pf.StringVar(&a.Credentials.Password, "password", os.Getenv("QM_ADMIN_PASSWORD"), "admin API password (env QM_ADMIN_PASSWORD; prefer the environment)")
 	pf.StringVar(&a.dataDir, "data-dir", ".qm", "where qm dev keeps the credentials it prints, used when none are given")
 	cmd.AddCommand(newMassStartCommand(a), newMassStatusCommand(a), newMassListCommand(a))
 	for _, action := range []string{massupdate.Pause, massupdate.Resume, massupdate.Cancel} {
@@ -111,7 +89,7 @@ their plan's generation are skipped. Follow a run here or in the Temporal UI
 			Short: strings.ToUpper(action[:1]) + action[1:] + " a running mass update",
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				if err := a.do(http.MethodPost, "/admin/mass-updates/"+args[0]+"/"+action, nil, nil); err != nil {
+				if err := a.call(func(c *api.AdminClient) error { return c.SteerMassUpdate(cmd.Context(), args[0], action) }); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s asked\n", args[0], action)
@@ -132,12 +110,8 @@ func newMassStartCommand(a *adminClient) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			if req.DryRun {
-				var dry struct {
-					Total     int      `json:"total"`
-					Skipped   int      `json:"skipped"`
-					Instances []string `json:"instances"`
-				}
-				if err := a.do(http.MethodPost, "/admin/mass-updates", req, &dry); err != nil {
+				var dry api.MassUpdateDryRun
+				if err := a.call(func(c *api.AdminClient) (err error) { dry, err = c.DryRun(cmd.Context(), req); return err }); err != nil {
 					return err
 				}
 				for _, name := range dry.Instances {
@@ -146,10 +120,8 @@ func newMassStartCommand(a *adminClient) *cobra.Command {
 				fmt.Fprintf(out, "would update %d of %d instances (%d current already); nothing was changed\n", len(dry.Instances), dry.Total, dry.Skipped)
 				return nil
 			}
-			var started struct {
-				Name string `json:"name"`
-			}
-			if err := a.do(http.MethodPost, "/admin/mass-updates", req, &started); err != nil {
+			var started api.MassUpdateStarted
+			if err := a.call(func(c *api.AdminClient) (err error) { started, err = c.StartMassUpdate(cmd.Context(), req); return err }); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "started mass update %s (workflow massupdate/%s)\n", started.Name, started.Name)
@@ -185,7 +157,7 @@ func newMassStatusCommand(a *adminClient) *cobra.Command {
 			if watch {
 				return follow(cmd, a, args[0])
 			}
-			p, status, err := progressOf(a, args[0])
+			p, status, err := progressOf(cmd.Context(), a, args[0])
 			if err != nil {
 				return err
 			}
@@ -204,19 +176,13 @@ func newMassListCommand(a *adminClient) *cobra.Command {
 		Short: "List the mass updates",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var list struct {
-				Runs []struct {
-					Name      string    `json:"name"`
-					Status    string    `json:"status"`
-					StartTime time.Time `json:"start_time"`
-				} `json:"mass_updates"`
-			}
-			if err := a.do(http.MethodGet, "/admin/mass-updates", nil, &list); err != nil {
+			var list []api.MassUpdateRun
+			if err := a.call(func(c *api.AdminClient) (err error) { list, err = c.MassUpdates(cmd.Context()); return err }); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%-40s %-12s %s\n", "NAME", "STATUS", "STARTED")
-			for _, r := range list.Runs {
+			for _, r := range list {
 				fmt.Fprintf(out, "%-40s %-12s %s\n", r.Name, r.Status, r.StartTime.Local().Format(time.DateTime))
 			}
 			return nil
@@ -224,17 +190,11 @@ func newMassListCommand(a *adminClient) *cobra.Command {
 	}
 }
 
-// progressOf asks the admin API for a run's progress.
-func progressOf(a *adminClient, name string) (massupdate.Progress, string, error) {
-	var run struct {
-		Status   string               `json:"status"`
-		Progress *massupdate.Progress `json:"progress"`
-	}
-	if err := a.do(http.MethodGet, "/admin/mass-updates/"+name, nil, &run); err != nil {
+// progressOf asks the admin API for a run's progress and status.
+func progressOf(ctx context.Context, a *adminClient, name string) (massupdate.Progress, string, error) {
+	var run api.MassUpdateRun
+	if err := a.call(func(c *api.AdminClient) (err error) { run, err = c.MassUpdate(ctx, name); return err }); err != nil {
 		return massupdate.Progress{}, "", err
-	}
-	if run.Progress == nil {
-		return massupdate.Progress{}, run.Status, fmt.Errorf("mass update %s (%s) reported no progress", name, run.Status)
 	}
 	return *run.Progress, run.Status, nil
 }
@@ -247,7 +207,7 @@ func follow(cmd *cobra.Command, a *adminClient, name string) error {
 	tty := isFile && term.IsTerminal(int(f.Fd()))
 	last := ""
 	for {
-		p, status, err := progressOf(a, name)
+		p, status, err := progressOf(cmd.Context(), a, name)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func TestMassUpdateCommand(t *testing.T) {
 	t.Setenv("QM_ADMIN_USERNAME", testenv.AdminCredentials.Username)
 	t.Setenv("QM_ADMIN_PASSWORD", testenv.AdminCredentials.Password)
 	qm := func(args ...string) (string, error) {
-		cmd := newRootCommand()
+		cmd := NewRootCommand()
 		var out bytes.Buffer
 		cmd.SetOut(&out)
 		cmd.SetErr(&out)
@@ -80,7 +80,7 @@ func TestMassUpdateCommand(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "409 Conflict: mass update "+name+" is completed")
 
-	cmd := newRootCommand()
+	cmd := NewRootCommand()
 	cmd.SetArgs([]string{"mass-update", "--url", s.URL, "--password", "wrong", "list"})
 	cmd.SetOut(&bytes.Buffer{})
 	err = cmd.ExecuteContext(context.Background())
@@ -107,7 +107,7 @@ func TestMassUpdateCanaryRateAndBar(t *testing.T) {
 	t.Setenv("QM_ADMIN_USERNAME", testenv.AdminCredentials.Username)
 	t.Setenv("QM_ADMIN_PASSWORD", testenv.AdminCredentials.Password)
 	qm := func(out io.Writer, args ...string) error {
-		cmd := newRootCommand()
+		cmd := NewRootCommand()
 		cmd.SetOut(out)
 		cmd.SetErr(out)
 		cmd.SetArgs(append([]string{"mass-update", "--url", s.URL}, args...))

@@ -1,6 +1,6 @@
 //go:build race
 
-package main
+package e2e
 
 // raceEnabled: the tests run with the race detector.
 const raceEnabled = true

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -169,20 +169,6 @@ func TestHighAvailability(t *testing.T) {
 	expect(http.MethodDelete, fmt.Sprintf("%s?service_id=%s&plan_id=%s", inst, s.ServiceID, sync), "", http.StatusOK, `{}`)
 	s.URL = apis[turn%2]
 	s.ExpectSoon(inst, http.StatusNotFound, `{"description": "instance \"ha-api\" does not exist"}`)
-}
-
-// buildQM builds qm into a temporary directory, with the race detector when
-// the tests have it (so that the packages compiled for them are reused).
-func buildQM(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "qm")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
 }
 
 // start runs qm with args until the test ends; env is added to the test's

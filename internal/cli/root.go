@@ -1,0 +1,96 @@
+// Package cli is qm's command line: the cobra root (root.go) and one file
+// per command, dev.go, worker.go, watcher.go, api.go, version.go,
+// massupdate.go and usagekind.go; connect.go is how every command reaches
+// Kubernetes and Temporal, and run.go how a component command runs its
+// parts. The qm binary's main.go, at the repository's root, only calls
+// Main.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/contrib/envconfig"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	kubeconfig        string
+	temporalAddress   string
+	temporalNamespace string
+	temporalProfile   string
+	logLevel          string
+	logger            *slog.Logger
+	// env is where the Temporal client configuration's variables are
+	// looked up (nil: the process's environment).
+	env envconfig.EnvLookup
+}
+
+// Main runs the qm command line with the process's arguments until it
+// ends or is interrupted (SIGINT, SIGTERM), and returns its exit code.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := NewRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "qm:", err)
+		return 1
+	}
+	return 0
+}
+
+// NewRootCommand is qm and its commands.
+func NewRootCommand() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "qm",
+		Short: "Quartermaster: a Kubernetes service broker and registry on Temporal",
+		Long: `Quartermaster (qm) brokers services on Kubernetes. Platforms call its Open
+Service Broker API, Kubernetes users create its custom resources, and every
+operation runs as a durable Temporal workflow that operators follow in the
+Temporal UI.
+
+One binary plays every part: 'qm dev' runs all of them on this machine.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			g.logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			slog.SetDefault(g.logger)
+			ctrl.SetLogger(logr.FromSlogHandler(g.logger.Handler()))
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster to use (env KUBECONFIG; in a pod, the pod's service account)")
+	pf.StringVar(&g.temporalAddress, "temporal-address", "", "host:port of the Temporal frontend (over TEMPORAL_ADDRESS and the profile)")
+	pf.StringVar(&g.temporalNamespace, "temporal-namespace", "", `Temporal namespace (over TEMPORAL_NAMESPACE and the profile; default "default")`)
+	pf.StringVar(&g.temporalProfile, "temporal-profile", "", "profile of the Temporal client configuration file, temporal.toml (over TEMPORAL_PROFILE)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
+
+	root.AddCommand(
+		newDevCommand(g),
+		newWorkerCommand(g),
+		newWatcherCommand(g),
+		newAPICommand(g),
+		newUsageKindCommand(g),
+		newMassUpdateCommand(),
+		newVersionCommand(),
+	)
+	return root
+}
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

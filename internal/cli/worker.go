@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/quartermaster/qm/internal/plan"
+	"github.com/quartermaster/qm/internal/scheduling"
+	"github.com/quartermaster/qm/internal/system"
+	"github.com/quartermaster/qm/internal/telemetry"
+)
+
+func newWorkerCommand(g *globals) *cobra.Command {
+	var hosts []string
+	var minute time.Duration
+	var bounds plan.Bounds
+	var scheduler scheduling.Scheduler
+	probes := &telemetry.Server{Gatherer: ctrlmetrics.Registry}
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run the Temporal worker that hosts the workflows and activities (scales horizontally)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			probes.Logger = g.logger
+			if _, err := scheduling.Parse(string(scheduler)); err != nil {
+				return fmt.Errorf("QM_SCHEDULER: %w", err)
+			}
+			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes, Scheduler: scheduler})
+		},
+	}
+	f := cmd.Flags()
+	// Ports apart from the watcher's, so that both run side by side on one
+	// machine; in a pod the chart sets them.
+	f.StringVar(&probes.HealthAddr, "health-addr", ":8082", "address serving /healthz and /readyz (ready while Temporal answers); 0 turns them off")
+	f.StringVar(&probes.MetricsAddr, "metrics-addr", ":9091", "address serving Prometheus /metrics (the Temporal SDK's and client-go's); 0 turns it off")
+	f.StringSliceVar(&hosts, "chart-url-allow", splitList(os.Getenv("QM_TEMPLATE_HOSTS")),
+		"the only hosts a template or chart url may name, redirects included (env QM_TEMPLATE_HOSTS, comma-separated; empty allows any)")
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "template-hosts" { // its name before it covered charts too
+			name = "chart-url-allow"
+		}
+		return pflag.NormalizedName(name)
+	})
+	f.DurationVar(&bounds.Timeout, "render-timeout", plan.DefaultRenderTimeout, "wall time of one render of a template; beyond it the operation fails")
+	f.Int64Var(&bounds.MaxOutput, "render-max-output", plan.DefaultRenderMaxOutput, "bytes one render of a template may write")
+	f.Int64Var(&bounds.MaxMemory, "render-max-memory", plan.DefaultRenderMaxMemory, "bytes the functions of one render may make (strings, lists), checked before each call")
+	f.DurationVar(&minute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
+	schedulerFlag(f, &scheduler)
+	return cmd
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}

@@ -1,0 +1,51 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, func() {
+		if qmDir != "" {
+			_ = os.RemoveAll(qmDir)
+		}
+	})
+}
+
+var (
+	qmOnce sync.Once
+	qmDir  string
+	qmErr  error
+)
+
+// buildQM builds qm from the module's root once for every suite of the
+// package, with the race detector when the tests have it (so that the
+// packages compiled for them are reused), and returns its path.
+func buildQM(t *testing.T) string {
+	t.Helper()
+	qmOnce.Do(func() {
+		if qmDir, qmErr = os.MkdirTemp("", "qm-e2e-"); qmErr != nil {
+			return
+		}
+		args := []string{"build", "-o", filepath.Join(qmDir, "qm")}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, ".")...)
+		cmd.Dir = filepath.Join("..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			qmErr = fmt.Errorf("go build: %w: %s", err, out)
+		}
+	})
+	require.NoError(t, qmErr)
+	return filepath.Join(qmDir, "qm")
+}
