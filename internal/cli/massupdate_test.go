@@ -19,19 +19,18 @@ import (
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
-// TestMassUpdateCommand runs `qm mass-update` as an operator would: a dry
-// run, a start that waits (one line per change on a pipe, a non-zero exit
-// when updates failed), status and list.
-func TestMassUpdateCommand(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
-	planID := s.Plan("mass", "  context: {version: \"1\"}\n", testenv.Templates("mass"))
+// massFleetAtVersion2 provisions six instances of a plan named mass,
+// prefix-0 to prefix-5 with parameters(i), then changes the plan, so that a
+// mass update has six to bring to its second version. qm runs `qm
+// mass-update` against the System's API with the admin credentials,
+// writing to out.
+func massFleetAtVersion2(t *testing.T, prefix string, parameters func(i int) string) (s *testenv.System, planID string, qm func(out io.Writer, args ...string) error) {
+	t.Helper()
+	s = testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	planID = s.Plan("mass", "  context: {version: \"1\"}\n", testenv.Templates("mass"))
 	for i := range 6 {
-		params := ""
-		if i == 5 {
-			params = `{"fragile": true}`
-		}
-		s.Instance(fmt.Sprintf("cli-%d", i), planID, params)
-		s.WaitInstance(fmt.Sprintf("cli-%d", i), "provisioned", testenv.Succeeded(1))
+		s.Instance(fmt.Sprintf("%s-%d", prefix, i), planID, parameters(i))
+		s.WaitInstance(fmt.Sprintf("%s-%d", prefix, i), "provisioned", testenv.Succeeded(1))
 	}
 	var plan osbv1alpha1.SFPlan
 	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "mass"}, &plan))
@@ -42,15 +41,31 @@ func TestMassUpdateCommand(t *testing.T) {
 
 	t.Setenv("QM_ADMIN_USERNAME", testenv.AdminCredentials.Username)
 	t.Setenv("QM_ADMIN_PASSWORD", testenv.AdminCredentials.Password)
-	qm := func(args ...string) (string, error) {
+	qm = func(out io.Writer, args ...string) error {
 		cmd := NewRootCommand()
-		var out bytes.Buffer
-		cmd.SetOut(&out)
-		cmd.SetErr(&out)
+		cmd.SetOut(out)
+		cmd.SetErr(out)
 		cmd.SetArgs(append([]string{"mass-update", "--url", s.URL}, args...))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		err := cmd.ExecuteContext(ctx)
+		return cmd.ExecuteContext(ctx)
+	}
+	return s, planID, qm
+}
+
+// TestMassUpdateCommand runs `qm mass-update` as an operator would: a dry
+// run, a start that waits (one line per change on a pipe, a non-zero exit
+// when updates failed), status and list.
+func TestMassUpdateCommand(t *testing.T) {
+	s, planID, qmTo := massFleetAtVersion2(t, "cli", func(i int) string {
+		if i == 5 {
+			return `{"fragile": true}`
+		}
+		return ""
+	})
+	qm := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := qmTo(&out, args...)
 		return out.String(), err
 	}
 
@@ -91,30 +106,7 @@ func TestMassUpdateCommand(t *testing.T) {
 // it pauses after the canary saying so, and its input carries the rate; on
 // a terminal, `status --watch` draws a bar that it redraws in place.
 func TestMassUpdateCanaryRateAndBar(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
-	planID := s.Plan("mass", "  context: {version: \"1\"}\n", testenv.Templates("mass"))
-	for i := range 6 {
-		s.Instance(fmt.Sprintf("bar-%d", i), planID, "")
-		s.WaitInstance(fmt.Sprintf("bar-%d", i), "provisioned", testenv.Succeeded(1))
-	}
-	var plan osbv1alpha1.SFPlan
-	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "mass"}, &plan))
-	base := plan.DeepCopy()
-	plan.Spec.Context.Raw = []byte(`{"version":"2"}`)
-	require.NoError(t, s.Kube.Client.Patch(context.Background(), &plan, ctrlclient.MergeFrom(base)))
-	s.WaitPlanGeneration(planID, plan.Generation)
-
-	t.Setenv("QM_ADMIN_USERNAME", testenv.AdminCredentials.Username)
-	t.Setenv("QM_ADMIN_PASSWORD", testenv.AdminCredentials.Password)
-	qm := func(out io.Writer, args ...string) error {
-		cmd := NewRootCommand()
-		cmd.SetOut(out)
-		cmd.SetErr(out)
-		cmd.SetArgs(append([]string{"mass-update", "--url", s.URL}, args...))
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		return cmd.ExecuteContext(ctx)
-	}
+	s, planID, qm := massFleetAtVersion2(t, "bar", func(int) string { return "" })
 
 	name := s.Namespace + "/canary"
 	var out bytes.Buffer
