@@ -126,7 +126,7 @@ func ownTemporal(t testing.TB, opts devserver.Options) client.Client {
 	opts.Path = requireTool(t, "temporal")
 	srv, err := devserver.Start(ctx, opts)
 	if err != nil {
-		t.Fatalf("starting a file-backed Temporal dev server: %v", err)
+		t.Fatalf("starting a Temporal dev server of the test's own: %v", err)
 	}
 	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
 	return srv.Client()
