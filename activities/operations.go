@@ -159,65 +159,84 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	return refs, nil
 }
 
-// Observe reads the sources and evaluates the status template for the
-// operation. Without a status template, applying is success, and removal
-// succeeds once every applied object is gone. A bind that succeeded stores
-// its credentials here, so that they never travel through Temporal.
+// Observe checks where the operation stands, in three parts: it reads
+// what the status template sees and renders it (readStatus), decides what
+// that means (plan's Status.Decide, pure), and writes what follows
+// (recordObservation: a bind's credentials, the instance's metadata, the
+// progress shown). Without a status for the operation, applying is
+// success, and a removal succeeds once every applied object is gone
+// (defaultOutcome). It is one step because a bind's credentials, which the
+// status template renders, must never travel through Temporal to another.
 func (a *Operations) Observe(ctx context.Context, tg lifecycle.Target, op lifecycle.Operation) (Outcome, error) {
 	t, err := a.load(ctx, tg, op)
 	if err != nil {
 		return Outcome{}, err
 	}
-	p := plan.Subject{Plan: t.plan}
-	if !p.HasStatus() {
-		return a.defaultOutcome(ctx, t, op)
-	}
-	subject, regSecret, err := a.subject(ctx, t)
+	st, subject, regSecret, err := a.readStatus(ctx, t, op)
 	if err != nil {
 		return Outcome{}, err
-	}
-	values, err := a.values(ctx, t, subject, true)
-	if err != nil {
-		return Outcome{}, err
-	}
-	st, err := subject.Status(string(op), values)
-	if err != nil {
-		return Outcome{}, classify(err)
 	}
 	if st == nil {
 		return a.defaultOutcome(ctx, t, op)
 	}
-	o := Outcome{
-		State:            osbv1alpha1.OperationState(st.State),
-		Description:      st.Description,
-		Error:            st.Error,
-		DashboardURL:     st.DashboardURL,
-		InstanceUsable:   st.InstanceUsable,
-		UpdateRepeatable: st.UpdateRepeatable,
+	saved, _ := subject.Registry.Get(registry.KeyDashboardURL)
+	obs, err := st.Decide(op, stringOf(saved))
+	if err != nil {
+		return Outcome{}, classify(err)
 	}
-	if o.DashboardURL == "" {
-		if v, _ := subject.Registry.Get(registry.KeyDashboardURL); v != nil {
-			o.DashboardURL = fmt.Sprint(v)
-		}
-	}
-	if op == lifecycle.OpBind && o.State == osbv1alpha1.StateSucceeded {
-		response, err := plan.DecodeBindResponse(st.Response)
-		if err != nil {
-			return Outcome{}, classify(err)
-		}
-		if err := a.storeCredentials(ctx, t, subject.Registry, regSecret, response); err != nil {
-			return Outcome{}, err
-		}
-	}
-	if err := a.recordMetadata(ctx, t, op, st.Metadata); err != nil {
+	if err := a.recordObservation(ctx, t, op, subject.Registry, regSecret, obs); err != nil {
 		return Outcome{}, err
 	}
-	if o.State == osbv1alpha1.StateInProgress && o.Description != "" {
-		if err := a.showProgress(ctx, t, o.Description); err != nil {
-			return Outcome{}, err
+	return Outcome{State: obs.State, Description: obs.Description, Error: obs.Error, DashboardURL: obs.DashboardURL,
+		InstanceUsable: obs.InstanceUsable, UpdateRepeatable: obs.UpdateRepeatable}, nil
+}
+
+// readStatus renders the target's status template with what it sees (the
+// registry, the sources): the status of op, or nil when the plan has none
+// for it. It writes nothing.
+func (a *Operations) readStatus(ctx context.Context, t *target, op lifecycle.Operation) (*plan.Status, *plan.Subject, *corev1.Secret, error) {
+	if !(&plan.Subject{Plan: t.plan}).HasStatus() {
+		return nil, nil, nil, nil
+	}
+	subject, regSecret, err := a.subject(ctx, t)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	values, err := a.values(ctx, t, subject, true)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, err := subject.Status(string(op), values)
+	if err != nil {
+		return nil, nil, nil, classify(err)
+	}
+	return st, subject, regSecret, nil
+}
+
+// recordObservation writes what an observation calls for: a bind's
+// credentials into the binding's Secret, the instance's OSB metadata, and
+// the description of an operation under way into the status.
+func (a *Operations) recordObservation(ctx context.Context, t *target, op lifecycle.Operation, reg *registry.Registry, regSecret *corev1.Secret, obs plan.Observation) error {
+	if obs.Credentials != nil {
+		if err := a.storeCredentials(ctx, t, reg, regSecret, obs.Credentials); err != nil {
+			return err
 		}
 	}
-	return o, nil
+	if err := a.recordMetadata(ctx, t, op, obs.Metadata); err != nil {
+		return err
+	}
+	if obs.Progress != "" {
+		return a.showProgress(ctx, t, obs.Progress)
+	}
+	return nil
+}
+
+// stringOf is a registry value as text, "" for none.
+func stringOf(v any) string {
+	if v == nil {
+		return ""
+	}
+	return fmt.Sprint(v)
 }
 
 // defaultOutcome is the outcome of an operation its plan has no status for:
