@@ -179,15 +179,17 @@ record-histories: tools ## Record the history of every workflow path again, for 
 
 # The long chaos run (the short one is part of `make test`): a seed picked
 # at random unless SEED is given, N instances, FAULTS faults (30 of each of
-# the six kinds) over DURATION.
+# the six kinds) over DURATION; it fails if the p99 of the recovery from a
+# fault is over RECOVERY.
 SEED     ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 N        ?= 200
 DURATION ?= 25m
 FAULTS   ?= 180
+RECOVERY ?= 15s
 
 .PHONY: chaos
-chaos: tools ## Run Quartermaster as processes under seeded faults and check its invariants (SEED, N, DURATION, FAULTS).
-	QM_BIN_DIR=$(BIN) QM_CHAOS_SEED=$(SEED) QM_CHAOS_N=$(N) QM_CHAOS_DURATION=$(DURATION) QM_CHAOS_FAULTS=$(FAULTS) \
+chaos: tools ## Run Quartermaster as processes under seeded faults and check its invariants (SEED, N, DURATION, FAULTS, RECOVERY).
+	QM_BIN_DIR=$(BIN) QM_CHAOS_SEED=$(SEED) QM_CHAOS_N=$(N) QM_CHAOS_DURATION=$(DURATION) QM_CHAOS_FAULTS=$(FAULTS) QM_CHAOS_RECOVERY=$(RECOVERY) \
 	  go test -count=1 -v -run '^TestChaos$$' -timeout 180m ./test/e2e
 
 .PHONY: bench

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/quartermaster/qm/internal/apply"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/plan"
 )
@@ -22,6 +23,9 @@ const (
 	// ErrParameters is parameters that do not match the plan's schema.
 	ErrParameters = "ParametersError"
 	ErrGone       = "TargetGone"
+	// ErrSuperseded is an apply that a newer generation's apply overtook
+	// (apply.Fence); only a stale worker meets it.
+	ErrSuperseded = "Superseded"
 )
 
 // errGone marks a target deleted while its operation ran.
@@ -47,11 +51,14 @@ func Permanent(err error) (kind string, ok bool) {
 // that could not be fetched, a timeout) is retried.
 func classify(err error) error {
 	var te *plan.TemplateError
+	var superseded *apply.Superseded
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &te):
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTemplate, nil)
+	case errors.As(err, &superseded):
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrSuperseded, nil)
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || meta.IsNoMatchError(err) || apierrors.IsForbidden(err):
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrApply, nil)
 	default:

@@ -137,7 +137,8 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 		return nil, err
 	}
 	owner := apply.Owner{Name: secret.Name, Namespace: secret.Namespace, UID: secret.UID}
-	refs, err := apply.Objects(ctx, t.kube, owner, tg.Namespace, objs)
+	fence := apply.Fence{Generation: t.object().GetGeneration(), PlanGeneration: t.plan.Generation}
+	refs, err := apply.Objects(ctx, t.kube, owner, fence, tg.Namespace, objs)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -152,8 +153,8 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 		// it creates nothing that the binding owns afterwards.
 		return t.resources(), nil
 	case lifecycle.OpUpdate:
-		if err := apply.Prune(ctx, t.kube, owner, t.resources(), refs); err != nil {
-			return nil, err
+		if err := apply.Prune(ctx, t.kube, owner, fence, t.resources(), refs); err != nil {
+			return nil, classify(err)
 		}
 	}
 	return refs, nil

@@ -55,7 +55,9 @@ func RefOf(obj client.Object) Ref {
 // reference to it, so deleting the registry garbage-collects it; a
 // cluster-scoped or cross-namespace object cannot be owned and is only
 // listed in the returned refs, from which Delete removes it.
-func Objects(ctx context.Context, c client.Client, owner Owner, defaultNamespace string, objs []*unstructured.Unstructured) ([]Ref, error) {
+// Each write is fenced: nothing rendered at fence lands on an object that a
+// newer generation's apply wrote (Fence).
+func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, defaultNamespace string, objs []*unstructured.Unstructured) ([]Ref, error) {
 	refs := make([]Ref, 0, len(objs))
 	for _, obj := range objs {
 		namespaced, err := c.IsObjectNamespaced(obj)
@@ -71,7 +73,7 @@ func Objects(ctx context.Context, c client.Client, owner Owner, defaultNamespace
 		if obj.GetAnnotations()[SingletonAnnotation] == "true" {
 			err = singleton(ctx, c, owner, owned, obj)
 		} else {
-			err = applyOne(ctx, c, owner, owned, obj)
+			err = applyOne(ctx, c, owner, fence, owned, obj)
 		}
 		if err != nil {
 			return refs, err
@@ -81,18 +83,57 @@ func Objects(ctx context.Context, c client.Client, owner Owner, defaultNamespace
 	return refs, nil
 }
 
-func applyOne(ctx context.Context, c client.Client, owner Owner, owned bool, obj *unstructured.Unstructured) error {
+// fencedTries bounds how often an apply reads an object again after a
+// concurrent write made its precondition fail.
+const fencedTries = 5
+
+func applyOne(ctx context.Context, c client.Client, owner Owner, fence Fence, owned bool, obj *unstructured.Unstructured) error {
 	if owned {
 		ref := owner.reference()
 		ref.Controller = ptr.To(true)
 		obj.SetOwnerReferences([]metav1.OwnerReference{ref})
 	}
 	obj.SetManagedFields(nil)
-	obj.SetResourceVersion("")
-	if err := c.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying %s %s: %w", obj.GetKind(), key(obj), err)
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
 	}
-	return nil
+	annotations[RenderedAnnotation] = fence.stamp(owner.UID)
+	obj.SetAnnotations(annotations)
+	for try := 1; ; try++ {
+		live, err := readFence(ctx, c, owner, fence, obj)
+		if err != nil {
+			return err
+		}
+		obj.SetResourceVersion(live)
+		err = c.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+		if apierrors.IsConflict(err) && live != "" && try < fencedTries {
+			continue // written since the read: read its stamp again
+		}
+		if err != nil {
+			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), key(obj), err)
+		}
+		return nil
+	}
+}
+
+// readFence reads obj's live stamp and returns its resourceVersion, to send
+// as the write's precondition ("" if it does not exist), or Superseded.
+func readFence(ctx context.Context, c client.Client, owner Owner, fence Fence, obj *unstructured.Unstructured) (string, error) {
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(obj.GroupVersionKind())
+	err := c.Get(ctx, client.ObjectKeyFromObject(obj), live)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading %s %s before applying it: %w", obj.GetKind(), key(obj), err)
+	}
+	if stamp := live.GetAnnotations()[RenderedAnnotation]; fence.overtakenBy(stamp, owner.UID) {
+		applied := stampFence(stamp)
+		return "", &Superseded{Object: obj.GetKind() + " " + key(obj), Applied: applied, Rendered: fence}
+	}
+	return live.GetResourceVersion(), nil
 }
 
 // singleton creates obj if it does not exist, and otherwise adds the
@@ -142,6 +183,13 @@ func singleton(ctx context.Context, c client.Client, owner Owner, owned bool, ob
 // object stays, marked deleted, until the garbage collector has removed what
 // it owns, so "the Deployment is gone" means its pods are gone too.
 func Delete(ctx context.Context, c client.Client, owner Owner, refs []Ref) error {
+	return deleteFenced(ctx, c, owner, Fence{}, refs)
+}
+
+// deleteFenced is Delete for an apply that rendered fence: an object that a
+// newer generation wrote is not deleted (Superseded), nor one written since
+// it was read (the resourceVersion precondition).
+func deleteFenced(ctx context.Context, c client.Client, owner Owner, fence Fence, refs []Ref) error {
 	for _, ref := range refs {
 		obj := &unstructured.Unstructured{}
 		obj.SetAPIVersion(ref.APIVersion)
@@ -169,7 +217,14 @@ func Delete(ctx context.Context, c client.Client, owner Owner, refs []Ref) error
 				continue
 			}
 		}
-		err = c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationForeground))
+		opts := []client.DeleteOption{client.PropagationPolicy(metav1.DeletePropagationForeground)}
+		if fence != (Fence{}) {
+			if stamp := obj.GetAnnotations()[RenderedAnnotation]; fence.overtakenBy(stamp, owner.UID) {
+				return &Superseded{Object: ref.Kind + " " + key(obj), Applied: stampFence(stamp), Rendered: fence}
+			}
+			opts = append(opts, client.Preconditions{ResourceVersion: ptr.To(obj.GetResourceVersion())})
+		}
+		err = c.Delete(ctx, obj, opts...)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting %s %s: %w", ref.Kind, key(obj), err)
 		}
@@ -178,15 +233,15 @@ func Delete(ctx context.Context, c client.Client, owner Owner, refs []Ref) error
 }
 
 // Prune deletes the objects of previous that current no longer lists: what
-// an update stopped rendering.
-func Prune(ctx context.Context, c client.Client, owner Owner, previous, current []Ref) error {
+// an update that rendered fence stopped rendering.
+func Prune(ctx context.Context, c client.Client, owner Owner, fence Fence, previous, current []Ref) error {
 	var gone []Ref
 	for _, p := range previous {
 		if !slices.Contains(current, p) {
 			gone = append(gone, p)
 		}
 	}
-	return Delete(ctx, c, owner, gone)
+	return deleteFenced(ctx, c, owner, fence, gone)
 }
 
 func key(obj client.Object) string {

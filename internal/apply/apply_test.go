@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/quartermaster/qm/internal/apply"
 	"github.com/quartermaster/qm/internal/plan"
@@ -56,7 +57,7 @@ kind: ClusterRole
 metadata: {name: ` + ns + `-reader}
 rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
 `
-	refs, err := apply.Objects(ctx, kube.Client, reg, ns, objects(t, doc))
+	refs, err := apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 1}, ns, objects(t, doc))
 	require.NoError(t, err)
 	assert.Equal(t, []apply.Ref{
 		{APIVersion: "v1", Kind: "ConfigMap", Name: "config", Namespace: ns},
@@ -78,15 +79,15 @@ rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
 
 	// Applying again changes nothing and fails nothing.
 	rv := cm.ResourceVersion
-	_, err = apply.Objects(ctx, kube.Client, reg, ns, objects(t, doc))
+	_, err = apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 1}, ns, objects(t, doc))
 	require.NoError(t, err)
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: other, Name: "elsewhere"}, &cm))
 	assert.Equal(t, rv, cm.ResourceVersion, "an unchanged apply is a no-op")
 
 	// An update that renders less prunes what it no longer renders.
-	refs2, err := apply.Objects(ctx, kube.Client, reg, ns, objects(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: config}\ndata: {size: large}\n"))
+	refs2, err := apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 2}, ns, objects(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: config}\ndata: {size: large}\n"))
 	require.NoError(t, err)
-	require.NoError(t, apply.Prune(ctx, kube.Client, reg, refs, refs2))
+	require.NoError(t, apply.Prune(ctx, kube.Client, reg, apply.Fence{Generation: 2}, refs, refs2))
 	assertGone(t, kube, client.ObjectKey{Namespace: other, Name: "elsewhere"}, &cm)
 	assertGone(t, kube, client.ObjectKey{Name: ns + "-reader"}, &role)
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
@@ -113,11 +114,11 @@ data: {value: `+value+`}
 `)
 	}
 
-	refsA, err := apply.Objects(ctx, kube.Client, a, ns, doc("first"))
+	refsA, err := apply.Objects(ctx, kube.Client, a, apply.Fence{Generation: 1}, ns, doc("first"))
 	require.NoError(t, err)
-	refsB, err := apply.Objects(ctx, kube.Client, b, ns, doc("second"))
+	refsB, err := apply.Objects(ctx, kube.Client, b, apply.Fence{Generation: 1}, ns, doc("second"))
 	require.NoError(t, err)
-	_, err = apply.Objects(ctx, kube.Client, b, ns, doc("second"))
+	_, err = apply.Objects(ctx, kube.Client, b, apply.Fence{Generation: 1}, ns, doc("second"))
 	require.NoError(t, err, "adding the same owner twice is a no-op")
 
 	var cm corev1.ConfigMap
@@ -138,7 +139,7 @@ func TestApplyErrorNamesTheObject(t *testing.T) {
 	kube := testenv.Kubernetes(t)
 	ns := kube.Namespace(t)
 	reg := owner(t, kube.Client, ns, "registry-a")
-	_, err := apply.Objects(context.Background(), kube.Client, reg, ns, objects(t, `
+	_, err := apply.Objects(context.Background(), kube.Client, reg, apply.Fence{Generation: 1}, ns, objects(t, `
 apiVersion: v1
 kind: ConfigMap
 metadata: {name: Not_A_Valid_Name}
@@ -147,7 +148,7 @@ metadata: {name: Not_A_Valid_Name}
 	assert.Contains(t, err.Error(), "applying ConfigMap "+ns+"/Not_A_Valid_Name")
 	assert.True(t, apierrors.IsInvalid(err), "the API server's verdict is kept for the caller: %v", err)
 
-	_, err = apply.Objects(context.Background(), kube.Client, reg, ns, objects(t, `
+	_, err = apply.Objects(context.Background(), kube.Client, reg, apply.Fence{Generation: 1}, ns, objects(t, `
 apiVersion: example.com/v1
 kind: Widget
 metadata: {name: w}
@@ -163,4 +164,79 @@ func assertGone(t *testing.T, kube *testenv.Cluster, key client.ObjectKey, obj c
 	assert.Eventually(t, func() bool {
 		return apierrors.IsNotFound(kube.Client.Get(context.Background(), key, obj))
 	}, 30*time.Second, 20*time.Millisecond, "%T %s is deleted", obj, key)
+}
+
+// configMap renders one ConfigMap named config whose size is size.
+func configMap(t *testing.T, size string) []*unstructured.Unstructured {
+	return objects(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: config}\ndata: {size: "+size+"}\n")
+}
+
+func TestAStaleApplyWritesNothing(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns := kube.Namespace(t)
+	reg := owner(t, kube.Client, ns, "registry")
+	gen3 := apply.Fence{Generation: 3, PlanGeneration: 1}
+	_, err := apply.Objects(ctx, kube.Client, reg, gen3, ns, configMap(t, "gen-3"))
+	require.NoError(t, err)
+
+	_, err = apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 2, PlanGeneration: 1}, ns, configMap(t, "gen-2"))
+	var superseded *apply.Superseded
+	require.ErrorAs(t, err, &superseded)
+	assert.Contains(t, err.Error(), "ConfigMap "+ns+"/config holds generation 3 (plan generation 1), newer than the 2 (plan generation 1)")
+	_, err = apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 3, PlanGeneration: 0}, ns, configMap(t, "old-plan"))
+	require.ErrorAs(t, err, &superseded, "the same generation from an older plan is stale too")
+	var cm corev1.ConfigMap
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
+	assert.Equal(t, "gen-3", cm.Data["size"], "the newer generation's object is left as it was")
+	assert.Equal(t, string(reg.UID)+"/3/1", cm.Annotations[apply.RenderedAnnotation])
+
+	// A stale update's prune does not delete what the newer one applied.
+	refs := []apply.Ref{{APIVersion: "v1", Kind: "ConfigMap", Name: "config", Namespace: ns}}
+	require.ErrorAs(t, apply.Prune(ctx, kube.Client, reg, apply.Fence{Generation: 2}, refs, nil), &superseded)
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm), "the object is still there")
+
+	// A newer generation writes, and an instance made again under the
+	// same name (another registry) is not held back by the old stamps.
+	_, err = apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 4, PlanGeneration: 1}, ns, configMap(t, "gen-4"))
+	require.NoError(t, err)
+	again := owner(t, kube.Client, ns, "registry-again")
+	_, err = apply.Objects(ctx, kube.Client, again, apply.Fence{Generation: 1, PlanGeneration: 1}, ns, configMap(t, "new-instance"))
+	require.NoError(t, err)
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
+	assert.Equal(t, "new-instance", cm.Data["size"])
+}
+
+// TestANewerWriteBetweenReadAndWriteWins shows the API server's part of the
+// fence: a newer generation lands after the stale apply read the object and
+// before it writes. The stale write's precondition fails, it reads again,
+// and stops.
+func TestANewerWriteBetweenReadAndWriteWins(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns := kube.Namespace(t)
+	reg := owner(t, kube.Client, ns, "registry")
+	_, err := apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 1}, ns, configMap(t, "gen-1"))
+	require.NoError(t, err)
+
+	direct, err := client.NewWithWatch(kube.Config, client.Options{})
+	require.NoError(t, err)
+	overtaken := false
+	racing := interceptor.NewClient(direct, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if !overtaken {
+				overtaken = true // the newer worker writes in between
+				if _, err := apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 3}, ns, configMap(t, "gen-3")); err != nil {
+					return err
+				}
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	_, err = apply.Objects(ctx, racing, reg, apply.Fence{Generation: 2}, ns, configMap(t, "gen-2"))
+	var superseded *apply.Superseded
+	require.ErrorAs(t, err, &superseded, "the stale write failed its precondition, read again and stopped")
+	var cm corev1.ConfigMap
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
+	assert.Equal(t, "gen-3", cm.Data["size"])
 }

@@ -145,9 +145,14 @@ type Report struct {
 	Operations map[string]int
 	// The invariants: each must be 0.
 	Stuck, Duplicated, ChangedSecrets, NotOnce, StillRunning, NotMonotonic, BadCodes, Lost, SecretHits int
-	// Recovery is, per fault, the time from the fault to the next
-	// operation that completed.
-	Recovery []time.Duration
+	// Recovery is, per fault and by its kind, the time from the fault's
+	// end (the process back, the API server up, the worker continued) to
+	// the next operation that completed. It leaves out the downtime the
+	// run imposes and counts what Quartermaster adds to it.
+	Recovery map[Kind][]time.Duration
+	// RecoveryBound, if set, is the longest p99 of Recovery the run
+	// accepts, over all faults.
+	RecoveryBound time.Duration
 	// PeakRSS is the largest resident memory seen, by qm process role.
 	PeakRSS map[string]int64
 }
@@ -165,7 +170,19 @@ func (r Report) Broken() []string {
 			broken = append(broken, fmt.Sprintf("%s: %d", c.name, c.n))
 		}
 	}
+	if p99 := Percentile(r.allRecoveries(), 99); r.RecoveryBound > 0 && p99 > r.RecoveryBound {
+		broken = append(broken, fmt.Sprintf("recovery p99 %s over %s", p99.Round(time.Millisecond), r.RecoveryBound))
+	}
 	return broken
+}
+
+// allRecoveries is Recovery over every kind.
+func (r Report) allRecoveries() []time.Duration {
+	var all []time.Duration
+	for _, k := range Kinds {
+		all = append(all, r.Recovery[k]...)
+	}
+	return all
 }
 
 // Print writes the report as tables.
@@ -201,8 +218,17 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\n", c.name, c.n)
 	}
 	fmt.Fprintln(tw, "\t")
-	fmt.Fprintf(tw, "recovery (fault to next completed operation)\tp50 %s, p99 %s, over %d faults\n",
-		Percentile(r.Recovery, 50).Round(time.Millisecond), Percentile(r.Recovery, 99).Round(time.Millisecond), len(r.Recovery))
+	fmt.Fprintln(tw, "recovery (fault's end to next completed operation)\t")
+	recovery := func(name string, ds []time.Duration) {
+		fmt.Fprintf(tw, "%s\tp50 %s, p99 %s, over %d faults\n", name,
+			Percentile(ds, 50).Round(time.Millisecond), Percentile(ds, 99).Round(time.Millisecond), len(ds))
+	}
+	for _, k := range Kinds {
+		if len(r.Recovery[k]) > 0 {
+			recovery(string(k), r.Recovery[k])
+		}
+	}
+	recovery("all", r.allRecoveries())
 	roles := make([]string, 0, len(r.PeakRSS))
 	for role := range r.PeakRSS {
 		roles = append(roles, role)

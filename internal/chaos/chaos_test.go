@@ -47,13 +47,16 @@ func TestScan(t *testing.T) {
 
 func TestReport(t *testing.T) {
 	r := chaos.Report{Seed: 7, N: 10, Duration: time.Minute, Faults: map[chaos.Kind]int{chaos.KillWorker: 2},
-		Operations: map[string]int{"provision": 10}, Recovery: []time.Duration{time.Second, 3 * time.Second},
+		Operations: map[string]int{"provision": 10}, Recovery: map[chaos.Kind][]time.Duration{chaos.KillWorker: {time.Second, 3 * time.Second}},
 		PeakRSS: map[string]int64{"worker": 100 << 20}}
 	assert.Empty(t, r.Broken())
 	var out strings.Builder
 	r.Print(&out)
 	assert.Contains(t, out.String(), "seed 7, N 10")
 	assert.Regexp(t, `peak RSS of worker +100 MiB`, out.String())
-	r.Stuck, r.SecretHits = 1, 2
-	assert.Equal(t, []string{"stuck: 1", "secrets found: 2"}, r.Broken())
+	assert.Regexp(t, `kill a worker +p50 3s, p99 3s, over 2 faults`, out.String())
+	r.RecoveryBound = 3 * time.Second
+	assert.Empty(t, r.Broken(), "a p99 at the bound holds")
+	r.Stuck, r.SecretHits, r.RecoveryBound = 1, 2, 2*time.Second
+	assert.Equal(t, []string{"stuck: 1", "secrets found: 2", "recovery p99 3s over 2s"}, r.Broken())
 }

@@ -163,12 +163,13 @@ func TestChaos(t *testing.T) {
 	<-obsDone
 
 	report := chaos.Report{Seed: k.seed, N: k.n, Duration: time.Since(begin), Faults: map[chaos.Kind]int{},
-		Operations: map[string]int{}, ChangedSecrets: len(changed), BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{}}
+		Operations: map[string]int{}, ChangedSecrets: len(changed), BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{},
+		Recovery: map[chaos.Kind][]time.Duration{}, RecoveryBound: k.recovery}
 	for _, f := range faultsDone {
 		report.Faults[f.kind]++
 		for _, at := range completions {
 			if !at.Before(f.end) {
-				report.Recovery = append(report.Recovery, at.Sub(f.start))
+				report.Recovery[f.kind] = append(report.Recovery[f.kind], at.Sub(f.end))
 				break
 			}
 		}
