@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"go.temporal.io/sdk/testsuite"
-
 	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/devserver"
 )
@@ -27,7 +25,7 @@ const (
 type supervisor struct {
 	o        Options
 	temporal devserver.Options
-	srv      *testsuite.DevServer
+	srv      *devserver.Server
 }
 
 // run returns when ctx is done (nil), or with the error that ends qm dev.
@@ -74,7 +72,7 @@ func (s *supervisor) restartTemporal(ctx context.Context) error {
 	backoff := firstBackoff
 	var err error
 	for try := 1; try <= restartTries; try++ {
-		var srv *testsuite.DevServer
+		var srv *devserver.Server
 		if srv, err = devserver.Start(ctx, s.temporal); err == nil {
 			srv.Client().Close() // qm's own client reconnects to the same address
 			s.srv = srv

@@ -6,14 +6,18 @@ package devserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
@@ -49,8 +53,17 @@ type Options struct {
 	DynamicConfig map[string]string
 }
 
-// Start starts the dev server and returns once it accepts clients.
-func Start(ctx context.Context, opts Options) (*testsuite.DevServer, error) {
+// Server is a running dev server. Its Stop always waits for the process,
+// so that a server that died by itself leaves no zombie behind: the SDK's
+// Stop returns without waiting when its interrupt fails.
+type Server struct {
+	*testsuite.DevServer
+	pid int
+}
+
+// Start starts the dev server and returns once it accepts clients. If it
+// does not come up, the process it started is stopped and reaped.
+func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
@@ -107,10 +120,61 @@ func Start(ctx context.Context, opts Options) (*testsuite.DevServer, error) {
 		Stdout:           opts.Out,
 		Stderr:           opts.Out,
 	})
+	pidFile := filepath.Join(runDir, "pids", filepath.Base(opts.Path)+".pid")
 	if err != nil {
+		// The process may not have written its pid yet: give it a moment.
+		for wait := 0; wait < 50; wait++ {
+			if pid, ok := childproc.Running(pidFile); ok {
+				reap(pid)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		return nil, fmt.Errorf("starting the Temporal dev server %s: %w", opts.Path, err)
 	}
-	return srv, nil
+	pid, _ := childproc.Running(pidFile)
+	return &Server{DevServer: srv, pid: pid}, nil
+}
+
+// Stop interrupts the server and waits until it has exited. A server that
+// is gone already is reaped; its exit status is no error.
+func (s *Server) Stop() error {
+	err := s.DevServer.Stop()
+	var exit *exec.ExitError
+	switch {
+	case err == nil, errors.As(err, &exit):
+		return nil // waited for
+	default:
+		// The interrupt failed, so the SDK did not wait.
+		reap(s.pid)
+		return nil
+	}
+}
+
+// reap kills and waits for pid if it is a child of this process that no
+// one has waited for yet (the pid file of a failed start, or of a server
+// whose interrupt failed).
+func reap(pid int) {
+	if pid <= 0 || !childOfOurs(pid) {
+		return
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return
+	}
+	_ = p.Kill()
+	_, _ = p.Wait()
+}
+
+// childOfOurs tells whether this process is pid's parent.
+func childOfOurs(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	stat := string(raw)
+	fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
+	return len(fields) >= 2 && fields[1] == strconv.Itoa(os.Getpid())
 }
 
 func uiPort(p int) string {

@@ -29,7 +29,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/testsuite"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -62,7 +61,7 @@ var (
 	full, bare sharedCluster
 
 	temporalOnce sync.Once
-	temporalSrv  *testsuite.DevServer
+	temporalSrv  *devserver.Server
 	temporalErr  error
 )
 

@@ -60,6 +60,7 @@ type cluster struct {
 	cpLog      *testenv.SyncBuffer
 	temporal   devserver.Options
 	temporalMu sync.Mutex
+	srv        *devserver.Server // the dev server now running
 	roles      map[string]*role
 	apiURL     string
 }
@@ -131,6 +132,7 @@ func startCluster(t *testing.T, qm string) *cluster {
 	srv, err := devserver.Start(context.Background(), c.temporal)
 	require.NoError(t, err, "starting the dev server")
 	srv.Client().Close()
+	c.srv = srv
 	t.Cleanup(func() { c.killTemporal() })
 
 	kubeconfig := filepath.Join(c.data, "kubeconfig")
@@ -152,10 +154,14 @@ func startCluster(t *testing.T, qm string) *cluster {
 // chaosNamespace holds the run's catalog and instances.
 const chaosNamespace = "chaos"
 
-// killTemporal kills the dev server, wherever it is in its restarts.
+// killTemporal kills the dev server, wherever it is in its restarts, and
+// reaps it.
 func (c *cluster) killTemporal() {
 	if pid, ok := childproc.Running(filepath.Join(c.temporal.RunDir, "pids", "temporal.pid")); ok {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if c.srv != nil {
+		_ = c.srv.Stop()
 	}
 }
 
@@ -196,6 +202,7 @@ func (c *cluster) inject(ctx context.Context, f chaos.Fault) error {
 			return fmt.Errorf("restarting the dev server: %w", err)
 		}
 		srv.Client().Close()
+		c.srv = srv
 	case chaos.StopKube:
 		return c.cp.RestartAPIServer(f.For)
 	}

@@ -74,6 +74,18 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 		}, 3*time.Minute, 200*time.Millisecond, "burst-%02d succeeds once Temporal is back", i)
 	}
 
+	// Ten restarts of the dev server leave no zombie behind: the
+	// supervisor reaps each dead one.
+	for restart := 2; restart <= 10; restart++ {
+		pid, ok := childproc.Running(filepath.Join(data, "temporal", "pids", "temporal.pid"))
+		require.True(t, ok, "the dev server runs before restart %d", restart)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+		waitFor(t, dev, fmt.Sprintf("The Temporal dev server (pid %d) died; restarting it", pid), time.Minute)
+		require.Eventually(t, func() bool { return strings.Count(dev.log.String(), "The Temporal dev server is back") == restart },
+			2*time.Minute, 100*time.Millisecond, "the dev server is back after restart %d", restart)
+	}
+	assert.Empty(t, zombies(t, dev.cmd.Process.Pid), "after ten restarts of its dev server, qm dev has no zombie child")
+
 	// SIGKILL of qm dev: its servers die with it, and a new one starts at once.
 	var children []int
 	for _, f := range []string{"cluster/pids/etcd.pid", "cluster/pids/kube-apiserver.pid", "temporal/pids/temporal.pid"} {
@@ -89,6 +101,28 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 	}
 	status, body, _ := testenv.HTTP(http.MethodGet, url+"burst-00", "", &osb, testenv.OSBHeader)
 	assert.Equal(t, http.StatusOK, status, "the new qm dev serves what the old one made: %s", body)
+}
+
+// zombies lists the children of parent that have exited and that no one
+// has waited for (state Z in /proc).
+func zombies(t *testing.T, parent int) []string {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	require.NoError(t, err)
+	var found []string
+	for _, path := range stats {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after its ')'.
+		stat := string(raw)
+		fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
+		if len(fields) >= 2 && fields[0] == "Z" && fields[1] == strconv.Itoa(parent) {
+			found = append(found, stat[:strings.LastIndexByte(stat, ')')+1])
+		}
+	}
+	return found
 }
 
 // waitFor waits until a process has written want.

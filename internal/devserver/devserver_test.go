@@ -1,0 +1,67 @@
+package devserver_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quartermaster/qm/internal/childproc"
+	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// children lists this process's children: pid and state (R, S, Z...).
+func children(t *testing.T) map[string]string {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	require.NoError(t, err)
+	found := map[string]string{}
+	for _, path := range stats {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		stat := string(raw)
+		fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
+		if len(fields) >= 2 && fields[1] == strconv.Itoa(os.Getpid()) {
+			found[filepath.Base(filepath.Dir(path))] = fields[0]
+		}
+	}
+	return found
+}
+
+func options(t *testing.T) devserver.Options {
+	return devserver.Options{Path: filepath.Join(testenv.BinDir(), "temporal"), RunDir: t.TempDir()}
+}
+
+func TestStopReapsAServerThatDied(t *testing.T) {
+	opts := options(t)
+	srv, err := devserver.Start(context.Background(), opts)
+	require.NoError(t, err)
+	srv.Client().Close()
+	pid, ok := childproc.Running(filepath.Join(opts.RunDir, "pids", "temporal.pid"))
+	require.True(t, ok)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	require.NoError(t, srv.Stop(), "a server that died is stopped")
+	assert.NotContains(t, children(t), strconv.Itoa(pid), "the dead server is reaped, not left a zombie")
+}
+
+func TestAStartThatFailsLeavesNoProcess(t *testing.T) {
+	opts := options(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the server never gets to accept a client
+	_, err := devserver.Start(ctx, opts)
+	require.Error(t, err)
+	pid, _ := childproc.Running(filepath.Join(opts.RunDir, "pids", "temporal.pid"))
+	require.NotZero(t, pid, "the server was started")
+	assert.NotContains(t, children(t), strconv.Itoa(pid), "the server of a failed start is stopped and reaped")
+}
