@@ -137,6 +137,7 @@ func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
 	_, err = s.Temporal.ExecuteWorkflow(r.Context(), client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                runs.TaskQueue,
+		WorkflowTaskTimeout:                      runs.WorkflowTaskTimeout,
 		WorkflowIDReusePolicy:                    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),

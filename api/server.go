@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -135,6 +136,13 @@ func (s *Server) defaults() {
 	s.metrics = newMetrics()
 }
 
+// DrainTimeout is how long Serve lets the requests in flight finish once
+// its context is done: the longest a request may wait for its operation,
+// and 5 s more. The chart's terminationGracePeriodSeconds is larger.
+func (s *Server) DrainTimeout() time.Duration {
+	return max(cmp.Or(s.SyncTimeout, DefaultSyncTimeout), cmp.Or(s.BindTimeout, DefaultBindTimeout)) + 5*time.Second
+}
+
 // Serve serves on ln until ctx is done, then drains in-flight requests.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.OSB.Username == "" || s.OSB.Password == "" {
@@ -168,7 +176,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serving the API on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The requests in flight finish: a provision may wait for its
+	// operation up to the sync timeout, then answers.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout())
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutting down the API: %w", err)

@@ -193,6 +193,7 @@ func (u *BindingUsages) wake(ctx context.Context, req ctrl.Request) (ctrl.Result
 	_, err := u.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalUsageChanged, "", client.StartWorkflowOptions{
 		ID:                    id,
 		TaskQueue:             runs.TaskQueue,
+		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		StaticSummary:         fmt.Sprintf("binding usage %s/%s: %s into %s %s", req.Namespace, req.Name, usage.Spec.ServiceBindingRef.Name, usage.Spec.UsedBy.Kind, usage.Spec.UsedBy.Name),
 		StaticDetails:         fmt.Sprintf("kubectl get servicebindingusage %s -n %s -o yaml", req.Name, req.Namespace),

@@ -155,6 +155,7 @@ func (c *Claims) signal(ctx context.Context, claim types.NamespacedName) error {
 	_, err := c.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalClaimChanged, "", client.StartWorkflowOptions{
 		ID:                    id,
 		TaskQueue:             runs.TaskQueue,
+		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		StaticSummary:         fmt.Sprintf("claim %s/%s", claim.Namespace, claim.Name),
 		StaticDetails:         fmt.Sprintf("kubectl get serviceclaim %s -n %s -o yaml", claim.Name, claim.Namespace),

@@ -79,6 +79,7 @@ func loopOptions(shard int) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                       runs.HealthChecksID(shard),
 		TaskQueue:                runs.TaskQueue,
+		WorkflowTaskTimeout:      runs.WorkflowTaskTimeout,
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		StaticSummary:            fmt.Sprintf("health checks of the registered services of shard %d of %d", shard, healthcheck.Shards),

@@ -73,6 +73,7 @@ func (a *AutoUpdates) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 	_, err := a.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       runs.MassUpdateID(name),
 		TaskQueue:                                runs.TaskQueue,
+		WorkflowTaskTimeout:                      runs.WorkflowTaskTimeout,
 		WorkflowIDReusePolicy:                    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(runs.AttrKind.ValueSet(runs.MassUpdateType), runs.AttrName.ValueSet(name),

@@ -295,6 +295,7 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                runs.TaskQueue,
+		WorkflowTaskTimeout:      runs.WorkflowTaskTimeout,
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		// The error tells a run under way, which may be another operation

@@ -3,9 +3,11 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -47,10 +49,33 @@ type Activities struct {
 	Events record.EventRecorder
 }
 
+// Options set how the worker leaves and how soon work on a lost worker
+// moves elsewhere.
+type Options struct {
+	// StopTimeout is how long a stopping worker (SIGTERM, a rolling
+	// update) lets the tasks in hand finish after it stops polling; what
+	// is left then moves to another worker when its workflow task times
+	// out (runs.WorkflowTaskTimeout). Zero: DefaultStopTimeout.
+	StopTimeout time.Duration
+}
+
+// DefaultStopTimeout covers the longest step a workflow task holds (an
+// apply, whose local activity may take up to 30 s) with room to spare;
+// the chart's terminationGracePeriodSeconds is larger.
+const DefaultStopTimeout = 30 * time.Second
+
+// stickyTimeout is how long a workflow task waits for the worker that
+// holds the run in its cache before any worker may take it. A worker that
+// stops tells the server at once; this bounds the wait for one that died.
+const stickyTimeout = 3 * time.Second
+
 // New returns a worker for the Quartermaster task queue with every workflow
 // and activity registered.
-func New(c client.Client, a Activities) sdkworker.Worker {
-	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{})
+func New(c client.Client, a Activities, o Options) sdkworker.Worker {
+	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{
+		WorkerStopTimeout:            cmp.Or(o.StopTimeout, DefaultStopTimeout),
+		StickyScheduleToStartTimeout: stickyTimeout,
+	})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
 	w.RegisterActivity(&activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds,

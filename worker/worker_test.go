@@ -30,7 +30,7 @@ func TestSelfCheckOnRealServers(t *testing.T) {
 
 	require.NoError(t, worker.EnsureSearchAttributes(ctx, tc, "default"), "idempotent on a server that has them")
 
-	w := worker.New(tc, worker.Activities{Kube: kube.Client})
+	w := worker.New(tc, worker.Activities{Kube: kube.Client}, worker.Options{})
 	require.NoError(t, w.Start())
 	defer w.Stop()
 

@@ -52,6 +52,10 @@ const recentChanges = 20
 // status; the loop carries only where its last window ended.
 func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		// A pass probes every service of the shard whose instant has come,
+		// each probe bounded by its own timeout: many at once may take a
+		// while. The workflow task is extended while it runs, so a dead
+		// worker is still noticed within runs.WorkflowTaskTimeout.
 		StartToCloseTimeout: 2 * time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, MaximumAttempts: 3},
 	})

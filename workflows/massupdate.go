@@ -83,7 +83,9 @@ type massRun struct {
 //  5. continue as new before the history grows long; end when none is left.
 func MassUpdate(ctx workflow.Context, in MassUpdateInput) (massupdate.Progress, error) {
 	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 5 * time.Minute,
+		// Selecting lists the instances once; a minute is room for many
+		// thousands on a loaded API server.
+		StartToCloseTimeout: time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second, MaximumAttempts: 10},
 	})
 	r := &massRun{in: in, sel: workflow.NewSelector(ctx)}
@@ -195,6 +197,7 @@ func (r *massRun) start(ctx workflow.Context, b busy) {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            runs.WorkflowID(t),
 		TaskQueue:             runs.TaskQueue,
+		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		ParentClosePolicy:     enums.PARENT_CLOSE_POLICY_ABANDON,
 		StaticSummary:         fmt.Sprintf("update %s/%s (mass update %s)", t.Namespace, t.Name, r.in.Name),

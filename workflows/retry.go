@@ -132,11 +132,24 @@ func message(err error) string {
 	return err.Error()
 }
 
+// How long one attempt of a local activity may take on a live worker.
+// They bound a step that hangs (an API server that accepts and never
+// answers), not a dead worker: that one is noticed when its workflow task
+// times out (runs.WorkflowTaskTimeout), whatever the step.
+const (
+	// stepTimeout: apply, observe, delete, schedule. An apply may render a
+	// chart and write many objects, each after a read (the fence).
+	stepTimeout = 30 * time.Second
+	// recordTimeout: begin, record, finish, and the steps of claims and
+	// usages: a few reads and one or two writes.
+	recordTimeout = 10 * time.Second
+)
+
 // briefRetries retries a step's transient error twice inside the workflow
 // task; the workflow retries it visibly after that.
 var briefRetries = workflow.LocalActivityOptions{
 	ScheduleToCloseTimeout: 2 * time.Minute,
-	StartToCloseTimeout:    time.Minute,
+	StartToCloseTimeout:    stepTimeout,
 	RetryPolicy: &temporal.RetryPolicy{
 		InitialInterval:    500 * time.Millisecond,
 		BackoffCoefficient: 2,
@@ -151,7 +164,7 @@ var briefRetries = workflow.LocalActivityOptions{
 func withPatientRetries(ctx workflow.Context) workflow.Context {
 	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: 10 * time.Minute,
-		StartToCloseTimeout:    time.Minute,
+		StartToCloseTimeout:    recordTimeout,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    500 * time.Millisecond,
 			BackoffCoefficient: 2,
@@ -176,7 +189,7 @@ func (s *steps) sleep(ctx workflow.Context, d time.Duration, what string) error 
 // tried again, and such a workflow fails only on a bug.
 func retriedUntilDone(ctx workflow.Context) workflow.Context {
 	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout:    time.Minute,
+		StartToCloseTimeout:    recordTimeout,
 		ScheduleToCloseTimeout: 24 * time.Hour,
 		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
 	})

@@ -23,7 +23,9 @@ type SelfCheckResult struct {
 // workflow an operator sees in the UI says whether the system is wired up.
 func SelfCheck(ctx workflow.Context, want []string) (SelfCheckResult, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 30 * time.Second,
+		// One list of CRDs: a worker that takes longer is gone or stuck,
+		// and the next attempt may go to another.
+		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: time.Second,
 			MaximumAttempts: 5,

@@ -26,7 +26,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	qmapi "github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/internal/testenv"
+	qmworker "github.com/quartermaster/qm/worker"
 )
 
 // chartDir is the chart under test.
@@ -72,6 +74,12 @@ var variations = []variation{
 		assert.Contains(t, c["args"], "--scheduler=default")
 		api := objs["Deployment/qm-quartermaster-api"]
 		assert.Contains(t, envOf(podSpec(t, api)["containers"].([]any)[0].(map[string]any)), "QM_OSB_PASSWORD<-qm-quartermaster-osb/password")
+		// A pod told to stop is given the time its process drains in.
+		grace := func(d string) time.Duration {
+			return time.Duration(podSpec(t, objs["Deployment/qm-quartermaster-"+d])["terminationGracePeriodSeconds"].(float64)) * time.Second
+		}
+		assert.Greater(t, grace("worker"), qmworker.DefaultStopTimeout, "the worker finishes its tasks in hand")
+		assert.Greater(t, grace("api"), (&qmapi.Server{}).DrainTimeout(), "the API finishes its requests in flight")
 	}},
 	{name: "existing secrets and mTLS", set: "credentials.osb.existingSecret=platform-creds,credentials.admin.existingSecret=operator-creds," +
 		"temporal.address=temporal.example.com:7233,temporal.namespace=prod,temporal.tls.enabled=true,temporal.tls.secretName=temporal-client," +

@@ -14,11 +14,12 @@ import (
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
+	"github.com/quartermaster/qm/worker"
 )
 
 func newWorkerCommand(g *globals) *cobra.Command {
 	var hosts []string
-	var minute time.Duration
+	var minute, stopTimeout time.Duration
 	var bounds plan.Bounds
 	var scheduler scheduling.Scheduler
 	probes := &telemetry.Server{Gatherer: ctrlmetrics.Registry}
@@ -31,7 +32,8 @@ func newWorkerCommand(g *globals) *cobra.Command {
 			if _, err := scheduling.Parse(string(scheduler)); err != nil {
 				return fmt.Errorf("QM_SCHEDULER: %w", err)
 			}
-			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes, Scheduler: scheduler})
+			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes, Scheduler: scheduler,
+				WorkerStopTimeout: stopTimeout})
 		},
 	}
 	f := cmd.Flags()
@@ -51,6 +53,8 @@ func newWorkerCommand(g *globals) *cobra.Command {
 	f.Int64Var(&bounds.MaxOutput, "render-max-output", plan.DefaultRenderMaxOutput, "bytes one render of a template may write")
 	f.Int64Var(&bounds.MaxMemory, "render-max-memory", plan.DefaultRenderMaxMemory, "bytes the functions of one render may make (strings, lists), checked before each call")
 	f.DurationVar(&minute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
+	f.DurationVar(&stopTimeout, "stop-timeout", worker.DefaultStopTimeout,
+		"on SIGTERM, how long the worker lets the tasks in hand finish after it stops polling; keep it below the pod's terminationGracePeriodSeconds")
 	schedulerFlag(f, &scheduler)
 	return cmd
 }

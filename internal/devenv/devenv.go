@@ -332,8 +332,9 @@ func selfCheck(ctx context.Context, tc client.Client) (workflows.SelfCheckResult
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:        selfCheckID,
-		TaskQueue: runs.TaskQueue,
+		ID:                  selfCheckID,
+		TaskQueue:           runs.TaskQueue,
+		WorkflowTaskTimeout: runs.WorkflowTaskTimeout,
 		// A run left over from a killed qm is joined rather than failed on.
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes: temporal.NewSearchAttributes(

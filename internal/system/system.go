@@ -56,6 +56,9 @@ type Options struct {
 
 	// Worker runs the Temporal worker.
 	Worker bool
+	// WorkerStopTimeout bounds how long a stopping worker lets its tasks
+	// in hand finish (zero: worker.DefaultStopTimeout).
+	WorkerStopTimeout time.Duration
 	// Watcher, when set, runs the watcher with these options.
 	Watcher *starter.WatcherOptions
 	// API, when set, serves the OSB and admin API on APIListener. Its Kube
@@ -148,7 +151,8 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
 			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims,
 			Clusters:  s.clusters(o.Kube),
-			Scheduler: o.Scheduler, Instances: instances, Events: checks.Events})
+			Scheduler: o.Scheduler, Instances: instances, Events: checks.Events},
+			worker.Options{StopTimeout: o.WorkerStopTimeout})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
 		}

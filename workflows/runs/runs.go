@@ -7,12 +7,20 @@ package runs
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 // TaskQueue is the task queue every Quartermaster worker polls.
 const TaskQueue = "quartermaster"
+
+// WorkflowTaskTimeout is every run's workflow task timeout: how long a
+// worker may hold a workflow task before another may take it. It is how
+// soon the run of a worker that died or stopped moves on, so it is short.
+// A step that takes longer (a local activity) is not cut off: the SDK
+// extends the task while the step runs, every four fifths of this.
+const WorkflowTaskTimeout = 10 * time.Second
 
 // WorkflowID is the ID every operation on one instance or binding runs
 // under, e.g. "sfserviceinstance/tenant-a/db-1". It is the lock that keeps
