@@ -73,6 +73,12 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 	if t.done(op) {
 		return Begun{Done: true, Generation: t.object().GetGeneration()}, nil
 	}
+	if !op.Removes() && t.object().GetDeletionTimestamp() != nil {
+		// Deleted since the request: its removal follows, and nothing is
+		// applied before it. The deletion raised the generation, so an
+		// update begun now would apply a generation nobody asked for.
+		return Begun{Done: true}, nil
+	}
 	if err := a.checkParameters(t, op); err != nil {
 		return Begun{}, err
 	}

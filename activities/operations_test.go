@@ -162,6 +162,18 @@ func TestActivityErrors(t *testing.T) {
 		})
 	}
 
+	t.Run("an update begun after its instance's deletion", func(t *testing.T) {
+		inst := h.sys.Instance("deleted-1", h.plan("deleting", passwordPlan), "")
+		inst.Finalizers = []string{osbv1alpha1.InstanceFinalizer}
+		require.NoError(t, h.sys.Kube.Client.Update(context.Background(), inst))
+		require.NoError(t, h.sys.Kube.Client.Delete(context.Background(), inst))
+		val, err := h.run("Begin", lifecycle.InstanceTarget(inst), lifecycle.OpUpdate)
+		require.NoError(t, err)
+		var begun activities.Begun
+		require.NoError(t, val.Get(&begun))
+		assert.Equal(t, activities.Begun{Done: true}, begun, "nothing to apply: the removal follows")
+	})
+
 	t.Run("a target deleted meanwhile", func(t *testing.T) {
 		_, err := h.run("Begin", lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: h.sys.Namespace, Name: "never-was"}, lifecycle.OpProvision)
 		appErr := applicationError(t, err)
