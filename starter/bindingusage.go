@@ -63,7 +63,7 @@ type BindingUsages struct {
 }
 
 // setupBindingUsages registers the usages' controller and the UsageKinds'.
-func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts controller.Options) error {
+func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
 	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(), watched: map[schema.GroupVersionKind]bool{}}
 	indexes := map[string]func(*sc.ServiceBindingUsage) string{
 		usageKindField:     func(s *sc.ServiceBindingUsage) string { return s.Spec.UsedBy.Kind },
@@ -82,8 +82,9 @@ func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts controller.Opt
 			return fmt.Errorf("indexing ServiceBindingUsages by %s: %w", field, err)
 		}
 	}
-	copts.Reconciler = ReconcilerFunc(u.wake)
-	c, err := controller.New("servicebindingusage", mgr, copts)
+	o := copts()
+	o.Reconciler = ReconcilerFunc(u.wake)
+	c, err := controller.New("servicebindingusage", mgr, o)
 	if err != nil {
 		return fmt.Errorf("registering the ServiceBindingUsage controller: %w", err)
 	}

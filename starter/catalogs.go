@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -45,7 +44,7 @@ type Catalogs struct {
 }
 
 // setupCatalogs registers the reconciler of the catalogs.
-func setupCatalogs(mgr ctrl.Manager, copts controller.Options) error {
+func setupCatalogs(mgr ctrl.Manager, copts reconcilerOptions) error {
 	c := &Catalogs{Client: mgr.GetClient()}
 	// A change is seen after catalogDelay, so that a burst of changes in a
 	// namespace (a hundred claims resolving) writes its catalogs once.
@@ -67,7 +66,7 @@ func setupCatalogs(mgr ctrl.Manager, copts controller.Options) error {
 		Watches(&primazav1alpha1.RegisteredService{}, byNamespace).
 		Watches(&primazav1alpha1.ServiceClaim{}, byNamespace).
 		Watches(&primazav1alpha1.ServiceCatalog{}, byNamespace).
-		WithOptions(copts).Complete(ReconcilerFunc(c.Reconcile))
+		WithOptions(copts()).Complete(ReconcilerFunc(c.Reconcile))
 	if err != nil {
 		return fmt.Errorf("registering the ServiceCatalog reconciler: %w", err)
 	}

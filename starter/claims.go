@@ -11,7 +11,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -41,14 +40,14 @@ type Claims struct {
 
 // setupClaims registers the two reconcilers: one for the claims' own
 // events, one for the services' events, mapped to the claims they concern.
-func setupClaims(mgr ctrl.Manager, tc client.Client, copts controller.Options) error {
+func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
 	c := &Claims{Client: mgr.GetClient(), Temporal: tc}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &primazav1alpha1.RegisteredService{}, claims.HolderField, claims.Holder); err != nil {
 		return fmt.Errorf("indexing RegisteredServices by their claim: %w", err)
 	}
 	// A claim's own finalizer and status writes wake nothing.
 	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.ServiceClaim{}, builder.WithPredicates(specOrDeletion)).
-		Named("serviceclaim").WithOptions(copts).Complete(ReconcilerFunc(c.ReconcileClaim)); err != nil {
+		Named("serviceclaim").WithOptions(copts()).Complete(ReconcilerFunc(c.ReconcileClaim)); err != nil {
 		return fmt.Errorf("registering the ServiceClaim reconciler: %w", err)
 	}
 	enqueue := func(ctx context.Context, o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -71,7 +70,7 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts controller.Options) e
 	}
 	err := ctrl.NewControllerManagedBy(mgr).Named("serviceclaim-services").
 		Watches(&primazav1alpha1.RegisteredService{}, services).
-		WithOptions(copts).Complete(ReconcilerFunc(c.wake))
+		WithOptions(copts()).Complete(ReconcilerFunc(c.wake))
 	if err != nil {
 		return fmt.Errorf("registering the reconciler of services for claims: %w", err)
 	}

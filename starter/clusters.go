@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -58,7 +57,7 @@ type ClusterRegistry struct {
 }
 
 // setupClusters registers the SFCluster reconciler.
-func setupClusters(mgr ctrl.Manager, period time.Duration, copts controller.Options) error {
+func setupClusters(mgr ctrl.Manager, period time.Duration, copts reconcilerOptions) error {
 	err := mgr.GetFieldIndexer().IndexField(context.Background(), &osbv1alpha1.SFServiceInstance{}, clusterIDField, func(o ctrlclient.Object) []string {
 		if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" {
 			return []string{id}
@@ -101,7 +100,7 @@ func setupClusters(mgr ctrl.Manager, period time.Duration, copts controller.Opti
 	}
 	err = ctrl.NewControllerManagedBy(mgr).For(&resourcev1alpha1.SFCluster{}).Named("sfcluster").
 		Watches(&osbv1alpha1.SFServiceInstance{}, scheduledOn).
-		WithOptions(copts).Complete(ReconcilerFunc(r.Reconcile))
+		WithOptions(copts()).Complete(ReconcilerFunc(r.Reconcile))
 	if err != nil {
 		return fmt.Errorf("registering the SFCluster reconciler: %w", err)
 	}

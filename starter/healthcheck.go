@@ -8,7 +8,6 @@ import (
 	"go.temporal.io/sdk/client"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -36,10 +35,10 @@ type HealthChecks struct {
 
 // setupHealthChecks registers the reconciler and the runnable that starts
 // the loops.
-func setupHealthChecks(mgr ctrl.Manager, tc client.Client, copts controller.Options) error {
+func setupHealthChecks(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
 	h := &HealthChecks{Client: mgr.GetClient(), Temporal: tc}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.RegisteredService{}).Named("registeredservice").
-		WithOptions(copts).Complete(ReconcilerFunc(h.Reconcile)); err != nil {
+		WithOptions(copts()).Complete(ReconcilerFunc(h.Reconcile)); err != nil {
 		return fmt.Errorf("registering the RegisteredService reconciler: %w", err)
 	}
 	return mgr.Add(manager.RunnableFunc(h.ensureLoops))

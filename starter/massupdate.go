@@ -15,7 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -33,11 +32,11 @@ type AutoUpdates struct {
 }
 
 // setupAutoUpdates registers the reconciler of plan changes.
-func setupAutoUpdates(mgr ctrl.Manager, tc client.Client, copts controller.Options) error {
+func setupAutoUpdates(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
 	a := &AutoUpdates{Client: mgr.GetClient(), Temporal: tc}
 	err := ctrl.NewControllerManagedBy(mgr).Named("sfplan-autoupdate").
 		For(&osbv1alpha1.SFPlan{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(copts).Complete(ReconcilerFunc(a.Reconcile))
+		WithOptions(copts()).Complete(ReconcilerFunc(a.Reconcile))
 	if err != nil {
 		return fmt.Errorf("registering the reconciler of automatic mass updates: %w", err)
 	}

@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -29,7 +28,7 @@ const unresolvedRetry = 30 * time.Second
 
 // setupUsageKinds registers the UsageKinds' controller, woken by the kinds
 // and by the usages that name them.
-func setupUsageKinds(mgr ctrl.Manager, u *BindingUsages, copts controller.Options) error {
+func setupUsageKinds(mgr ctrl.Manager, u *BindingUsages, copts reconcilerOptions) error {
 	kindOf := func(o ctrlclient.Object) reconcile.Request {
 		return reconcile.Request{NamespacedName: types.NamespacedName{Name: o.(*sc.ServiceBindingUsage).Spec.UsedBy.Kind}}
 	}
@@ -45,10 +44,9 @@ func setupUsageKinds(mgr ctrl.Manager, u *BindingUsages, copts controller.Option
 			q.Add(kindOf(e.Object))
 		},
 	}
-	copts.Reconciler = nil
 	err := ctrl.NewControllerManagedBy(mgr).For(&sc.UsageKind{}).Named("usagekind").
 		Watches(&sc.ServiceBindingUsage{}, usages).
-		WithOptions(copts).Complete(ReconcilerFunc(u.ReconcileKind))
+		WithOptions(copts()).Complete(ReconcilerFunc(u.ReconcileKind))
 	if err != nil {
 		return fmt.Errorf("registering the UsageKind controller: %w", err)
 	}

@@ -104,13 +104,15 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		}
 	}
 	s := &Starter{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Temporal: tc, TemporalAddress: opts.TemporalAddress}
-	copts := controller.Options{MaxConcurrentReconciles: opts.Concurrency}
+	copts := func() controller.Options {
+		return controller.Options{MaxConcurrentReconciles: opts.Concurrency, RateLimiter: retryLimiter()}
+	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceInstance{}).Named("sfserviceinstance").
-		WithOptions(copts).Complete(ReconcilerFunc(s.ReconcileInstance)); err != nil {
+		WithOptions(copts()).Complete(ReconcilerFunc(s.ReconcileInstance)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceInstance reconciler: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceBinding{}).Named("sfservicebinding").
-		WithOptions(copts).Complete(ReconcilerFunc(s.ReconcileBinding)); err != nil {
+		WithOptions(copts()).Complete(ReconcilerFunc(s.ReconcileBinding)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceBinding reconciler: %w", err)
 	}
 	if err := setupOfferingStatus(mgr); err != nil {

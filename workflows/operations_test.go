@@ -133,9 +133,9 @@ func TestProvision(t *testing.T) {
 		require.NotEmpty(t, shown)
 		assert.Equal(t, `retrying apply (attempt 1 failed): namespaces "later" not found`, shown[0], "the status says so while it lasts")
 		assert.Equal(t, `retrying apply (attempt 4 failed): namespaces "later" not found`, shown[3])
-		assert.Len(t, shown, 5, "waits of 2, 4, 8, 16 and 30 s until the minute is up")
+		assert.Len(t, shown, 7, "waits of 2, 4 and 8 s, then of 10 s until the minute is up")
 		assert.Equal(t, time.Minute+1500*time.Millisecond, env.Now().Sub(start), "the minute, and the last attempt's own two quick retries")
-		assert.Equal(t, `provision failed: apply kept failing until the plan's maximum_polling_duration ran out (6 attempts): namespaces "later" not found`, got.Description)
+		assert.Equal(t, `provision failed: apply kept failing until the plan's maximum_polling_duration ran out (8 attempts): namespaces "later" not found`, got.Description)
 	})
 
 	t.Run("times out after the plan's maximum polling duration", func(t *testing.T) {

@@ -19,9 +19,14 @@ import (
 // and the error written to the resource's status and to the run's current
 // details, until the operation's deadline (the plan's
 // maximum_polling_duration). Then the operation fails with that error.
+//
+// retryMax is low because most lasting errors are a part that is away (the
+// API server restarting, a cluster unreachable): once it is back, the step
+// goes on within retryMax, at the price of six attempts a minute while it
+// is not.
 const (
 	retryFirst = 2 * time.Second
-	retryMax   = 30 * time.Second
+	retryMax   = 10 * time.Second
 )
 
 // operatorView is the change that made a run's retries visible and its
@@ -143,6 +148,10 @@ const (
 	// recordTimeout: begin, record, finish, and the steps of claims and
 	// usages: a few reads and one or two writes.
 	recordTimeout = 10 * time.Second
+	// laRetryMax bounds the wait between the attempts of a step that must
+	// get through (begin, record, finish, a claim's or usage's steps):
+	// once the API server is back, the step goes on within it.
+	laRetryMax = 5 * time.Second
 )
 
 // briefRetries retries a step's transient error twice inside the workflow
@@ -168,7 +177,7 @@ func withPatientRetries(ctx workflow.Context) workflow.Context {
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    500 * time.Millisecond,
 			BackoffCoefficient: 2,
-			MaximumInterval:    30 * time.Second,
+			MaximumInterval:    laRetryMax,
 		},
 	})
 }
@@ -191,6 +200,6 @@ func retriedUntilDone(ctx workflow.Context) workflow.Context {
 	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout:    recordTimeout,
 		ScheduleToCloseTimeout: 24 * time.Hour,
-		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: laRetryMax},
 	})
 }
