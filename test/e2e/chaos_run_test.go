@@ -170,6 +170,10 @@ func TestChaos(t *testing.T) {
 		for _, at := range completions {
 			if !at.Before(f.end) {
 				report.Recovery[f.kind] = append(report.Recovery[f.kind], at.Sub(f.end))
+				// When each fault struck, for the one who reads a slow
+				// recovery against the processes' logs.
+				t.Logf("fault %s: %s to %s, recovered %s later", f.kind, f.start.Format("15:04:05.000"), f.end.Format("15:04:05.000"),
+					at.Sub(f.end).Round(time.Millisecond))
 				break
 			}
 		}
