@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/informers"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/workflows/runs"
 )
@@ -77,6 +79,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	cfg.QPS = -1
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  crds.NewScheme(),
+		Cache:                   cache.Options{NewInformer: informers.New},
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "qm-watcher.quartermaster.io",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,

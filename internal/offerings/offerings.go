@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+
+	"github.com/quartermaster/qm/internal/informers"
 )
 
 // idField indexes services and plans by spec.id.
@@ -33,7 +35,8 @@ type Cache struct {
 // synced its cache.
 func New(cfg *rest.Config, scheme *runtime.Scheme, namespace string) (*Cache, error) {
 	opts := cache.Options{
-		Scheme: scheme,
+		Scheme:      scheme,
+		NewInformer: informers.New,
 		ByObject: map[client.Object]cache.ByObject{
 			&osbv1alpha1.SFService{}: {},
 			&osbv1alpha1.SFPlan{}:    {},

@@ -24,6 +24,7 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/claims"
 	"github.com/quartermaster/qm/internal/healthcheck"
+	"github.com/quartermaster/qm/internal/informers"
 )
 
 // registeredServiceActivities builds the worker's activities of the
@@ -39,8 +40,9 @@ func registeredServiceActivities(ctx context.Context, g *errgroup.Group, cfg *re
 	}
 	onlyChecks := cache.ByObject{Label: labels.NewSelector().Add(*checks)}
 	c, err := cache.New(cfg, cache.Options{
-		Scheme:   crds.NewScheme(),
-		ByObject: map[ctrlclient.Object]cache.ByObject{&batchv1.Job{}: onlyChecks, &corev1.Pod{}: onlyChecks},
+		Scheme:      crds.NewScheme(),
+		NewInformer: informers.New,
+		ByObject:    map[ctrlclient.Object]cache.ByObject{&batchv1.Job{}: onlyChecks, &corev1.Pod{}: onlyChecks},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the health checks' cache: %w", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/clusters"
+	"github.com/quartermaster/qm/internal/informers"
 	"github.com/quartermaster/qm/internal/offerings"
 	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/scheduling"
@@ -191,7 +192,7 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 // is empty), without their managedFields, for user, and returns once it
 // has synced.
 func startCache(ctx context.Context, g *errgroup.Group, cfg *rest.Config, namespace, user string, objs ...ctrlclient.Object) (cache.Cache, error) {
-	opts := cache.Options{Scheme: crds.NewScheme(), DefaultTransform: cache.TransformStripManagedFields()}
+	opts := cache.Options{Scheme: crds.NewScheme(), DefaultTransform: cache.TransformStripManagedFields(), NewInformer: informers.New}
 	if namespace != "" {
 		opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
 	}
