@@ -147,8 +147,9 @@ type Report struct {
 	Stuck, Duplicated, ChangedSecrets, NotOnce, StillRunning, NotMonotonic, BadCodes, Lost, SecretHits int
 	// Recovery is, per fault and by its kind, the time from the fault's
 	// end (the process back, the API server up, the worker continued) to
-	// the next operation that completed. It leaves out the downtime the
-	// run imposes and counts what Quartermaster adds to it.
+	// the next operation that completed (Recoveries). It leaves out the
+	// downtime the run imposes, of this fault and of those that follow it
+	// closely, and counts what Quartermaster adds to it.
 	Recovery map[Kind][]time.Duration
 	// RecoveryBound, if set, is the longest p99 of Recovery the run
 	// accepts, over all faults.
@@ -218,7 +219,7 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\n", c.name, c.n)
 	}
 	fmt.Fprintln(tw, "\t")
-	fmt.Fprintln(tw, "recovery (fault's end to next completed operation)\t")
+	fmt.Fprintln(tw, "recovery (fault's end to next completed operation, less later faults' downtime)\t")
 	recovery := func(name string, ds []time.Duration) {
 		fmt.Fprintf(tw, "%s\tp50 %s, p99 %s, over %d faults\n", name,
 			Percentile(ds, 50).Round(time.Millisecond), Percentile(ds, 99).Round(time.Millisecond), len(ds))

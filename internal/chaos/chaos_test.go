@@ -60,3 +60,55 @@ func TestReport(t *testing.T) {
 	r.Stuck, r.SecretHits, r.RecoveryBound = 1, 2, 2*time.Second
 	assert.Equal(t, []string{"stuck: 1", "secrets found: 2", "recovery p99 3s over 2s"}, r.Broken())
 }
+
+func TestRecoveries(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	for _, tc := range []struct {
+		name        string
+		faults      []chaos.Struck
+		completions []time.Time
+		want        map[chaos.Kind][]time.Duration
+	}{
+		{
+			name:        "the next completion after the fault's end",
+			faults:      []chaos.Struck{{chaos.KillWorker, at(0), at(2)}},
+			completions: []time.Time{at(1), at(5), at(6)},
+			want:        map[chaos.Kind][]time.Duration{chaos.KillWorker: {3 * time.Second}},
+		},
+		{
+			name: "a later fault's downtime is its own",
+			faults: []chaos.Struck{
+				{chaos.KillTemporal, at(0), at(1)},
+				{chaos.StopKube, at(2), at(22)},
+			},
+			completions: []time.Time{at(30)},
+			want: map[chaos.Kind][]time.Duration{
+				chaos.KillTemporal: {9 * time.Second}, // 29 s, less the 20 s the API server was down
+				chaos.StopKube:     {8 * time.Second},
+			},
+		},
+		{
+			name: "a later fault still in force at the completion counts until then",
+			faults: []chaos.Struck{
+				{chaos.KillAPI, at(0), at(1)},
+				{chaos.PauseWorker, at(3), at(20)},
+			},
+			completions: []time.Time{at(5), at(21)},
+			want: map[chaos.Kind][]time.Duration{
+				chaos.KillAPI:     {2 * time.Second}, // 4 s, less the 2 s of the pause before the completion
+				chaos.PauseWorker: {time.Second},
+			},
+		},
+		{
+			name:        "no completion after the fault: no recovery",
+			faults:      []chaos.Struck{{chaos.KillWatcher, at(0), at(1)}},
+			completions: []time.Time{at(0.5)},
+			want:        map[chaos.Kind][]time.Duration{},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, chaos.Recoveries(tc.faults, tc.completions))
+		})
+	}
+}

@@ -115,22 +115,18 @@ func TestChaos(t *testing.T) {
 
 	// The faults.
 	schedule := chaos.Schedule(k.seed, k.duration, k.faults, chaos.Kinds)
-	type struck struct {
-		kind       chaos.Kind
-		start, end time.Time
-	}
-	var faultsDone []struck
+	var faultsDone []chaos.Struck
 	begin := time.Now()
 	injector := make(chan error, 1)
 	go func() {
 		for _, f := range schedule {
 			time.Sleep(time.Until(begin.Add(f.At))) // the seeded schedule says when each fault strikes
-			s := struck{kind: f.Kind, start: time.Now()}
+			s := chaos.Struck{Kind: f.Kind, Start: time.Now()}
 			if err := c.inject(ctx, f); err != nil {
 				injector <- err
 				return
 			}
-			s.end = time.Now()
+			s.End = time.Now()
 			faultsDone = append(faultsDone, s)
 		}
 		injector <- nil
@@ -157,27 +153,21 @@ func TestChaos(t *testing.T) {
 	workloadEnd := time.Now()
 	require.NoError(t, <-injector, "the fault injector")
 	if len(faultsDone) > 0 {
-		t.Logf("the workload ended %s after the last fault ended", workloadEnd.Sub(faultsDone[len(faultsDone)-1].end).Round(time.Second))
+		t.Logf("the workload ended %s after the last fault ended", workloadEnd.Sub(faultsDone[len(faultsDone)-1].End).Round(time.Second))
 	}
 	close(stopObs)
 	<-obsDone
 
 	report := chaos.Report{Seed: k.seed, N: k.n, Duration: time.Since(begin), Faults: map[chaos.Kind]int{},
 		Operations: map[string]int{}, ChangedSecrets: len(changed), BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{},
-		Recovery: map[chaos.Kind][]time.Duration{}, RecoveryBound: k.recovery}
+		RecoveryBound: k.recovery}
 	for _, f := range faultsDone {
-		report.Faults[f.kind]++
-		for _, at := range completions {
-			if !at.Before(f.end) {
-				report.Recovery[f.kind] = append(report.Recovery[f.kind], at.Sub(f.end))
-				// When each fault struck, for the one who reads a slow
-				// recovery against the processes' logs.
-				t.Logf("fault %s: %s to %s, recovered %s later", f.kind, f.start.Format("15:04:05.000"), f.end.Format("15:04:05.000"),
-					at.Sub(f.end).Round(time.Millisecond))
-				break
-			}
-		}
+		report.Faults[f.Kind]++
+		// When each fault struck, for the one who reads a slow recovery
+		// against the processes' logs.
+		t.Logf("fault %s: %s to %s", f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"))
 	}
+	report.Recovery = chaos.Recoveries(faultsDone, completions)
 	for name, r := range c.roles {
 		role := strings.TrimSuffix(strings.TrimSuffix(name, "-0"), "-1") // worker-0 and worker-1 are one role
 		report.PeakRSS[role] = max(report.PeakRSS[role], r.peak)
