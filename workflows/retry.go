@@ -10,6 +10,7 @@ import (
 
 	"github.com/quartermaster/qm/activities"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // Retries that show. A step's local activity retries a transient error a
@@ -149,9 +150,13 @@ const (
 	// usages: a few reads and one or two writes.
 	recordTimeout = 10 * time.Second
 	// laRetryMax bounds the wait between the attempts of a step that must
-	// get through (begin, record, finish, a claim's or usage's steps):
-	// once the API server is back, the step goes on within it.
-	laRetryMax = 5 * time.Second
+	// get through (begin, record, finish, a claim's or usage's steps): once
+	// the API server is back, the step goes on within it. It is just over
+	// the workflow task timeout on purpose: the SDK waits out a backoff
+	// within that timeout inside the workflow task, and a longer one on a
+	// durable timer, so a step that keeps failing lets its workflow task go
+	// after its first five attempts (15 s) instead of holding it.
+	laRetryMax = runs.WorkflowTaskTimeout + time.Second
 )
 
 // briefRetries retries a step's transient error twice inside the workflow
