@@ -3,8 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -48,14 +47,10 @@ var fencedTemplates = fmt.Sprintf(`  - action: provision
 // generation 2 rendered and most of its objects still to write: the
 // fence keeps every one of them out, and the objects stay generation 3's.
 func TestAResumedWorkerWritesNothingStale(t *testing.T) {
-	qm := buildQM(t)
-	kube := testenv.Kubernetes(t)
-	s := testenv.Start(t, testenv.Parts{})
-	s.Temporal = testenv.Temporal(t)
+	e := newProcessEnv(t)
+	qm, kube, s := e.qm, e.kube, e.s
 	ctx := context.Background()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, kube.Kubeconfig, 0o600))
-	common := []string{"--kubeconfig", kubeconfig, "--temporal-address", testenv.TemporalAddress(t), "--log-level", "info", "--health-addr", "0", "--metrics-addr", "0"}
+	common := slices.Concat(e.common, []string{"--health-addr", "0", "--metrics-addr", "0"})
 	worker := func(name string) *process { return start(t, qm, name, nil, append([]string{"worker"}, common...)...) }
 	start(t, qm, "watcher", nil, append([]string{"watcher", "--leader-elect=false"}, common...)...)
 	first := worker("worker-1")

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -54,15 +53,10 @@ const (
 // work. Two APIs serve one instance's whole OSB lifecycle, with each request
 // going to the other one.
 func TestHighAvailability(t *testing.T) {
-	qm := buildQM(t)
-	kube := testenv.Kubernetes(t)
-	s := testenv.Start(t, testenv.Parts{})
-	s.Temporal = testenv.Temporal(t)
+	e := newProcessEnv(t)
+	qm, kube, s, common := e.qm, e.kube, e.s, e.common
 	ns := s.Namespace
 	ctx := context.Background()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, kube.Kubeconfig, 0o600))
-	common := []string{"--kubeconfig", kubeconfig, "--temporal-address", testenv.TemporalAddress(t), "--log-level", "info"}
 	async := s.Plan("async", "  manager: {async: true}\n", testenv.Templates("instant"))
 	sync := s.Plan("sync", "", testenv.Templates("instant"))
 

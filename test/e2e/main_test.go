@@ -49,3 +49,24 @@ func buildQM(t *testing.T) string {
 	require.NoError(t, qmErr)
 	return filepath.Join(qmDir, "qm")
 }
+
+// processEnv is what the suites that run qm as processes on the package's
+// cluster and dev server share: qm, built once, a System (for plans, in a
+// namespace of the test's own) and the flags that point a qm process at
+// both.
+type processEnv struct {
+	qm     string
+	kube   *testenv.Cluster
+	s      *testenv.System
+	common []string
+}
+
+func newProcessEnv(t *testing.T) processEnv {
+	t.Helper()
+	e := processEnv{qm: buildQM(t), kube: testenv.Kubernetes(t), s: testenv.Start(t, testenv.Parts{})}
+	e.s.Temporal = testenv.Temporal(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, e.kube.Kubeconfig, 0o600))
+	e.common = []string{"--kubeconfig", kubeconfig, "--temporal-address", testenv.TemporalAddress(t), "--log-level", "info"}
+	return e
+}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -167,16 +165,11 @@ func (f *fleet) api(i int) string {
 // Nothing is lost, stuck or duplicated, and no provision takes more than
 // rollingSlack longer than the slowest of a baseline run without restarts.
 func TestRollingUpdateUnderLoad(t *testing.T) {
-	qm := buildQM(t)
-	kube := testenv.Kubernetes(t)
-	s := testenv.Start(t, testenv.Parts{})
-	s.Temporal = testenv.Temporal(t)
+	e := newProcessEnv(t)
+	kube, s := e.kube, e.s
 	ctx := context.Background()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, kube.Kubeconfig, 0o600))
-	f := &fleet{t: t, qm: qm, ns: s.Namespace, procs: map[string][]*process{},
-		common: []string{"--kubeconfig", kubeconfig, "--temporal-address", testenv.TemporalAddress(t), "--log-level", "info"},
-		env:    []string{"QM_OSB_USERNAME=" + testenv.OSBCredentials.Username, "QM_OSB_PASSWORD=" + testenv.OSBCredentials.Password}}
+	f := &fleet{t: t, qm: e.qm, ns: s.Namespace, procs: map[string][]*process{}, common: e.common,
+		env: []string{"QM_OSB_USERNAME=" + testenv.OSBCredentials.Username, "QM_OSB_PASSWORD=" + testenv.OSBCredentials.Password}}
 	for _, kind := range []string{"worker", "worker", "watcher", "watcher", "api", "api"} {
 		f.start(kind)
 	}
