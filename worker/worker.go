@@ -59,9 +59,9 @@ type Options struct {
 	StopTimeout time.Duration
 }
 
-// DefaultStopTimeout covers the longest step a workflow task holds (an
-// apply, whose local activity may take up to 30 s) with room to spare;
-// the chart's terminationGracePeriodSeconds is larger.
+// DefaultStopTimeout covers one attempt of the longest step a workflow
+// task holds (an apply: 30 s at most); the chart's
+// terminationGracePeriodSeconds is larger, so the pod is not killed first.
 const DefaultStopTimeout = 30 * time.Second
 
 // stickyTimeout is how long a workflow task waits for the worker that
