@@ -161,11 +161,12 @@ func TestChaos(t *testing.T) {
 	report := chaos.Report{Seed: k.seed, N: k.n, Duration: time.Since(begin), Faults: map[chaos.Kind]int{},
 		Operations: map[string]int{}, ChangedSecrets: len(changed), BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{},
 		RecoveryBound: k.recovery}
-	for _, f := range faultsDone {
+	for i, f := range faultsDone {
 		report.Faults[f.Kind]++
 		// When each fault struck, for the one who reads a slow recovery
 		// against the processes' logs.
-		t.Logf("fault %s: %s to %s", f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"))
+		d, _ := chaos.Recovery(faultsDone, i, completions)
+		t.Logf("fault %s: %s to %s, recovered %s later", f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), d.Round(time.Millisecond))
 	}
 	report.Recovery = chaos.Recoveries(faultsDone, completions)
 	for name, r := range c.roles {
