@@ -166,7 +166,9 @@ func TestChaos(t *testing.T) {
 		// When each fault struck, for the one who reads a slow recovery
 		// against the processes' logs.
 		d, _ := chaos.Recovery(faultsDone, i, completions)
-		t.Logf("fault %s: %s to %s, recovered %s later", f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), d.Round(time.Millisecond))
+		next, _ := chaos.Recovery(faultsDone[i:i+1], 0, completions) // the next completion, whatever struck meanwhile
+		t.Logf("fault %s: %s to %s, recovered %s later (the next operation completed %s after its end)", f.Kind,
+			f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), d.Round(time.Millisecond), next.Round(time.Millisecond))
 	}
 	report.Recovery = chaos.Recoveries(faultsDone, completions)
 	for name, r := range c.roles {
@@ -261,6 +263,11 @@ func checkRuns(t *testing.T, c *cluster, exps []*expectation, passwords map[stri
 				r.StillRunning++
 			case enums.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 				r.Operations[op]++
+			default:
+				// Every operation of the run must succeed: a run that
+				// failed, was terminated or timed out is named, with how
+				// it closed, for the one who reads a broken invariant.
+				t.Logf("%s: a %s run closed %s", ex.Execution.WorkflowId, op, ex.Status)
 			}
 			iter := tc.GetWorkflowHistory(ctx, ex.Execution.WorkflowId, ex.Execution.RunId, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 			for iter.HasNext() {
@@ -268,6 +275,9 @@ func checkRuns(t *testing.T, c *cluster, exps []*expectation, passwords map[stri
 				require.NoError(t, err)
 				raw, _ := protojson.Marshal(ev)
 				texts["history of "+ex.Execution.WorkflowId] += string(raw)
+				if failed := ev.GetWorkflowExecutionFailedEventAttributes(); failed != nil {
+					t.Logf("%s: the %s run failed: %s", ex.Execution.WorkflowId, op, failed.GetFailure().GetMessage())
+				}
 				if done := ev.GetWorkflowExecutionCompletedEventAttributes(); done != nil {
 					var res workflows.Result
 					if done.GetResult() != nil {
