@@ -247,6 +247,15 @@ func describe(o activities.Outcome) string {
 // run for its own sake: without it, nobody would learn the outcome.
 func finish(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, generation int64, o activities.Outcome, refs []osbv1alpha1.Source) (Result, error) {
 	var a *activities.Operations
+	if op.Removes() && o.State == osbv1alpha1.StateFailed && o.Kind == activities.ErrGone {
+		// The resource went: mostly by this run's own release, whose task
+		// another worker replays because the one that released it died
+		// before it could say so (or a user took the finalizer off). There
+		// is nothing left to remove, nor a status to report on: the run
+		// ends with nothing more to do, not as a failure.
+		workflow.GetLogger(ctx).Info("the target is gone: its removal was done by this run's lost task", "operation", op)
+		return Result{}, nil
+	}
 	if err := workflow.ExecuteLocalActivity(ctx, a.Finish, t, op, generation, o, refs).Get(ctx, nil); err != nil {
 		return Result{}, fmt.Errorf("writing the %s outcome %q of %s %s/%s: %w", op, o.State, t.Kind, t.Namespace, t.Name, err)
 	}

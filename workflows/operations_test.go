@@ -267,6 +267,21 @@ func TestDeprovision(t *testing.T) {
 		require.NotNil(t, got.InstanceUsable)
 	})
 
+	t.Run("a replayed step that finds the instance gone ends it: its release was the lost task's", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
+		env.OnActivity(ops.RemoveBindings, mock.Anything, instance).Return(0, nil).Once()
+		env.OnActivity(ops.RemoveResources, mock.Anything, instance, lifecycle.OpDeprovision).Return(nil).Once()
+		env.OnActivity(ops.Observe, mock.Anything, instance, lifecycle.OpDeprovision).
+			Return(activities.Outcome{}, temporal.NewNonRetryableApplicationError("sfserviceinstance tenant/db-1 is gone", activities.ErrGone, nil)).Once()
+		env.ExecuteWorkflow(workflows.Deprovision, instance)
+		require.NoError(t, env.GetWorkflowError(), "a removal whose resource went is done, not failed")
+		var res workflows.Result
+		require.NoError(t, env.GetWorkflowResult(&res))
+		assert.Zero(t, res.Generation, "it applied nothing itself")
+		env.AssertNotCalled(t, "Finish", mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything)
+	})
+
 	t.Run("unbinds the instance's bindings first, waiting on timers", func(t *testing.T) {
 		env := opsEnv(t)
 		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpDeprovision).Return(activities.Begun{Generation: 1, MaxPolling: time.Hour}, nil).Once()
