@@ -151,6 +151,11 @@ type Report struct {
 	// downtime the run imposes, of this fault and of those that follow it
 	// closely, and counts what Quartermaster adds to it.
 	Recovery map[Kind][]time.Duration
+	// NextCompletion is, per fault and by its kind, the time from the
+	// fault's end to the next operation that completed, whatever struck
+	// meanwhile: the upper bound of Recovery, which in a dense schedule
+	// holds the downtime of the faults that follow.
+	NextCompletion map[Kind][]time.Duration
 	// RecoveryBound, if set, is the longest p99 of Recovery the run
 	// accepts, over all faults.
 	RecoveryBound time.Duration
@@ -230,6 +235,18 @@ func (r Report) Print(w io.Writer) {
 		}
 	}
 	recovery("all", r.allRecoveries())
+	if len(r.NextCompletion) > 0 {
+		fmt.Fprintln(tw, "\t")
+		fmt.Fprintln(tw, "fault's end to next completed operation, whatever struck meanwhile\t")
+		var all []time.Duration
+		for _, k := range Kinds {
+			if len(r.NextCompletion[k]) > 0 {
+				recovery(string(k), r.NextCompletion[k])
+				all = append(all, r.NextCompletion[k]...)
+			}
+		}
+		recovery("all", all)
+	}
 	roles := make([]string, 0, len(r.PeakRSS))
 	for role := range r.PeakRSS {
 		roles = append(roles, role)

@@ -55,6 +55,11 @@ func TestReport(t *testing.T) {
 	assert.Contains(t, out.String(), "seed 7, N 10")
 	assert.Regexp(t, `peak RSS of worker +100 MiB`, out.String())
 	assert.Regexp(t, `kill a worker +p50 3s, p99 3s, over 2 faults`, out.String())
+	assert.NotContains(t, out.String(), "whatever struck meanwhile", "printed when measured")
+	r.NextCompletion = map[chaos.Kind][]time.Duration{chaos.KillWorker: {time.Second, time.Minute}}
+	out.Reset()
+	r.Print(&out)
+	assert.Regexp(t, `whatever struck meanwhile(.|\n)*kill a worker +p50 1m0s, p99 1m0s, over 2 faults`, out.String())
 	r.RecoveryBound = 3 * time.Second
 	assert.Empty(t, r.Broken(), "a p99 at the bound holds")
 	r.Stuck, r.SecretHits, r.RecoveryBound = 1, 2, 2*time.Second

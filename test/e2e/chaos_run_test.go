@@ -166,11 +166,17 @@ func TestChaos(t *testing.T) {
 		// When each fault struck, for the one who reads a slow recovery
 		// against the processes' logs.
 		d, _ := chaos.Recovery(faultsDone, i, completions)
-		next, _ := chaos.Recovery(faultsDone[i:i+1], 0, completions) // the next completion, whatever struck meanwhile
+		next, _ := chaos.Recovery(faultsDone[i:i+1], 0, completions) // whatever struck meanwhile
 		t.Logf("fault %s: %s to %s, recovered %s later (the next operation completed %s after its end)", f.Kind,
 			f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), d.Round(time.Millisecond), next.Round(time.Millisecond))
 	}
 	report.Recovery = chaos.Recoveries(faultsDone, completions)
+	report.NextCompletion = map[chaos.Kind][]time.Duration{}
+	for _, f := range faultsDone {
+		if next, ok := chaos.Recovery([]chaos.Struck{f}, 0, completions); ok {
+			report.NextCompletion[f.Kind] = append(report.NextCompletion[f.Kind], next)
+		}
+	}
 	for name, r := range c.roles {
 		role := strings.TrimSuffix(strings.TrimSuffix(name, "-0"), "-1") // worker-0 and worker-1 are one role
 		report.PeakRSS[role] = max(report.PeakRSS[role], r.peak)
