@@ -14,4 +14,7 @@
 // probes of their clusters and their finalizer (clusters.go,
 // ClusterRegistry). The rules these apply live in internal packages; the
 // reconcilers read, call them, and write.
+//
+// Every reconciler retries a failed reconcile within seconds, with a
+// limiter of its own (retries.go).
 package starter

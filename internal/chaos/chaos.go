@@ -1,7 +1,9 @@
 // Package chaos is the pure part of Quartermaster's chaos run (`make
 // chaos`, and its short version in `make test`): the seeded schedule of
-// faults, the secret scan, and the report. The run itself, which starts
-// the system as processes and hurts them, is chaos_test.go at the root.
+// faults, the secret scan, the recovery from each fault (recovery.go),
+// which runs completed exactly once (runs.go), and the report. The run
+// itself, which starts the system as processes and hurts them, is
+// test/e2e's chaos_*_test.go.
 package chaos
 
 import (
