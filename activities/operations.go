@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -51,6 +49,9 @@ type Operations struct {
 	// Schedules says that a scheduler chooses the cluster of a new
 	// instance (Scheduling.Schedule), as any but the default one does.
 	Schedules bool
+	// Events tells a plan's author, on the instance or binding, of output
+	// that was ignored but is likely a mistake (nil: nobody).
+	Events record.EventRecorder
 
 	runs   runCache
 	params parameters.Checker
@@ -129,7 +130,7 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	if err != nil {
 		return nil, err
 	}
-	values, err := a.values(ctx, t, subject, op.Removes() || op == lifecycle.OpBind)
+	values, _, err := a.values(ctx, t, subject, op.Removes() || op == lifecycle.OpBind)
 	if err != nil {
 		return nil, err
 	}
@@ -179,45 +180,54 @@ func (a *Operations) Observe(ctx context.Context, tg lifecycle.Target, op lifecy
 	if err != nil {
 		return Outcome{}, err
 	}
-	st, subject, regSecret, err := a.readStatus(ctx, t, op)
+	read, err := a.readStatus(ctx, t, op)
 	if err != nil {
 		return Outcome{}, err
 	}
-	if st == nil {
+	if read.status == nil {
 		return a.defaultOutcome(ctx, t, op)
 	}
-	saved, _ := subject.Registry.Get(registry.KeyDashboardURL)
-	obs, err := st.Decide(op, stringOf(saved))
+	saved, _ := read.subject.Registry.Get(registry.KeyDashboardURL)
+	obs, err := read.status.Decide(op, stringOf(saved))
 	if err != nil {
 		return Outcome{}, classify(err)
 	}
-	if err := a.recordObservation(ctx, t, op, subject.Registry, regSecret, obs); err != nil {
+	if err := a.recordObservation(ctx, t, op, read.subject.Registry, read.secret, obs); err != nil {
 		return Outcome{}, err
 	}
 	return Outcome{State: obs.State, Description: obs.Description, Error: obs.Error, DashboardURL: obs.DashboardURL,
-		InstanceUsable: obs.InstanceUsable, UpdateRepeatable: obs.UpdateRepeatable}, nil
+		InstanceUsable: obs.InstanceUsable, UpdateRepeatable: obs.UpdateRepeatable, Warnings: read.warnings}, nil
+}
+
+// statusRead is what readStatus found: the status of the operation (nil
+// when the plan has none for it), what it was rendered for, and what the
+// plan's author should hear of its sources.
+type statusRead struct {
+	status   *plan.Status
+	subject  *plan.Subject
+	secret   *corev1.Secret
+	warnings []string
 }
 
 // readStatus renders the target's status template with what it sees (the
-// registry, the sources): the status of op, or nil when the plan has none
-// for it. It writes nothing.
-func (a *Operations) readStatus(ctx context.Context, t *target, op lifecycle.Operation) (*plan.Status, *plan.Subject, *corev1.Secret, error) {
+// registry, the sources). It writes nothing but the warnings' Events.
+func (a *Operations) readStatus(ctx context.Context, t *target, op lifecycle.Operation) (statusRead, error) {
 	if !(&plan.Subject{Plan: t.plan}).HasStatus() {
-		return nil, nil, nil, nil
+		return statusRead{}, nil
 	}
 	subject, regSecret, err := a.subject(ctx, t)
 	if err != nil {
-		return nil, nil, nil, err
+		return statusRead{}, err
 	}
-	values, err := a.values(ctx, t, subject, true)
+	values, warnings, err := a.values(ctx, t, subject, true)
 	if err != nil {
-		return nil, nil, nil, err
+		return statusRead{}, err
 	}
 	st, err := subject.Status(string(op), values)
 	if err != nil {
-		return nil, nil, nil, classify(err)
+		return statusRead{}, classify(err)
 	}
-	return st, subject, regSecret, nil
+	return statusRead{status: st, subject: subject, secret: regSecret, warnings: warnings}, nil
 }
 
 // recordObservation writes what an observation calls for: a bind's
@@ -363,38 +373,4 @@ func (a *Operations) subject(ctx context.Context, t *target) (*plan.Subject, *co
 	}
 	return &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds,
 		Cluster: t.sfCluster()}, secret, nil
-}
-
-// values builds the template variables. withSources adds every object the
-// sources template names, as the API server returns it.
-func (a *Operations) values(ctx context.Context, t *target, subject *plan.Subject, withSources bool) (plan.Values, error) {
-	values, err := subject.Values(a.Client.Scheme())
-	if err != nil || !withSources {
-		return values, err
-	}
-	sources, err := subject.Sources(values)
-	if err != nil {
-		return nil, classify(err)
-	}
-	objects := map[string]map[string]any{}
-	for _, key := range slices.Sorted(maps.Keys(sources)) {
-		src := sources[key]
-		obj := &unstructured.Unstructured{}
-		obj.SetAPIVersion(src.APIVersion)
-		obj.SetKind(src.Kind)
-		ns := src.Namespace
-		if ns == "" {
-			ns = t.Namespace
-		}
-		err := t.kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: src.Name}, obj)
-		switch {
-		case err == nil:
-			objects[key] = obj.Object
-		case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
-			// Absent sources are absent variables: templates test with `with`.
-		default:
-			return nil, fmt.Errorf("reading source %q (%s %s): %w", key, src.Kind, src.Name, err)
-		}
-	}
-	return values.AddSources(objects), nil
 }

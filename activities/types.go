@@ -47,6 +47,9 @@ type Outcome struct {
 	// Kind says why a failed operation failed (an error type such as
 	// TemplateError, or Timeout); the run fails with it as its type.
 	Kind string `json:"kind,omitempty"`
+	// Warnings are what the plan's author should hear of its output: parts
+	// ignored that are likely a mistake (an unnamed source of a binding).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // DefaultMaxPolling bounds an operation whose plan sets no maximum_polling_duration.

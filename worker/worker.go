@@ -79,7 +79,7 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
 	w.RegisterActivity(&activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds,
-		Clusters: a.Clusters, Schedules: a.Scheduler.Schedules()})
+		Clusters: a.Clusters, Schedules: a.Scheduler.Schedules(), Events: a.Events})
 	w.RegisterActivity(&activities.Scheduling{Client: a.Kube, Instances: a.Instances, Offerings: a.Offerings, Scheduler: a.Scheduler, Bounds: a.Bounds, Events: a.Events})
 	if a.HealthChecks == nil {
 		a.HealthChecks = &activities.HealthChecks{Client: a.Kube}

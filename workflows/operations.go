@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -25,6 +26,9 @@ type Result struct {
 	Description string                     `json:"description,omitempty"`
 	Generation  int64                      `json:"generation,omitempty"`
 	Resources   []osbv1alpha1.Source       `json:"resources,omitempty"`
+	// Warnings are what the plan's author should hear of its output (the
+	// same as the Warning Events on the resource).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // The kinds of failure a run ends with, besides the activities' error types
@@ -208,7 +212,7 @@ func poll(ctx workflow.Context, s *steps, maxPolling time.Duration, refs []osbv1
 			return o
 		}
 		// Shown in the UI while the run waits; not part of the history.
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for the %s status: %s", op, describe(o)))
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for the %s status: %s", op, describe(o))+warningLines(o.Warnings))
 		if first && refs != nil {
 			if err := workflow.ExecuteLocalActivity(ctx, a.RecordResources, t, op, refs).Get(ctx, nil); err != nil {
 				return failed(op, err)
@@ -271,7 +275,16 @@ func finish(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, ge
 	if o.State == osbv1alpha1.StateFailed {
 		return Result{}, temporal.NewNonRetryableApplicationError(o.Description, cmp.Or(o.Kind, KindStatusFailed), nil)
 	}
-	return Result{State: o.State, Description: o.Description, Generation: generation, Resources: refs}, nil
+	return Result{State: o.State, Description: o.Description, Generation: generation, Resources: refs, Warnings: o.Warnings}, nil
+}
+
+// warningLines puts a plan's warnings under the run's details, a line each.
+func warningLines(warnings []string) string {
+	var b strings.Builder
+	for _, w := range warnings {
+		b.WriteString("\nwarning: " + w)
+	}
+	return b.String()
 }
 
 // endEarly handles a failed first step: a target deleted meanwhile ends the

@@ -34,6 +34,16 @@
 // ({expires_at, renew_before}); a field of the wrong shape is a template
 // error that names it.
 //
+// Output is read as the Service Fabrik inter-operator reads it, so that its
+// plans run unchanged (the README lists where the two differ): a source
+// whose name is empty is skipped; only the running operation's section of
+// the status output is read (an update's, else the provision's), and only a
+// bind that succeeded reads its response. What is ignored but likely a
+// mistake (a field no source has; an unnamed source of a binding's
+// operation) comes back as a warning (SourceList.Warnings). A helm chart may
+// serve as sources, status or clusterSelector: the file named after the
+// action (templates/status.yaml) is read, or the chart's only file.
+//
 // # Variables
 //
 // Every value is JSON-shaped: maps, lists, strings, numbers and booleans.

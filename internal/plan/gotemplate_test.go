@@ -89,12 +89,13 @@ func TestSeedPostgresqlPlanGolden(t *testing.T) {
 		out, err := plan.Go("sources", template(t, sfplan, "sources"), values, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
 		golden(t, "postgresql-sources.yaml", out)
-		src, err := plan.Sources(out)
+		list, err := plan.Sources(out)
 		require.NoError(t, err)
 		assert.Equal(t, map[string]plan.Source{"postgresql": {
 			APIVersion: "acid.zalan.do/v1", Kind: "postgresql",
 			Name: "sapcp-0304b210-fcfd-11e8-a31b-b6001f10c97f", Namespace: "tenant-a",
-		}}, src)
+		}}, list.Sources)
+		assert.Empty(t, list.Warnings(false))
 	})
 
 	t.Run("sources with a binding", func(t *testing.T) {
@@ -104,8 +105,10 @@ func TestSeedPostgresqlPlanGolden(t *testing.T) {
 		}
 		out, err := plan.Go("sources", template(t, sfplan, "sources"), bound, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
-		src, err := plan.Sources(out)
+		list, err := plan.Sources(out)
 		require.NoError(t, err)
+		src := list.Sources
+		assert.Empty(t, list.Warnings(true))
 		assert.Equal(t, "de3dd272-fcfc-11e8-a31b-b6001f10c97f.sapcp-0304b210-fcfd-11e8-a31b-b6001f10c97f.credentials.postgresql.acid.zalan.do", src["secret"].Name)
 		assert.Equal(t, "Service", src["svc"].Kind)
 	})
@@ -130,16 +133,17 @@ func TestSeedPostgresqlStatus(t *testing.T) {
 		values["postgresql"] = map[string]any{"status": map[string]any{"PostgresClusterStatus": "Running"}}
 		out, err := plan.Go("status", template(t, sfplan, "status"), values, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
-		st, err := plan.Statuses(out)
-		require.NoError(t, err)
+		st := statuses(t, out)
 
 		assert.Equal(t, "succeeded", st["provision"].State)
 		assert.Equal(t, "succeeded", st["bind"].State)
-		assert.Equal(t, map[string]any{"credentials": map[string]any{
+		response, err := plan.DecodeBindResponse(st["bind"].Response)
+		require.NoError(t, err)
+		assert.Equal(t, map[string]any{
 			"dbname": "main", "hostname": "10.0.0.7", "port": "5432",
 			"username": "user", "password": "s3cr3t",
 			"uri": "postgres://user:s3cr3t@10.0.0.7:5432/main?sslmode=require",
-		}}, st["bind"].Response)
+		}, response.Credentials)
 		assert.Equal(t, "succeeded", st["unbind"].State)
 		assert.Equal(t, "in progress", st["deprovision"].State, "the postgresql object still exists")
 	})
@@ -148,9 +152,7 @@ func TestSeedPostgresqlStatus(t *testing.T) {
 		values["postgresql"] = map[string]any{"status": map[string]any{"PostgresClusterStatus": "CreateFailed"}}
 		out, err := plan.Go("status", template(t, sfplan, "status"), values, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
-		st, err := plan.Statuses(out)
-		require.NoError(t, err)
-		assert.Equal(t, "failed", st["provision"].State)
+		assert.Equal(t, "failed", statuses(t, out)["provision"].State)
 	})
 
 	t.Run("deprovisioned", func(t *testing.T) {
@@ -158,13 +160,25 @@ func TestSeedPostgresqlStatus(t *testing.T) {
 		delete(values, "svc")
 		out, err := plan.Go("status", template(t, sfplan, "status"), values, plan.FuncMap(), plan.Bounds{})
 		require.NoError(t, err)
-		st, err := plan.Statuses(out)
-		require.NoError(t, err)
+		st := statuses(t, out)
 		assert.Equal(t, "in progress", st["provision"].State)
 		assert.Equal(t, "in progress", st["bind"].State, "no host yet")
-		assert.Nil(t, st["bind"].Response)
+		assert.Empty(t, st["bind"].Response)
 		assert.Equal(t, "succeeded", st["deprovision"].State)
 	})
+}
+
+// statuses reads each operation's section of a status template's output.
+func statuses(t *testing.T, out string) map[string]plan.Status {
+	t.Helper()
+	st := map[string]plan.Status{}
+	for _, op := range []string{"provision", "bind", "unbind", "deprovision"} {
+		s, err := plan.StatusOf(out, op)
+		require.NoError(t, err, op)
+		require.NotNil(t, s, op)
+		st[op] = *s
+	}
+	return st
 }
 
 // TestSeedPostgresqlBind renders the bind and unbind templates, which edit

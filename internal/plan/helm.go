@@ -45,7 +45,49 @@ func Helm(ch *chart.Chart, rel Release, values map[string]any, vars Values, boun
 	return within(b, func() ([]*unstructured.Unstructured, error) { return renderChart(ch, rel, values, vars, b) })
 }
 
+// HelmFile renders a chart whose output is read as text, not applied: the
+// file whose base name is name (status.yaml), or the chart's only file.
+// The inter-operator takes such a file, or any one when there is none; a
+// chart with several files and none of that name is an error here, since
+// which file "any one" is would change from render to render.
+func HelmFile(ch *chart.Chart, rel Release, values map[string]any, vars Values, bounds Bounds, name string) (string, error) {
+	b := newBudget(bounds)
+	return within(b, func() (string, error) {
+		files, names, err := chartFiles(ch, rel, values, vars, b)
+		if err != nil {
+			return "", err
+		}
+		for _, n := range names {
+			if path.Base(n) == name {
+				return files[n], nil
+			}
+		}
+		if len(names) == 1 {
+			return files[names[0]], nil
+		}
+		return "", fmt.Errorf("helm chart %s renders %d files and none is named %s", ch.Name(), len(names), name)
+	})
+}
+
 func renderChart(ch *chart.Chart, rel Release, values map[string]any, vars Values, b *budget) ([]*unstructured.Unstructured, error) {
+	files, names, err := chartFiles(ch, rel, values, vars, b)
+	if err != nil {
+		return nil, err
+	}
+	var objs []*unstructured.Unstructured
+	for _, name := range names {
+		o, err := Objects(files[name])
+		if err != nil {
+			return nil, fmt.Errorf("helm chart %s, %s: %w", ch.Name(), name, err)
+		}
+		objs = append(objs, o...)
+	}
+	return objs, nil
+}
+
+// chartFiles renders a chart: its files by name, and their names in order,
+// less partials (_helpers.tpl) and NOTES.txt.
+func chartFiles(ch *chart.Chart, rel Release, values map[string]any, vars Values, b *budget) (map[string]string, []string, error) {
 	merged := make(map[string]any, len(values)+len(vars))
 	for k, v := range values {
 		merged[k] = v
@@ -61,11 +103,11 @@ func renderChart(ch *chart.Chart, rel Release, values map[string]any, vars Value
 		IsUpgrade: rel.Upgrade,
 	}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("helm chart %s values: %w", ch.Name(), err)
+		return nil, nil, fmt.Errorf("helm chart %s values: %w", ch.Name(), err)
 	}
 	files, err := engine.Render(ch, top)
 	if err != nil {
-		return nil, fmt.Errorf("rendering helm chart %s: %w", ch.Name(), err)
+		return nil, nil, fmt.Errorf("rendering helm chart %s: %w", ch.Name(), err)
 	}
 
 	names := make([]string, 0, len(files))
@@ -79,16 +121,8 @@ func renderChart(ch *chart.Chart, rel Release, values map[string]any, vars Value
 	slices.Sort(names)
 	for _, name := range names {
 		if _, err := b.Write([]byte(files[name])); err != nil {
-			return nil, fmt.Errorf("helm chart %s: %w", ch.Name(), err)
+			return nil, nil, fmt.Errorf("helm chart %s: %w", ch.Name(), err)
 		}
 	}
-	var objs []*unstructured.Unstructured
-	for _, name := range names {
-		o, err := Objects(files[name])
-		if err != nil {
-			return nil, fmt.Errorf("helm chart %s, %s: %w", ch.Name(), name, err)
-		}
-		objs = append(objs, o...)
-	}
-	return objs, nil
+	return files, names, nil
 }

@@ -46,11 +46,15 @@ func (s *Subject) Objects(action osbv1alpha1.TemplateAction, values Values) ([]*
 	return objs, nil
 }
 
-// Text renders the gotemplate for action to text.
+// Text renders the template for action to text: a gotemplate's output, or
+// the file of a helm chart that the action names (helmText).
 func (s *Subject) Text(action osbv1alpha1.TemplateAction, values Values) (string, error) {
 	tmpl := s.Template(action)
 	if tmpl == nil {
 		return "", templateError(action, errors.New("the plan has none"))
+	}
+	if tmpl.Type == osbv1alpha1.TemplateHelm {
+		return s.helmText(tmpl, values)
 	}
 	content, err := s.gotemplateBody(tmpl)
 	if err != nil {
@@ -64,46 +68,45 @@ func (s *Subject) Text(action osbv1alpha1.TemplateAction, values Values) (string
 }
 
 // Sources renders the sources template: the objects the status, bind and
-// unbind templates see. A plan without one has no sources.
-func (s *Subject) Sources(values Values) (map[string]Source, error) {
+// unbind templates see, and what was left out of them (SourceList). A plan
+// without one has no sources.
+func (s *Subject) Sources(values Values) (SourceList, error) {
 	if s.Template(osbv1alpha1.ActionSources) == nil {
-		return nil, nil
+		return SourceList{}, nil
 	}
 	out, err := s.Text(osbv1alpha1.ActionSources, values)
 	if err != nil {
-		return nil, err
+		return SourceList{}, err
 	}
-	sources, err := Sources(out)
+	list, err := Sources(out)
 	if err != nil {
-		return nil, &TemplateError{err: err}
+		return SourceList{}, &TemplateError{err: err}
 	}
-	return sources, nil
+	return list, nil
 }
 
 // HasStatus reports whether the plan has a status template.
 func (s *Subject) HasStatus() bool { return s.Template(osbv1alpha1.ActionStatus) != nil }
 
 // Status renders the status template and returns what it says of op (an
-// update falls back to provision), or nil when it says nothing of it.
+// update falls back to provision), or nil when it says nothing of it. Only
+// op's section is read (StatusOf); a state other than succeeded, failed or
+// in progress there is a *TemplateError.
 func (s *Subject) Status(op string, values Values) (*Status, error) {
 	out, err := s.Text(osbv1alpha1.ActionStatus, values)
 	if err != nil {
 		return nil, err
 	}
-	statuses, err := Statuses(out)
+	st, err := StatusOf(out, op)
 	if err != nil {
 		return nil, templateError(osbv1alpha1.ActionStatus, err)
 	}
-	st, ok := statuses[op]
-	if !ok && op == "update" {
-		st, ok = statuses["provision"]
-	}
-	if !ok {
+	if st == nil {
 		return nil, nil
 	}
 	switch osbv1alpha1.OperationState(st.State) {
 	case osbv1alpha1.StateSucceeded, osbv1alpha1.StateFailed, osbv1alpha1.StateInProgress:
-		return &st, nil
+		return st, nil
 	default:
 		return nil, templateError(osbv1alpha1.ActionStatus,
 			fmt.Errorf("%s.state is %q; want succeeded, failed or in progress", op, st.State))
@@ -125,6 +128,25 @@ func (s *Subject) helmObjects(tmpl *osbv1alpha1.TemplateSpec, values Values) ([]
 		return nil, templateError(tmpl.Action, err)
 	}
 	return objs, nil
+}
+
+// helmText renders a chart template whose output is read as text
+// (sources, status, clusterSelector): the file named after the action
+// (templates/status.yaml), or the chart's one file.
+func (s *Subject) helmText(tmpl *osbv1alpha1.TemplateSpec, values Values) (string, error) {
+	archive, err := s.chartArchive(tmpl)
+	if err != nil {
+		return "", err
+	}
+	ch, err := LoadChart(archive)
+	if err != nil {
+		return "", templateError(tmpl.Action, err)
+	}
+	out, err := HelmFile(ch, s.release(), s.chartValues(), values, s.Bounds, string(tmpl.Action)+".yaml")
+	if err != nil {
+		return "", templateError(tmpl.Action, err)
+	}
+	return out, nil
 }
 
 // gotemplateBody is the text of a gotemplate: content, contentEncoded

@@ -99,6 +99,9 @@ func (s *Subject) release() Release {
 	if s.Binding != nil {
 		return Release{Name: s.Binding.Name, Namespace: s.Binding.Namespace}
 	}
+	if s.Instance == nil {
+		return Release{}
+	}
 	return Release{Name: s.Instance.Name, Namespace: s.Instance.Namespace, Upgrade: s.Instance.Status.AppliedSpec != nil}
 }
 

@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"maps"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -47,6 +49,22 @@ metadata:
 			{Name: "templates/NOTES.txt", Data: []byte(`Not an object.`)},
 		},
 	}
+	return saveChart(t, ch)
+}
+
+// ChartOf packs a chart named name whose templates are files (by their
+// path in the chart, templates/status.yaml) into an archive (.tgz).
+func ChartOf(t testing.TB, name string, files map[string]string) []byte {
+	t.Helper()
+	ch := &chart.Chart{Metadata: &chart.Metadata{APIVersion: "v2", Name: name, Version: "0.1.0"}}
+	for _, path := range slices.Sorted(maps.Keys(files)) {
+		ch.Templates = append(ch.Templates, &chart.File{Name: path, Data: []byte(files[path])})
+	}
+	return saveChart(t, ch)
+}
+
+func saveChart(t testing.TB, ch *chart.Chart) []byte {
+	t.Helper()
 	path, err := chartutil.Save(ch, t.TempDir())
 	require.NoError(t, err)
 	raw, err := os.ReadFile(path)
