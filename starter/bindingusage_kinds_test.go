@@ -23,11 +23,11 @@ import (
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
-// installFunctionCRD installs the kubeless Function of Kyma's example,
-// once per cluster, and waits until it is served.
-func installFunctionCRD(t *testing.T, s *testenv.System) {
+// installCRD installs the CRD of testdata/<file>, once per cluster, and
+// waits until it is served.
+func installCRD(t *testing.T, s *testenv.System, file string) {
 	t.Helper()
-	raw, err := os.ReadFile("testdata/function-crd.yaml")
+	raw, err := os.ReadFile("testdata/" + file)
 	require.NoError(t, err)
 	crd := testenv.Decode(t, string(raw))
 	if err := s.Kube.Client.Create(context.Background(), crd); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -35,13 +35,13 @@ func installFunctionCRD(t *testing.T, s *testenv.System) {
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var got apiextensionsv1.CustomResourceDefinition
-		require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Name: "functions.kubeless.io"}, &got))
+		require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Name: crd.GetName()}, &got))
 		established := false
 		for _, cond := range got.Status.Conditions {
 			established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
 		}
 		assert.True(c, established)
-	}, 20*time.Second, 50*time.Millisecond, "the Function CRD is served")
+	}, 20*time.Second, 50*time.Millisecond, "the CRD %s is served", crd.GetName())
 }
 
 // TestUsageInjectsIntoOtherKinds injects into a StatefulSet (its pod gets
@@ -51,7 +51,7 @@ func installFunctionCRD(t *testing.T, s *testenv.System) {
 func TestUsageInjectsIntoOtherKinds(t *testing.T) {
 	s, secret := usageSystem(t)
 	ctx := context.Background()
-	installFunctionCRD(t, s)
+	installCRD(t, s, "function-crd.yaml")
 
 	s.Create(fmt.Sprintf(`
 apiVersion: apps/v1
