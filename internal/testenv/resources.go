@@ -1,0 +1,150 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+)
+
+// Create creates the object a YAML or JSON manifest describes.
+func (s *System) Create(manifest string) *unstructured.Unstructured {
+	s.t.Helper()
+	obj, err := s.TryCreate(manifest)
+	require.NoError(s.t, err)
+	return obj
+}
+
+// TryCreate is Create returning its error, for goroutines where the test
+// cannot be stopped.
+func (s *System) TryCreate(manifest string) (*unstructured.Unstructured, error) {
+	obj := &unstructured.Unstructured{}
+	if err := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(&obj.Object); err != nil {
+		return nil, fmt.Errorf("decoding the manifest: %w", err)
+	}
+	if err := s.Kube.Client.Create(context.Background(), obj); err != nil {
+		return nil, fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return obj, nil
+}
+
+// Decode reads a YAML or JSON manifest into an object.
+func Decode(t testing.TB, manifest string) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	require.NoError(t, utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(&obj.Object))
+	return obj
+}
+
+// Instance creates an SFServiceInstance of the plan in the System's
+// namespace, as kubectl would; parameters is JSON or empty.
+func (s *System) Instance(name, planID, parameters string) *osbv1alpha1.SFServiceInstance {
+	s.t.Helper()
+	inst, err := s.CreateInstance(name, planID, parameters)
+	require.NoError(s.t, err)
+	return inst
+}
+
+// CreateInstance is Instance returning its error, for goroutines (such as
+// Parallel's) where the test cannot be stopped.
+func (s *System) CreateInstance(name, planID, parameters string) (*osbv1alpha1.SFServiceInstance, error) {
+	inst := &osbv1alpha1.SFServiceInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
+		Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: name, ServiceID: s.serviceOf(planID), PlanID: planID},
+	}
+	if parameters != "" {
+		inst.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(parameters)}
+	}
+	if err := s.Kube.Client.Create(context.Background(), inst); err != nil {
+		return nil, fmt.Errorf("creating instance %s: %w", name, err)
+	}
+	return inst, nil
+}
+
+// serviceOf is the service of a plan that Plan registered, or of the sample.
+func (s *System) serviceOf(planID string) string {
+	switch planID {
+	case TenantPlan:
+		return TenantService
+	case KeyValuePlan:
+		return KeyValueService
+	}
+	return s.ServiceID
+}
+
+// Bind creates an SFServiceBinding of the instance named instance, as
+// kubectl would, waits until its bind succeeded, and returns it.
+func (s *System) Bind(name, instance, planID string) *osbv1alpha1.SFServiceBinding {
+	s.t.Helper()
+	b := &osbv1alpha1.SFServiceBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
+		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: name, InstanceID: instance, ServiceID: s.serviceOf(planID), PlanID: planID},
+	}
+	ctx := context.Background()
+	require.NoError(s.t, s.Kube.Client.Create(ctx, b))
+	require.EventuallyWithT(s.t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(b), b))
+		assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State)
+	}, 60*time.Second, 50*time.Millisecond, "binding %s succeeds", name)
+	return b
+}
+
+// WaitInstance waits until the instance satisfies cond, and returns it.
+func (s *System) WaitInstance(name, what string, cond func(*osbv1alpha1.SFServiceInstance) bool) *osbv1alpha1.SFServiceInstance {
+	s.t.Helper()
+	var inst osbv1alpha1.SFServiceInstance
+	var last string
+	ok := assert.Eventually(s.t, func() bool {
+		if err := s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &inst); err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprintf("state %q, description %q, generation %d, observed %d", inst.Status.State, inst.Status.Description, inst.Generation, inst.Status.ObservedGeneration)
+		return cond(&inst)
+	}, 90*time.Second, 50*time.Millisecond, "instance %s: %s", name, what)
+	if !ok {
+		s.t.Fatalf("instance %s never reached %s; last seen: %s", name, what, last)
+	}
+	return &inst
+}
+
+// Succeeded is the condition of an instance whose operation on generation
+// gen succeeded.
+func Succeeded(gen int64) func(*osbv1alpha1.SFServiceInstance) bool {
+	return func(i *osbv1alpha1.SFServiceInstance) bool {
+		return i.Status.State == osbv1alpha1.StateSucceeded && i.Status.ObservedGeneration == gen
+	}
+}
+
+// WaitGone waits until obj is deleted.
+func (s *System) WaitGone(obj ctrlclient.Object) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		return apierrors.IsNotFound(s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKeyFromObject(obj), obj))
+	}, 90*time.Second, 50*time.Millisecond, "%T %s is deleted", obj, obj.GetName())
+}
+
+// RegistryValue reads one key of a registry Secret in the System's
+// namespace, decoded from JSON.
+func (s *System) RegistryValue(secretName, key string) any {
+	s.t.Helper()
+	var sec corev1.Secret
+	require.NoError(s.t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: secretName}, &sec))
+	var v any
+	require.NoError(s.t, json.Unmarshal(sec.Data[key], &v), "registry key %s", key)
+	return v
+}
