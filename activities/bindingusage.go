@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -213,45 +214,52 @@ func (b *BindingUsages) Inject(ctx context.Context, t UsageTarget, u Usage) (Usa
 		}
 		return out, fmt.Errorf("reading Secret %s/%s: %w", t.Namespace, u.Secret, err)
 	}
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(u.Kind.GVK())
-	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: u.Workload}, obj); err != nil {
-		out.Problem = workloadProblem(err, u.Kind, t.Namespace, u.Workload, "get")
-		if out.Problem == nil {
-			return out, fmt.Errorf("reading %s %s/%s: %w", u.Kind.Resource.Kind, t.Namespace, u.Workload, err)
-		}
-		return out, nil
-	}
-	kind := *u.Kind
-	var err error
-	if kind.ContainersPath, err = bindingusage.ContainersPath(obj, kind.ContainersPath); err != nil {
-		out.Problem = failed("InvalidPath", "%s %s: %v", kind.Resource.Kind, u.Workload, err)
-		return out, nil
-	}
 	in := bindingusage.Injection{Usage: t.Name, Binding: u.Binding, Secret: u.Secret, Keys: slices.Sorted(maps.Keys(secret.Data)),
 		Hash: bindingusage.Hash(secret.Data), EnvPrefix: u.EnvPrefix, Volume: u.Volume, Type: u.Type, Provider: u.Provider}
+	kind, env, problem, err := injectInto(ctx, b.Client, *u.Kind, t.Namespace, u.Workload, in, u.UID)
+	if problem != nil || err != nil {
+		out.Problem = problem
+		return out, err
+	}
+	out.Injected, out.Secret, out.Env = &Injected{Kind: kind, Workload: u.Workload}, u.Secret, env
+	return out, nil
+}
+
+// injectInto applies an injection into the workload named name, of kind,
+// under the field manager of uid. It returns the kind with the containers
+// path it found, and the variables set; a problem is what someone must
+// change (or wait for), an error what a retry may fix.
+func injectInto(ctx context.Context, c ctrlclient.Client, kind sc.UsageKindSnapshot, namespace, name string, in bindingusage.Injection, uid types.UID) (sc.UsageKindSnapshot, []string, *UsageProblem, error) {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(kind.GVK())
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, obj); err != nil {
+		if p := workloadProblem(err, &kind, namespace, name, "get"); p != nil {
+			return kind, nil, p, nil
+		}
+		return kind, nil, nil, fmt.Errorf("reading %s %s/%s: %w", kind.Resource.Kind, namespace, name, err)
+	}
+	var err error
+	if kind.ContainersPath, err = bindingusage.ContainersPath(obj, kind.ContainersPath); err != nil {
+		return kind, nil, failed("InvalidPath", "%s %s: %v", kind.Resource.Kind, name, err), nil
+	}
 	apply, env, err := in.Apply(obj, bindingusage.Paths{Labels: kind.LabelsPath, Containers: kind.ContainersPath})
 	var pathErr *bindingusage.PathError
 	var conflict *bindingusage.ConflictError
 	switch {
 	case errors.As(err, &pathErr):
-		out.Problem = failed("InvalidPath", "%s %s: %v", kind.Resource.Kind, u.Workload, err)
-		return out, nil
+		return kind, nil, failed("InvalidPath", "%s %s: %v", kind.Resource.Kind, name, err), nil
 	case errors.As(err, &conflict):
-		out.Problem = failed("Conflict", "%s %s: %v", kind.Resource.Kind, u.Workload, err)
-		return out, nil
+		return kind, nil, failed("Conflict", "%s %s: %v", kind.Resource.Kind, name, err), nil
 	case err != nil:
-		return out, err
+		return kind, nil, nil, err
 	}
-	if err := b.Client.Patch(ctx, apply, ctrlclient.Apply, ctrlclient.FieldOwner(bindingusage.FieldManager(u.UID))); err != nil {
-		out.Problem = workloadProblem(err, u.Kind, t.Namespace, u.Workload, "patch")
-		if out.Problem == nil {
-			return out, fmt.Errorf("applying the injection into %s %s/%s: %w", kind.Resource.Kind, t.Namespace, u.Workload, err)
+	if err := c.Patch(ctx, apply, ctrlclient.Apply, ctrlclient.FieldOwner(bindingusage.FieldManager(uid))); err != nil {
+		if p := workloadProblem(err, &kind, namespace, name, "patch"); p != nil {
+			return kind, nil, p, nil
 		}
-		return out, nil
+		return kind, nil, nil, fmt.Errorf("applying the injection into %s %s/%s: %w", kind.Resource.Kind, namespace, name, err)
 	}
-	out.Injected, out.Secret, out.Env = &Injected{Kind: kind, Workload: u.Workload}, u.Secret, env
-	return out, nil
+	return kind, env, nil, nil
 }
 
 // workloadProblem turns an error of the API server about a workload into
@@ -308,19 +316,25 @@ func (b *BindingUsages) RecordUsage(ctx context.Context, t UsageTarget, o UsageO
 // nothing under the usage's field manager drops exactly the fields it
 // owns. A workload that is gone has nothing to remove.
 func (b *BindingUsages) RemoveInjection(ctx context.Context, t UsageTarget, uid types.UID, in Injected) error {
+	return removeInjection(ctx, b.Client, in.Kind.GVK(), t.Namespace, in.Workload, uid)
+}
+
+// removeInjection applies nothing into the workload under the field
+// manager of uid, which drops exactly the fields it owns.
+func removeInjection(ctx context.Context, c ctrlclient.Client, gvk schema.GroupVersionKind, namespace, name string, uid types.UID) error {
 	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(in.Kind.GVK())
-	obj.SetNamespace(t.Namespace)
-	obj.SetName(in.Workload)
-	if err := b.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(obj), obj); err != nil {
+	obj.SetGroupVersionKind(gvk)
+	obj.SetNamespace(namespace)
+	obj.SetName(name)
+	if err := c.Get(ctx, ctrlclient.ObjectKeyFromObject(obj), obj); err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			return nil
 		}
-		return fmt.Errorf("reading %s %s/%s to remove the injection: %w", in.Kind.Resource.Kind, t.Namespace, in.Workload, err)
+		return fmt.Errorf("reading %s %s/%s to remove the injection: %w", gvk.Kind, namespace, name, err)
 	}
-	err := b.Client.Patch(ctx, bindingusage.Removal(obj), ctrlclient.Apply, ctrlclient.FieldOwner(bindingusage.FieldManager(uid)))
+	err := c.Patch(ctx, bindingusage.Removal(obj), ctrlclient.Apply, ctrlclient.FieldOwner(bindingusage.FieldManager(uid)))
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing the injection from %s %s/%s: %w", in.Kind.Resource.Kind, t.Namespace, in.Workload, err)
+		return fmt.Errorf("removing the injection from %s %s/%s: %w", gvk.Kind, namespace, name, err)
 	}
 	return nil
 }

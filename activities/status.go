@@ -44,6 +44,10 @@ func (a *Operations) patchStatus(ctx context.Context, t *target, mutate func(*st
 			Resources: st.Resources, ObservedGeneration: st.ObservedGeneration, Conditions: st.Conditions}
 		mutate(&s)
 		st.State, st.Description, st.Error, st.Response = s.State, s.Description, s.Error, s.BindingResponse
+		st.Binding = nil
+		if st.Response.SecretRef != "" && !t.remote {
+			st.Binding = &osbv1alpha1.SecretReference{Name: st.Response.SecretRef}
+		}
 		st.Resources, st.ObservedGeneration, st.Conditions = s.Resources, s.ObservedGeneration, s.Conditions
 		if s.applied {
 			st.AppliedSpec = b.Spec.DeepCopy()

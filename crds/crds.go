@@ -25,6 +25,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	servicebindingv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
 	servicecatalogv1alpha1 "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 )
 
@@ -44,6 +45,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		resourcev1alpha1.AddToScheme,
 		primazav1alpha1.AddToScheme,
 		servicecatalogv1alpha1.AddToScheme,
+		servicebindingv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return err

@@ -133,6 +133,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupBindingUsages(mgr, tc, copts); err != nil {
 		return nil, err
 	}
+	if err := setupServiceBindings(mgr, tc, copts); err != nil {
+		return nil, err
+	}
 	if err := setupAutoUpdates(mgr, tc, copts); err != nil {
 		return nil, err
 	}

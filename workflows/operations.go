@@ -331,6 +331,7 @@ func Register(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(HealthChecks, workflow.RegisterOptions{Name: runs.HealthChecksType})
 	r.RegisterWorkflowWithOptions(ServiceClaim, workflow.RegisterOptions{Name: runs.ClaimType})
 	r.RegisterWorkflowWithOptions(BindingUsage, workflow.RegisterOptions{Name: runs.BindingUsageType})
+	r.RegisterWorkflowWithOptions(ServiceBinding, workflow.RegisterOptions{Name: runs.ServiceBindingType})
 	r.RegisterWorkflowWithOptions(MassUpdate, workflow.RegisterOptions{Name: runs.MassUpdateType})
 	for op, wf := range map[lifecycle.Operation]any{
 		lifecycle.OpProvision:   Provision,

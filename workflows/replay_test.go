@@ -41,6 +41,7 @@ var histories = []string{
 	"healthchecks-continue-as-new", // a loop's run that continued as new after its passes
 	"claim",                        // a claim resolved, moved, Pending, resolved again, then deleted and released
 	"binding-usage",                // a usage injected, its workload gone and back, its Secret rotated, then deleted and removed
+	"service-binding",              // a ServiceBinding projected, moved to a selector, its Secret rotated, gone and back, then deleted and taken back
 	"mass-update",                  // a mass update of 20 instances, completed
 	"mass-update-steered",          // a mass update paused by its failure budget, resumed, paused again, cancelled
 	"provision-scheduled",          // scheduled on a sister cluster first, then applied there

@@ -34,10 +34,21 @@ type Injection struct {
 	Hash   string
 	// EnvPrefix is prepended to each key.
 	EnvPrefix string
+	// Env, when not nil, is exactly the variables to set (servicebinding.io's
+	// spec.env); nil sets one per key, named with EnvPrefix (Kyma's way).
+	Env []EnvVar
+	// Containers, when not empty, are the only containers projected into
+	// (by name); the others are left alone.
+	Containers []string
 	// Volume also mounts the Secret, with the files type and provider
 	// (unless the Secret has those keys).
 	Volume         bool
 	Type, Provider string
+}
+
+// EnvVar sets a variable to a key of the Secret.
+type EnvVar struct {
+	Name, Key string
 }
 
 // ConflictError says that a workload already has, from someone else, a
@@ -115,17 +126,26 @@ func (in Injection) Apply(obj *unstructured.Unstructured, paths Paths) (*unstruc
 	if err != nil {
 		return nil, nil, err
 	}
-	env := make([]any, 0, len(in.Keys))
-	names := make([]string, 0, len(in.Keys)+1)
-	for _, k := range in.Keys {
-		env = append(env, map[string]any{"name": in.EnvPrefix + k,
-			"valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": in.Secret, "key": k}}})
-		names = append(names, in.EnvPrefix+k)
+	vars := in.Env
+	if vars == nil {
+		for _, k := range in.Keys {
+			vars = append(vars, EnvVar{Name: in.EnvPrefix + k, Key: k})
+		}
+	}
+	env := make([]any, 0, len(vars))
+	names := make([]string, 0, len(vars)+1)
+	for _, v := range vars {
+		env = append(env, map[string]any{"name": v.Name,
+			"valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": in.Secret, "key": v.Key}}})
+		names = append(names, v.Name)
 	}
 	annotations := map[string]any{HashKey(in.Usage): in.Hash}
 	applied := make([]any, 0, len(containers))
 	for _, c := range containers {
 		name := c["name"].(string)
+		if len(in.Containers) > 0 && !slices.Contains(in.Containers, name) {
+			continue
+		}
 		mine := map[string]any{"name": name}
 		cenv := slices.Clone(env)
 		if in.Volume {

@@ -76,6 +76,21 @@ func BindingUsageID(namespace, name string) string {
 	return "servicebindingusage/" + namespace + "/" + name
 }
 
+// ServiceBindingType is the registered name of a ServiceBinding's
+// (servicebinding.io) workflow.
+const ServiceBindingType = "ServiceBinding"
+
+// SignalServiceBindingChanged tells a ServiceBinding's workflow to look
+// again: the ServiceBinding, its service, the service's Secret, a
+// workload or a ClusterWorkloadResourceMapping has changed.
+const SignalServiceBindingChanged = "servicebinding-changed"
+
+// ServiceBindingID is the ID of the workflow of the ServiceBinding
+// namespace/name, e.g. "servicebinding/apps/db".
+func ServiceBindingID(namespace, name string) string {
+	return "servicebinding/" + namespace + "/" + name
+}
+
 // MassUpdateType is the registered name of the mass update workflow.
 const MassUpdateType = "MassUpdate"
 

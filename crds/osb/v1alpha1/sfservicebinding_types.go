@@ -98,6 +98,13 @@ type SFServiceBindingStatus struct {
 	// AppliedSpec is the spec of the last operation that succeeded.
 	// +optional
 	AppliedSpec *SFServiceBindingSpec `json:"appliedSpec,omitempty"`
+	// Binding names the Secret of the credentials, as servicebinding.io's
+	// Provisioned Services publish it, so that a ServiceBinding can name the
+	// SFServiceBinding as its service. Absent while there are no
+	// credentials, and for a binding whose credentials live in another
+	// cluster.
+	// +optional
+	Binding *SecretReference `json:"binding,omitempty"`
 	// ClusterID is the cluster the binding's objects and credentials live
 	// in, its instance's spec.clusterId, kept so that an unbind finds them
 	// once the instance is gone. Empty: the cluster Quartermaster runs in.
@@ -109,6 +116,11 @@ type SFServiceBindingStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SecretReference names a Secret in the same namespace.
+type SecretReference struct {
+	Name string `json:"name"`
 }
 
 // SFServiceBinding is one binding of an SFServiceInstance.

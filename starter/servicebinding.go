@@ -1,0 +1,206 @@
+package starter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// Indexes of the ServiceBindings in the watcher's cache: by the service
+// ("Kind/name"), the Secret they project and the workloads' kind
+// ("apiVersion/Kind"), so that an event of any of those finds them.
+const (
+	sbServiceField      = "spec.service"
+	sbSecretField       = "status.binding.name"
+	sbWorkloadKindField = "spec.workload.kind"
+)
+
+// serviceBindingTarget is the input of a ServiceBinding's workflow
+// (activities.ServiceBindingTarget), by its JSON names.
+type serviceBindingTarget struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// ServiceBindings starts each ServiceBinding's workflow and signals it when
+// there is something to look at again: the ServiceBinding is new, changed
+// or deleted; its service (an SFServiceBinding or a ServiceClaim) names
+// another Secret; the Secret changed; a workload of its kind changed
+// generation or came (a selector may match it) or went; a
+// ClusterWorkloadResourceMapping changed. Workloads are watched by
+// metadata only, one watch per kind a ServiceBinding names. Another kind
+// of Provisioned Service is looked at again within a minute while the
+// ServiceBinding is not Ready.
+type ServiceBindings struct {
+	Client   ctrlclient.Client
+	Temporal client.Client
+
+	cache    cache.Cache
+	bindings controller.Controller
+	mu       sync.Mutex
+	watched  map[schema.GroupVersionKind]bool
+}
+
+// setupServiceBindings registers the ServiceBindings' controller.
+func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
+	s := &ServiceBindings{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(), watched: map[schema.GroupVersionKind]bool{}}
+	indexes := map[string]func(*sbv1.ServiceBinding) string{
+		sbServiceField: func(b *sbv1.ServiceBinding) string { return b.Spec.Service.Kind + "/" + b.Spec.Service.Name },
+		sbSecretField: func(b *sbv1.ServiceBinding) string {
+			if b.Status.Binding != nil {
+				return b.Status.Binding.Name
+			}
+			return ""
+		},
+		sbWorkloadKindField: func(b *sbv1.ServiceBinding) string { return b.Spec.Workload.APIVersion + "/" + b.Spec.Workload.Kind },
+	}
+	for field, of := range indexes {
+		err := mgr.GetFieldIndexer().IndexField(context.Background(), &sbv1.ServiceBinding{}, field, func(o ctrlclient.Object) []string {
+			if v := of(o.(*sbv1.ServiceBinding)); v != "" {
+				return []string{v}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("indexing ServiceBindings by %s: %w", field, err)
+		}
+	}
+	o := copts()
+	o.Reconciler = ReconcilerFunc(s.wake)
+	c, err := controller.New("servicebinding", mgr, o)
+	if err != nil {
+		return fmt.Errorf("registering the ServiceBinding controller: %w", err)
+	}
+	s.bindings = c
+	secretChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return secretOf(e.ObjectOld) != secretOf(e.ObjectNew) }}
+	secrets := &metav1.PartialObjectMetadata{}
+	secrets.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Secret"})
+	serviceKey := func(o ctrlclient.Object) string {
+		switch o.(type) {
+		case *osbv1alpha1.SFServiceBinding:
+			return "SFServiceBinding/" + o.GetName()
+		case *primazav1alpha1.ServiceClaim:
+			return "ServiceClaim/" + o.GetName()
+		}
+		return ""
+	}
+	sources := []source.Source{
+		source.Kind[ctrlclient.Object](s.cache, &sbv1.ServiceBinding{}, &handler.EnqueueRequestForObject{}, specOrDeletion),
+		source.Kind[ctrlclient.Object](s.cache, &osbv1alpha1.SFServiceBinding{}, s.by(sbServiceField, serviceKey), secretChanged),
+		source.Kind[ctrlclient.Object](s.cache, &primazav1alpha1.ServiceClaim{}, s.by(sbServiceField, serviceKey), secretChanged),
+		// A Secret named as a service directly, or projected.
+		source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(secrets), s.by(sbSecretField, nameOf)),
+		source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(secrets), s.by(sbServiceField, func(o ctrlclient.Object) string { return "Secret/" + o.GetName() })),
+		source.Kind[ctrlclient.Object](s.cache, &sbv1.ClusterWorkloadResourceMapping{}, s.by("", nil), predicate.GenerationChangedPredicate{}),
+	}
+	for _, src := range sources {
+		if err := c.Watch(src); err != nil {
+			return fmt.Errorf("watching for the ServiceBindings: %w", err)
+		}
+	}
+	return nil
+}
+
+// watchWorkloads starts the watch of a kind's workloads, once: a change of
+// generation (someone's apply dropped the projection), a new one (a
+// selector may match it) or one gone wakes the ServiceBindings of the kind.
+func (s *ServiceBindings) watchWorkloads(gvk schema.GroupVersionKind) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watched[gvk] {
+		return nil
+	}
+	workloads := &metav1.PartialObjectMetadata{}
+	workloads.SetGroupVersionKind(gvk)
+	kind := gvk.GroupVersion().String() + "/" + gvk.Kind
+	changed := predicate.Or[ctrlclient.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})
+	src := source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(workloads), s.by(sbWorkloadKindField, func(ctrlclient.Object) string { return kind }), changed)
+	if err := s.bindings.Watch(src); err != nil {
+		return fmt.Errorf("watching %s for the ServiceBindings: %w", gvk, err)
+	}
+	s.watched[gvk] = true
+	return nil
+}
+
+// by maps an object to the ServiceBindings in its namespace whose field is
+// key(obj); an empty field maps it to every ServiceBinding.
+func (s *ServiceBindings) by(field string, key func(ctrlclient.Object) string) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o ctrlclient.Object) []reconcile.Request {
+		var opts []ctrlclient.ListOption
+		if field != "" {
+			k := key(o)
+			if k == "" {
+				return nil
+			}
+			opts = append(opts, ctrlclient.MatchingFields{field: k})
+		}
+		if o.GetNamespace() != "" {
+			opts = append(opts, ctrlclient.InNamespace(o.GetNamespace()))
+		}
+		var list sbv1.ServiceBindingList
+		if err := s.Client.List(ctx, &list, opts...); err != nil {
+			log.FromContext(ctx).Error(err, "listing the ServiceBindings of an object", "field", field)
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for _, b := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Name}})
+		}
+		return out
+	})
+}
+
+// wake signals the workflow of an existing ServiceBinding, starting it if
+// it does not run, and watches its workloads' kind.
+func (s *ServiceBindings) wake(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var sb sbv1.ServiceBinding
+	if err := s.Client.Get(ctx, req.NamespacedName, &sb); err != nil {
+		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	if gv, err := schema.ParseGroupVersion(sb.Spec.Workload.APIVersion); err == nil {
+		if err := s.watchWorkloads(gv.WithKind(sb.Spec.Workload.Kind)); err != nil {
+			// The kind may not be served yet; the workflow says so, and
+			// looks again within a minute.
+			log.FromContext(ctx).Info("not watching the workloads of a ServiceBinding", "error", err.Error())
+		}
+	}
+	id := runs.ServiceBindingID(req.Namespace, req.Name)
+	workload := sb.Spec.Workload.Name
+	if workload == "" {
+		workload = "(selector)"
+	}
+	_, err := s.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalServiceBindingChanged, "", client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             runs.TaskQueue,
+		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		StaticSummary: fmt.Sprintf("service binding %s/%s: %s %s into %s %s", req.Namespace, req.Name,
+			sb.Spec.Service.Kind, sb.Spec.Service.Name, sb.Spec.Workload.Kind, workload),
+		StaticDetails: fmt.Sprintf("kubectl get servicebinding.servicebinding.io %s -n %s -o yaml", req.Name, req.Namespace),
+	}, runs.ServiceBindingType, serviceBindingTarget{Namespace: req.Namespace, Name: req.Name})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("signalling the workflow of ServiceBinding %s: %w", req.NamespacedName, err)
+	}
+	return ctrl.Result{}, nil
+}
