@@ -19,6 +19,7 @@ import (
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/starter"
+	"github.com/quartermaster/qm/workflows"
 )
 
 // The IDs of the samples that `qm dev` installs, and a System with
@@ -222,4 +223,30 @@ func (s *System) Runs(t require.TestingT, workflowID string) int {
 	})
 	require.NoError(t, err, "listing the runs of %s", workflowID)
 	return len(resp.Executions)
+}
+
+// WorkingRuns counts the runs under a lifecycle workflow ID that did the
+// operation's work, and those that found it done: a start that a watcher
+// with a stale cache repeats after a failover is such an idle run (Begin
+// finds the generation done, and the run returns an empty Result), and is
+// no duplicate. A run that failed counts as working. Errors are reported
+// on t, as Runs does.
+func (s *System) WorkingRuns(t require.TestingT, workflowID string) (working, idle int) {
+	// Every run is closed by now; the bound only keeps a test that is
+	// wrong about that from hanging.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = %q", workflowID),
+	})
+	require.NoError(t, err, "listing the runs of %s", workflowID)
+	for _, e := range resp.Executions {
+		var res workflows.Result
+		if err := s.Temporal.GetWorkflow(ctx, workflowID, e.Execution.RunId).Get(ctx, &res); err == nil && res.State == "" {
+			idle++
+			continue
+		}
+		working++
+	}
+	return working, idle
 }

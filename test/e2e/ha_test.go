@@ -133,7 +133,11 @@ func TestHighAvailability(t *testing.T) {
 		"every instance succeeds with one watcher and one worker left (%d did)", succeeded())
 	for i := range haProvisions {
 		id := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: ns, Name: fmt.Sprintf("ha-%03d", i)})
-		assert.Equal(t, 1, s.Runs(t, id), "%s ran once", id)
+		working, idle := s.WorkingRuns(t, id)
+		assert.Equal(t, 1, working, "%s did its work in one run", id)
+		if idle > 0 {
+			t.Logf("%s: %d more runs found the work done (a start repeated after a failover)", id, idle)
+		}
 	}
 
 	// Two APIs, each request to the other one.

@@ -300,6 +300,10 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 			assert.Equal(t, 1, objects[fmt.Sprintf("%s-%d", name, j)], "%s has its object %d, once", name, j)
 		}
 		id := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: s.Namespace, Name: name})
-		assert.Equal(t, 1, s.Runs(t, id), "%s ran once", id)
+		working, idle := s.WorkingRuns(t, id)
+		assert.Equal(t, 1, working, "%s did its work in one run", id)
+		if idle > 0 {
+			t.Logf("%s: %d more runs found the work done (a start repeated after a failover)", id, idle)
+		}
 	}
 }
