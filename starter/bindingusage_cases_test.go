@@ -163,7 +163,7 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: %s}
 rules:
-- apiGroups: ["", batch, coordination.k8s.io, events.k8s.io, osb.servicefabrik.io, primaza.io, servicecatalog.kyma-project.io, resource.servicefabrik.io, apiextensions.k8s.io]
+- apiGroups: ["", batch, coordination.k8s.io, events.k8s.io, osb.servicefabrik.io, primaza.io, servicecatalog.kyma-project.io, resource.servicefabrik.io, servicebinding.io, apiextensions.k8s.io]
   resources: ["*"]
   verbs: ["*"]
 - apiGroups: [apps]

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
@@ -41,6 +42,10 @@ func installCRD(t *testing.T, s *testenv.System, file string) {
 			established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
 		}
 		assert.True(c, established)
+		// And the test's client knows it: discovery may lag behind
+		// Established.
+		_, err := s.Kube.Client.RESTMapper().RESTMapping(schema.GroupKind{Group: got.Spec.Group, Kind: got.Spec.Names.Kind}, got.Spec.Versions[0].Name)
+		assert.NoError(c, err)
 	}, 20*time.Second, 50*time.Millisecond, "the CRD %s is served", crd.GetName())
 }
 
