@@ -6,6 +6,7 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,9 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
 	"github.com/quartermaster/qm/internal/claims"
 	"github.com/quartermaster/qm/workflows/runs"
 )
@@ -68,8 +71,15 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) er
 			enqueue(ctx, e.Object, q)
 		},
 	}
+	// A claim's ServiceBinding (its application's projection) that
+	// projected, or failed to, wakes it to say so.
+	projection := builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*sbv1.ServiceBinding), e.ObjectNew.(*sbv1.ServiceBinding)
+		return !equality.Semantic.DeepEqual(o.Status, n.Status)
+	}})
 	err := ctrl.NewControllerManagedBy(mgr).Named("serviceclaim-services").
 		Watches(&primazav1alpha1.RegisteredService{}, services).
+		Watches(&sbv1.ServiceBinding{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &primazav1alpha1.ServiceClaim{}, handler.OnlyControllerOwner()), projection).
 		WithOptions(copts()).Complete(ReconcilerFunc(c.wake))
 	if err != nil {
 		return fmt.Errorf("registering the reconciler of services for claims: %w", err)

@@ -43,8 +43,8 @@ func Environments(services []primazav1alpha1.RegisteredService, claims []primaza
 		}
 	}
 	for _, c := range claims {
-		if c.Spec.EnvironmentTag != "" {
-			envs = append(envs, c.Spec.EnvironmentTag)
+		if tag := c.Spec.TargetEnvironmentTag(); tag != "" {
+			envs = append(envs, tag)
 		}
 	}
 	slices.Sort(envs)

@@ -15,10 +15,10 @@ import (
 // Environment is the environment a claim is made from: its environmentTag,
 // or its application's cluster environment.
 func Environment(c *primazav1alpha1.ServiceClaim) string {
-	if c.Spec.ApplicationClusterContext != nil {
-		return c.Spec.ApplicationClusterContext.ClusterEnvironmentName
+	if ctx := c.Spec.TargetContext(); ctx != nil {
+		return ctx.ClusterEnvironmentName
 	}
-	return c.Spec.EnvironmentTag
+	return c.Spec.TargetEnvironmentTag()
 }
 
 // Mismatch says why a service does not match a claim; "" when it does.

@@ -51,8 +51,22 @@ type ApplicationClusterContext struct {
 	Namespace string `json:"namespace"`
 }
 
-// ServiceClaimSpec asks for a RegisteredService of a class, for an application.
-// +kubebuilder:validation:XValidation:rule="has(self.environmentTag) != has(self.applicationClusterContext)",message="give exactly one of environmentTag or applicationClusterContext"
+// ClaimTarget is where a claim is made from, as Primaza ships it: an
+// environment, or an application's cluster context.
+// +kubebuilder:validation:XValidation:rule="has(self.environmentTag) != has(self.applicationClusterContext)",message="target: give exactly one of environmentTag or applicationClusterContext"
+type ClaimTarget struct {
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	EnvironmentTag string `json:"environmentTag,omitempty"`
+	// +optional
+	ApplicationClusterContext *ApplicationClusterContext `json:"applicationClusterContext,omitempty"`
+}
+
+// ServiceClaimSpec asks for a RegisteredService of a class, for an
+// application. Where it is made from is given as Primaza ships it
+// (target) or as the seed's design has it (environmentTag or
+// applicationClusterContext at the top): one of the three.
+// +kubebuilder:validation:XValidation:rule="[has(self.target), has(self.environmentTag), has(self.applicationClusterContext)].filter(x, x).size() == 1",message="give exactly one of target (as Primaza ships it), environmentTag or applicationClusterContext (as the seed's design has them)"
 type ServiceClaimSpec struct {
 	// ServiceClassIdentity must be a subset of the claimed service's identity.
 	// +kubebuilder:validation:MinItems=1
@@ -74,6 +88,13 @@ type ServiceClaimSpec struct {
 	// namespace.
 	// +optional
 	ApplicationClusterContext *ApplicationClusterContext `json:"applicationClusterContext,omitempty"`
+	// Target, instead of environmentTag or applicationClusterContext, says
+	// where the claim is made from, as Primaza ships claims.
+	// +optional
+	Target *ClaimTarget `json:"target,omitempty"`
+	// Application is what receives the credentials, projected as
+	// servicebinding.io files under $SERVICE_BINDING_ROOT/<claim name>
+	// and the variables envs maps.
 	// +optional
 	Application *ApplicationSelector `json:"application,omitempty"`
 	// Envs project endpoint definition keys as environment variables.
@@ -102,6 +123,10 @@ type ServiceClaimStatus struct {
 	// in servicebinding.io's provisioned-service style.
 	// +optional
 	Binding *BindingReference `json:"binding,omitempty"`
+	// Projected is how many of the application's workloads carry the
+	// credentials.
+	// +optional
+	Projected int `json:"projected,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional
@@ -110,12 +135,31 @@ type ServiceClaimStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
+// TargetEnvironmentTag is the claim's environment tag, from target or
+// the top.
+func (s *ServiceClaimSpec) TargetEnvironmentTag() string {
+	if s.Target != nil {
+		return s.Target.EnvironmentTag
+	}
+	return s.EnvironmentTag
+}
+
+// TargetContext is the claim's application cluster context, from target
+// or the top; nil when it gives an environment tag.
+func (s *ServiceClaimSpec) TargetContext() *ApplicationClusterContext {
+	if s.Target != nil {
+		return s.Target.ApplicationClusterContext
+	}
+	return s.ApplicationClusterContext
+}
+
 // ServiceClaim claims a RegisteredService for an application.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=claim,categories=quartermaster
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.status.registeredService`
+// +kubebuilder:printcolumn:name="Projected",type=integer,JSONPath=`.status.projected`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ServiceClaim struct {
 	metav1.TypeMeta   `json:",inline"`
