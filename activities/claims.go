@@ -225,15 +225,8 @@ func (c *Claims) Record(ctx context.Context, t ClaimTarget, res Resolution, bind
 			Message: fmt.Sprintf("holds service %s; its endpoint is in Secret %s", res.Service, binding), ObservedGeneration: claim.Generation}
 	}
 	meta.SetStatusCondition(&st.Conditions, resolvedCond)
-	projected, projectedCond, err := c.project(ctx, claim, res.State == primazav1alpha1.ClaimResolved && binding != "")
-	if err != nil {
+	if err := c.recordProjection(ctx, claim, st, res.State == primazav1alpha1.ClaimResolved && binding != ""); err != nil {
 		return err
-	}
-	st.Projected = projected
-	if projectedCond != nil {
-		meta.SetStatusCondition(&st.Conditions, *projectedCond)
-	} else {
-		meta.RemoveStatusCondition(&st.Conditions, ConditionProjected)
 	}
 	health := metav1.Condition{Type: "ServiceAvailable", Status: metav1.ConditionTrue, Reason: "Claimed", Message: "the service is healthy", ObservedGeneration: claim.Generation}
 	switch {

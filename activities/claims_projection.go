@@ -84,6 +84,22 @@ func (c *Claims) project(ctx context.Context, claim *primazav1alpha1.ServiceClai
 	return n, cond(metav1.ConditionTrue, "Projected", "the credentials are projected into %d %s workloads (ServiceBinding %s)", n, app.Kind, sb.Name), nil
 }
 
+// recordProjection projects (or takes back) the claim's credentials, and
+// puts how far that went into its status st.
+func (c *Claims) recordProjection(ctx context.Context, claim *primazav1alpha1.ServiceClaim, st *primazav1alpha1.ServiceClaimStatus, bound bool) error {
+	n, cond, err := c.project(ctx, claim, bound)
+	if err != nil {
+		return err
+	}
+	st.Projected = n
+	if cond == nil {
+		meta.RemoveStatusCondition(&st.Conditions, ConditionProjected)
+		return nil
+	}
+	meta.SetStatusCondition(&st.Conditions, *cond)
+	return nil
+}
+
 // unproject deletes the claim's ServiceBinding, if it exists: its
 // workflow takes the projection back before it goes.
 func (c *Claims) unproject(ctx context.Context, claim *primazav1alpha1.ServiceClaim, sb *sbv1.ServiceBinding, exists bool) error {

@@ -71,16 +71,8 @@ func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOpti
 		usageBindingField:  func(s *sc.ServiceBindingUsage) string { return bindingKey(s.Spec.ServiceBindingRef) },
 		usageSecretField:   func(s *sc.ServiceBindingUsage) string { return s.Status.Secret },
 	}
-	for field, of := range indexes {
-		err := mgr.GetFieldIndexer().IndexField(context.Background(), &sc.ServiceBindingUsage{}, field, func(o ctrlclient.Object) []string {
-			if v := of(o.(*sc.ServiceBindingUsage)); v != "" {
-				return []string{v}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("indexing ServiceBindingUsages by %s: %w", field, err)
-		}
+	if err := indexBy(mgr, &sc.ServiceBindingUsage{}, indexes); err != nil {
+		return err
 	}
 	o := copts()
 	o.Reconciler = ReconcilerFunc(u.wake)
@@ -105,6 +97,23 @@ func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOpti
 		}
 	}
 	return setupUsageKinds(mgr, u, copts)
+}
+
+// indexBy indexes the objects of obj's kind in the watcher's cache by each
+// field of indexes (an empty value is not indexed).
+func indexBy[T ctrlclient.Object](mgr ctrl.Manager, obj T, indexes map[string]func(T) string) error {
+	for field, of := range indexes {
+		err := mgr.GetFieldIndexer().IndexField(context.Background(), obj, field, func(o ctrlclient.Object) []string {
+			if v := of(o.(T)); v != "" {
+				return []string{v}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("indexing %T by %s: %w", obj, field, err)
+		}
+	}
+	return nil
 }
 
 // watchWorkloads starts the watch of a kind's workloads, once.

@@ -75,16 +75,8 @@ func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOp
 		},
 		sbWorkloadKindField: func(b *sbv1.ServiceBinding) string { return b.Spec.Workload.APIVersion + "/" + b.Spec.Workload.Kind },
 	}
-	for field, of := range indexes {
-		err := mgr.GetFieldIndexer().IndexField(context.Background(), &sbv1.ServiceBinding{}, field, func(o ctrlclient.Object) []string {
-			if v := of(o.(*sbv1.ServiceBinding)); v != "" {
-				return []string{v}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("indexing ServiceBindings by %s: %w", field, err)
-		}
+	if err := indexBy(mgr, &sbv1.ServiceBinding{}, indexes); err != nil {
+		return err
 	}
 	o := copts()
 	o.Reconciler = ReconcilerFunc(s.wake)
