@@ -220,7 +220,7 @@ metadata: {name: nowhere}
 spec:
   serviceClassIdentity: [{name: type, value: psqlserver}]
   serviceEndpointDefinitionKeys: [host]`,
-			want: []string{"spec", "give exactly one of environmentTag or applicationClusterContext"},
+			want: []string{"spec", "give exactly one of target (as Primaza ships it), environmentTag or applicationClusterContext (as the seed's design has them)"},
 		},
 		{
 			name: "claim from an environment and a cluster context",
@@ -233,7 +233,19 @@ spec:
   serviceEndpointDefinitionKeys: [host]
   environmentTag: dev
   applicationClusterContext: {clusterEnvironmentName: dev, namespace: apps}`,
-			want: []string{"spec", "give exactly one of environmentTag or applicationClusterContext"},
+			want: []string{"spec", "give exactly one of target (as Primaza ships it), environmentTag or applicationClusterContext (as the seed's design has them)"},
+		},
+		{
+			name: "claim from a target of both shapes",
+			yaml: `
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: both-targets}
+spec:
+  serviceClassIdentity: [{name: type, value: psqlserver}]
+  serviceEndpointDefinitionKeys: [host]
+  target: {environmentTag: dev, applicationClusterContext: {clusterEnvironmentName: dev, namespace: apps}}`,
+			want: []string{"spec.target", "target: give exactly one of environmentTag or applicationClusterContext"},
 		},
 		{
 			name: "instance without a plan",
