@@ -31,6 +31,11 @@ func (c *Claims) project(ctx context.Context, claim *primazav1alpha1.ServiceClai
 		return &metav1.Condition{Type: ConditionProjected, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...), ObservedGeneration: claim.Generation}
 	}
 	app := claim.Spec.Application
+	if app == nil && meta.FindStatusCondition(claim.Status.Conditions, ConditionProjected) == nil {
+		// Never projected: nothing to read or take back. Most claims name
+		// no application; their passes cost no extra read.
+		return 0, nil, nil
+	}
 	var sb sbv1.ServiceBinding
 	err := c.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}, &sb)
 	switch {
