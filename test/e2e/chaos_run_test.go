@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/crds"
@@ -181,6 +182,7 @@ func TestChaos(t *testing.T) {
 		role := strings.TrimSuffix(strings.TrimSuffix(name, "-0"), "-1") // worker-0 and worker-1 are one role
 		report.PeakRSS[role] = max(report.PeakRSS[role], r.peak)
 	}
+	settle(t, c)
 	checkFinalStates(t, kube, exps, passwords, &report)
 	checkRuns(t, c, exps, passwords, &report)
 	report.Print(os.Stdout)
@@ -242,6 +244,35 @@ func explainStuck(t *testing.T, kube ctrlclient.Client, inst *osbv1alpha1.SFServ
 	if err := kube.Get(context.Background(), ctrlclient.ObjectKey{Namespace: chaosNamespace, Name: inst.Name + "-db"}, &s); err == nil {
 		t.Logf("%s-db: created %s, deleting since %v, finalizers %v, owners %v", inst.Name, s.CreationTimestamp, s.DeletionTimestamp, s.Finalizers, s.OwnerReferences)
 	}
+}
+
+// settleBound is how long the checks wait for the runs still under way
+// when the workload and the faults have ended: a run whose worker a late
+// fault killed goes on once its workflow task times out (10 s), after a
+// Temporal that a late fault stopped is back, and then writes its outcome.
+const settleBound = 60 * time.Second
+
+// settle waits, up to settleBound, until no run of the chaos namespace is
+// running, so that the checks read outcomes, not runs that a last fault
+// left a few seconds from their end. A run still running after that is
+// what the invariant "runs left running" reports.
+func settle(t *testing.T, c *cluster) {
+	tc, err := client.Dial(client.Options{HostPort: c.temporal.Address})
+	require.NoError(t, err)
+	defer tc.Close()
+	start := time.Now()
+	running := -1
+	// A bound passed is not a failure here: the invariant reports it.
+	_ = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, settleBound, true, func(ctx context.Context) (bool, error) {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("QmNamespace = %q AND ExecutionStatus = \"Running\"", chaosNamespace)})
+		if err != nil {
+			return false, nil // Temporal may be coming back from a fault
+		}
+		running = len(resp.Executions)
+		return running == 0, nil
+	})
+	t.Logf("the runs settled %s after the end (%d still running)", time.Since(start).Round(100*time.Millisecond), max(running, 0))
 }
 
 // checkRuns reads every run from Temporal: exactly one completed run per
