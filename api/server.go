@@ -112,6 +112,8 @@ func (s *Server) Handler() http.Handler {
 		r.Use(s.adminEnabled, basicAuth("Quartermaster admin", s.Admin))
 		r.Get("/instances", s.adminListInstances)
 		r.Get("/instances/{namespace}/{name}", s.adminGetInstance)
+		r.Get("/usagekinds", s.adminListUsageKinds)
+		r.Get("/usagekinds/{name}/resources", s.adminListUsageTargets)
 		s.massRoutes(r)
 	})
 	return r

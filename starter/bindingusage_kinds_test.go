@@ -3,7 +3,6 @@ package starter_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -12,42 +11,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/bindingusage"
 	"github.com/quartermaster/qm/internal/testenv"
 )
-
-// installCRD installs the CRD of testdata/<file>, once per cluster, and
-// waits until it is served.
-func installCRD(t *testing.T, s *testenv.System, file string) {
-	t.Helper()
-	raw, err := os.ReadFile("testdata/" + file)
-	require.NoError(t, err)
-	crd := testenv.Decode(t, string(raw))
-	if err := s.Kube.Client.Create(context.Background(), crd); err != nil && !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var got apiextensionsv1.CustomResourceDefinition
-		require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Name: crd.GetName()}, &got))
-		established := false
-		for _, cond := range got.Status.Conditions {
-			established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
-		}
-		assert.True(c, established)
-		// And the test's client knows it: discovery may lag behind
-		// Established.
-		_, err := s.Kube.Client.RESTMapper().RESTMapping(schema.GroupKind{Group: got.Spec.Group, Kind: got.Spec.Names.Kind}, got.Spec.Versions[0].Name)
-		assert.NoError(c, err)
-	}, 20*time.Second, 50*time.Millisecond, "the CRD %s is served", crd.GetName())
-}
 
 // TestUsageInjectsIntoOtherKinds injects into a StatefulSet (its pod gets
 // the variable), a CronJob (through its jobTemplate) and a kubeless
@@ -56,7 +27,7 @@ func installCRD(t *testing.T, s *testenv.System, file string) {
 func TestUsageInjectsIntoOtherKinds(t *testing.T) {
 	s, secret := usageSystem(t)
 	ctx := context.Background()
-	installCRD(t, s, "function-crd.yaml")
+	s.InstallCRD("function")
 
 	s.Create(fmt.Sprintf(`
 apiVersion: apps/v1

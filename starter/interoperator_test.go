@@ -37,8 +37,8 @@ var (
 func TestInterOperatorStylePlan(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
 	ctx := context.Background()
-	installCRD(t, s, "docker-crd.yaml")
-	installCRD(t, s, "dockerbind-crd.yaml")
+	s.InstallCRD("docker")
+	s.InstallCRD("dockerbind")
 	planID := s.Plan("docker", "  bindable: true\n", testenv.Templates("interoperator-docker"))
 
 	// Provision: the Docker object is applied; the instance waits for the

@@ -254,7 +254,7 @@ spec:
 func TestServiceBindingWithAMapping(t *testing.T) {
 	s, credentials := usageSystem(t)
 	ctx := context.Background()
-	installCRD(t, s, "function-crd.yaml")
+	s.InstallCRD("function")
 	s.Create(fmt.Sprintf(`
 apiVersion: kubeless.io/v1beta1
 kind: Function

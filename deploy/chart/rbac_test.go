@@ -70,7 +70,7 @@ func TestChartRBACIsEnough(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var apiLog testenv.SyncBuffer
-	srv := &api.Server{Namespace: ns, OSB: testenv.OSBCredentials, SyncTimeout: 30 * time.Second, BindTimeout: 30 * time.Second,
+	srv := &api.Server{Namespace: ns, OSB: testenv.OSBCredentials, Admin: testenv.AdminCredentials, SyncTimeout: 30 * time.Second, BindTimeout: 30 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &apiLog), nil))}
 	start(system.Options{Kube: as("api"), Temporal: tc, API: srv, APIListener: ln})
 	s.URL = "http://" + ln.Addr().String()
@@ -87,6 +87,19 @@ func TestChartRBACIsEnough(t *testing.T) {
 	_, err = s.GetInstance("rbac-1")
 	assert.True(t, apierrors.IsNotFound(err), "the instance is gone: %v", err)
 	assert.True(t, apierrors.IsNotFound(kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "rbac-1-db"}, &db)), "and what it applied")
+
+	// The admin API's console endpoints list the UsageKinds and the
+	// workloads they name.
+	kind := testenv.Decode(t, fmt.Sprintf(`apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: UsageKind
+metadata: {name: %s-deployments}
+spec: {resource: {group: apps, kind: Deployment, version: v1}, labelsPath: spec.template.metadata.labels}`, ns))
+	require.NoError(t, kube.Client.Create(ctx, kind))
+	t.Cleanup(func() { _ = kube.Client.Delete(context.Background(), kind) })
+	for _, path := range []string{"/admin/usagekinds", "/admin/usagekinds/" + kind.GetName() + "/resources?namespace=" + ns} {
+		status, body, _ := testenv.HTTP(http.MethodGet, s.URL+path, "", &testenv.AdminCredentials, nil)
+		assert.Equal(t, http.StatusOK, status, "GET %s: %s", path, body)
+	}
 
 	assert.NotContains(t, apiLog.String(), "forbidden", "the API was refused nothing on the way")
 

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"embed"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -147,4 +149,32 @@ func (s *System) RegistryValue(secretName, key string) any {
 	var v any
 	require.NoError(s.t, json.Unmarshal(sec.Data[key], &v), "registry key %s", key)
 	return v
+}
+
+//go:embed testdata/crds/*.yaml
+var crdFiles embed.FS
+
+// InstallCRD installs the CRD of testdata/crds/<name>.yaml (a kubeless
+// Function, inter-operator's Docker and DockerBind), once per cluster, and
+// waits until it is served and the System's client maps its kind.
+func (s *System) InstallCRD(name string) {
+	s.t.Helper()
+	raw, err := crdFiles.ReadFile("testdata/crds/" + name + ".yaml")
+	require.NoError(s.t, err, "no CRD %q in testenv", name)
+	crd := Decode(s.t, string(raw))
+	if err := s.Kube.Client.Create(context.Background(), crd); err != nil && !apierrors.IsAlreadyExists(err) {
+		require.NoError(s.t, err)
+	}
+	require.EventuallyWithT(s.t, func(c *assert.CollectT) {
+		var got apiextensionsv1.CustomResourceDefinition
+		require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Name: crd.GetName()}, &got))
+		established := false
+		for _, cond := range got.Status.Conditions {
+			established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
+		}
+		assert.True(c, established)
+		// Discovery may lag behind Established.
+		_, err := s.Kube.Client.RESTMapper().RESTMapping(schema.GroupKind{Group: got.Spec.Group, Kind: got.Spec.Names.Kind}, got.Spec.Versions[0].Name)
+		assert.NoError(c, err)
+	}, 20*time.Second, 50*time.Millisecond, "the CRD %s is served", crd.GetName())
 }
