@@ -83,6 +83,11 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 	if err := a.checkParameters(t, op); err != nil {
 		return Begun{}, err
 	}
+	if op == lifecycle.OpBind && t.rotates() {
+		if err := a.checkRotation(ctx, t); err != nil {
+			return Begun{}, err
+		}
+	}
 	if op == lifecycle.OpBind && (t.instance.Status.AppliedSpec == nil || t.instance.DeletionTimestamp != nil) {
 		// Retried until the instance is provisioned, or the bind fails;
 		// each retry reads the instance again, not the run's copy.
@@ -371,6 +376,12 @@ func (a *Operations) subject(ctx context.Context, t *target) (*plan.Subject, *co
 	if err != nil {
 		return nil, nil, err
 	}
-	return &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds,
-		Cluster: t.sfCluster()}, secret, nil
+	subject := &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds,
+		Cluster: t.sfCluster()}
+	if t.rotates() {
+		if subject.Predecessor, err = a.predecessor(ctx, t); err != nil {
+			return nil, nil, err
+		}
+	}
+	return subject, secret, nil
 }

@@ -49,7 +49,7 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) *requestErro
 	if e := decodeBody(r, s.MaxBodyBytes, &req); e != nil {
 		return e
 	}
-	inst, plan, identity, e := s.checkBind(ctx, r, iid, &req)
+	inst, plan, identity, e := s.checkBind(ctx, r, iid, bid, &req)
 	if e != nil {
 		return e
 	}
@@ -63,7 +63,7 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) *requestErro
 		Spec: osbv1alpha1.SFServiceBindingSpec{
 			ID: bid, InstanceID: inst.Name, ServiceID: req.ServiceID, PlanID: req.PlanID,
 			BindResource: toJSON(bindResource), Context: toJSON(req.Context), Parameters: toJSON(req.Parameters),
-			AcceptsIncomplete: acceptsIncomplete(r),
+			AcceptsIncomplete: acceptsIncomplete(r), PredecessorBinding: predecessorName(req.PredecessorBindingID),
 		},
 	}
 	if identity != "" {
@@ -108,7 +108,7 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) *requestErro
 }
 
 // checkBind validates a bind request against its instance and the catalog.
-func (s *Server) checkBind(ctx context.Context, r *http.Request, iid string, req *bindRequest) (*osbv1alpha1.SFServiceInstance, *osbv1alpha1.SFPlan, string, *requestError) {
+func (s *Server) checkBind(ctx context.Context, r *http.Request, iid, bid string, req *bindRequest) (*osbv1alpha1.SFServiceInstance, *osbv1alpha1.SFPlan, string, *requestError) {
 	if e := req.validate(); e != nil {
 		return nil, nil, "", e
 	}
@@ -141,6 +141,11 @@ func (s *Server) checkBind(ctx context.Context, r *http.Request, iid string, req
 	}
 	if !bindable {
 		return nil, nil, "", badRequest("plan %q of service %q is not bindable", plan.Spec.Name, svc.Spec.Name)
+	}
+	if req.PredecessorBindingID != "" {
+		if e := s.rotate(ctx, inst, plan, bid, req); e != nil {
+			return nil, nil, "", e
+		}
 	}
 	if plan.Spec.Manager != nil && plan.Spec.Manager.RequiresApp && req.appGUID() == "" {
 		return nil, nil, "", &requestError{status: http.StatusUnprocessableEntity, code: codeRequiresApp,
@@ -314,5 +319,14 @@ func (s *Server) clusterOf(ctx context.Context, b *osbv1alpha1.SFServiceBinding)
 func sameBinding(have, want osbv1alpha1.SFServiceBindingSpec) bool {
 	return have.InstanceID == want.InstanceID && have.ServiceID == want.ServiceID && have.PlanID == want.PlanID &&
 		sameJSON(have.BindResource, want.BindResource) && sameJSON(have.Context, want.Context) &&
-		sameJSON(have.Parameters, want.Parameters)
+		sameJSON(have.Parameters, want.Parameters) && have.PredecessorBinding == want.PredecessorBinding
+}
+
+// predecessorName is the resource name of a predecessor_binding_id ("":
+// none).
+func predecessorName(id string) string {
+	if id == "" {
+		return ""
+	}
+	return ResourceName(id)
 }

@@ -57,6 +57,7 @@ type (
 		Free                   *bool                        `json:"free,omitempty"`
 		Bindable               *bool                        `json:"bindable,omitempty"`
 		PlanUpdateable         *bool                        `json:"plan_updateable,omitempty"`
+		BindingRotatable       *bool                        `json:"binding_rotatable,omitempty"`
 		Schemas                json.RawMessage              `json:"schemas,omitempty"`
 		MaximumPollingDuration *int64                       `json:"maximum_polling_duration,omitempty"`
 		MaintenanceInfo        *osbv1alpha1.MaintenanceInfo `json:"maintenance_info,omitempty"`
@@ -116,7 +117,7 @@ func toService(s osbv1alpha1.SFServiceSpec, plans []plan) service {
 func toPlan(p osbv1alpha1.SFPlanSpec) plan {
 	return plan{
 		ID: p.ID, Name: p.Name, Description: p.Description, Metadata: raw(p.Metadata),
-		Free: p.Free, Bindable: p.Bindable, PlanUpdateable: p.PlanUpdatable, Schemas: raw(p.Schemas),
+		Free: p.Free, Bindable: p.Bindable, PlanUpdateable: p.PlanUpdatable, BindingRotatable: p.BindingRotatable, Schemas: raw(p.Schemas),
 		MaximumPollingDuration: p.MaximumPollingDuration, MaintenanceInfo: p.MaintenanceInfo,
 	}
 }

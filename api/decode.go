@@ -46,6 +46,8 @@ type (
 		AppGUID      string          `json:"app_guid,omitempty"` // deprecated in OSB, still sent by some platforms
 		BindResource *bindResource   `json:"bind_resource,omitempty"`
 		Parameters   json.RawMessage `json:"parameters,omitempty"`
+		// PredecessorBindingID rotates that binding (OSB 2.17).
+		PredecessorBindingID string `json:"predecessor_binding_id,omitempty"`
 	}
 	bindResource struct {
 		AppGUID string `json:"app_guid,omitempty"`

@@ -60,6 +60,12 @@
 //	             metadata: {name, labels}, spec: {secretRef, schedulingLimitPercentage, totalCapacity, ...}};
 //	            for the cluster Quartermaster runs in (no spec.clusterId, or "1" as in the
 //	            inter-operator), its name alone: {..., metadata: {name: "1"}}
+//	.predecessor  for the bind and status of a binding that rotates another (its
+//	            predecessorBinding), while the predecessor exists: {binding: the predecessor's
+//	            SFServiceBinding, registry: its registry, credentialKeys: the sorted keys of its
+//	            credentials, not their values}. A plan keeps what it needs of it in the new
+//	            binding's registry ({{ setRegistry "user" .predecessor.registry.user }}), since
+//	            the predecessor may be unbound before the new binding's status is read again.
 //	.<key>      for status, bind and unbind: each object the sources template names, under its
 //	            key, as the API server returns it; absent while it does not exist (test with `with`)
 //

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +32,22 @@ type Subject struct {
 	// templates; nil, or one with no name, is the cluster Quartermaster
 	// runs in (resourcev1alpha1.LocalCluster).
 	Cluster *resourcev1alpha1.SFCluster
+	// Predecessor is the binding a binding rotates, while it binds (nil:
+	// none).
+	Predecessor *Predecessor
+}
+
+// Predecessor is what the templates of a binding rotation see of the
+// binding it replaces, as .predecessor: the binding, its registry (so that
+// a plan can keep the same user) and the keys of its credentials, never
+// their values (a plan issues new ones; the old stay in the predecessor's
+// Secret until it is unbound).
+type Predecessor struct {
+	Binding *osbv1alpha1.SFServiceBinding
+	// Registry is the predecessor's registry (nil: it has none).
+	Registry *registry.Registry
+	// CredentialKeys are the keys of its credentials Secret.
+	CredentialKeys []string
 }
 
 // Values are the variables of a template (see the package doc). Every value
@@ -59,7 +76,31 @@ func (s *Subject) Values(scheme *runtime.Scheme) (Values, error) {
 		}
 		v[key] = m
 	}
+	if p := s.Predecessor; p != nil {
+		pred, err := p.values(scheme)
+		if err != nil {
+			return nil, fmt.Errorf("the template variable .predecessor: %w", err)
+		}
+		v["predecessor"] = pred
+	}
 	return v, nil
+}
+
+// values is the .predecessor variable.
+func (p *Predecessor) values(scheme *runtime.Scheme) (map[string]any, error) {
+	binding, err := toMap(scheme, p.Binding)
+	if err != nil {
+		return nil, err
+	}
+	reg := map[string]any{}
+	if p.Registry != nil {
+		reg = p.Registry.Values()
+	}
+	keys := []any{}
+	for _, k := range slices.Sorted(slices.Values(p.CredentialKeys)) {
+		keys = append(keys, k)
+	}
+	return map[string]any{"binding": binding, "registry": reg, "credentialKeys": keys}, nil
 }
 
 // AddSources returns a copy of v with each source object under its key.
@@ -105,8 +146,6 @@ func (s *Subject) release() Release {
 	return Release{Name: s.Instance.Name, Namespace: s.Instance.Namespace, Upgrade: s.Instance.Status.AppliedSpec != nil}
 }
 
-// toMap converts a typed object to the map a template sees, with its
-// apiVersion and kind and without managed fields.
 // clusterValue is .cluster: the SFCluster's name, labels and spec, which
 // are what an operator registered (its status changes with every probe,
 // and a render should not).
@@ -132,6 +171,8 @@ func clusterValue(c *resourcev1alpha1.SFCluster) (map[string]any, error) {
 	return v, nil
 }
 
+// toMap converts a typed object to the map a template sees, with its
+// apiVersion and kind and without managed fields.
 func toMap(scheme *runtime.Scheme, obj client.Object) (map[string]any, error) {
 	obj = obj.DeepCopyObject().(client.Object)
 	gvk, err := apiutil.GVKForObject(obj, scheme)

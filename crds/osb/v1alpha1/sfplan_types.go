@@ -93,6 +93,12 @@ type SFPlanSpec struct {
 	// PlanUpdatable is served as the OSB plan_updateable.
 	// +optional
 	PlanUpdatable *bool `json:"planUpdatable,omitempty"`
+	// BindingRotatable lets a new binding name an existing one as its
+	// predecessor and get fresh credentials while the predecessor keeps
+	// working (OSB binding rotation). Served as the OSB binding_rotatable;
+	// false unless set.
+	// +optional
+	BindingRotatable *bool `json:"bindingRotatable,omitempty"`
 	// AutoUpdateInstances re-renders every instance of the plan when the
 	// plan's spec changes: a MassUpdate run per generation, with MassUpdate's
 	// settings.

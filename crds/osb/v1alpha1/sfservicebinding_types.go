@@ -31,6 +31,12 @@ type SFServiceBindingSpec struct {
 	// AcceptsIncomplete records whether the client accepts an asynchronous bind.
 	// +optional
 	AcceptsIncomplete bool `json:"acceptsIncomplete,omitempty"`
+	// PredecessorBinding names the SFServiceBinding of the same instance
+	// that this one rotates (OSB predecessor_binding_id): its plan must
+	// have bindingRotatable, and its templates see the predecessor as
+	// .predecessor. The predecessor keeps working until it is unbound.
+	// +optional
+	PredecessorBinding string `json:"predecessorBinding,omitempty"`
 }
 
 // BindingResponse is what a bind gave back: where its credentials are, and
@@ -127,8 +133,10 @@ type SecretReference struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sfsb,categories=quartermaster
+// +kubebuilder:validation:XValidation:rule=`(has(self.spec.predecessorBinding) ? self.spec.predecessorBinding : "") == (has(oldSelf.spec.predecessorBinding) ? oldSelf.spec.predecessorBinding : "")`,message="spec.predecessorBinding is immutable"
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.spec.instanceId`
+// +kubebuilder:printcolumn:name="Predecessor",type=string,JSONPath=`.spec.predecessorBinding`,priority=1
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.status.response.secretRef`,priority=1
 // +kubebuilder:printcolumn:name="Waiting",type=string,JSONPath=`.status.conditions[?(@.type=="Started")].message`,description="why the operation's run cannot start, while it cannot (the Started=False condition)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -254,6 +254,11 @@ func (in *SFPlanSpec) DeepCopyInto(out *SFPlanSpec) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.BindingRotatable != nil {
+		in, out := &in.BindingRotatable, &out.BindingRotatable
+		*out = new(bool)
+		**out = **in
+	}
 	if in.MassUpdate != nil {
 		in, out := &in.MassUpdate, &out.MassUpdate
 		*out = new(MassUpdateSettings)

@@ -1,0 +1,71 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/rotation"
+)
+
+// rotate checks a bind request that names a predecessor_binding_id
+// (rotation.Check) and fills in what the platform no longer keeps: the
+// predecessor's parameters, context and bind_resource, where the request
+// gives none. A retry of a rotation already recorded is filled from that
+// record, so that it is answered alike even after the predecessor was
+// unbound.
+func (s *Server) rotate(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, plan *osbv1alpha1.SFPlan, bid string, req *bindRequest) *requestError {
+	predName := ResourceName(req.PredecessorBindingID)
+	var have osbv1alpha1.SFServiceBinding
+	err := s.Kube.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(bid)}, &have)
+	switch {
+	case err == nil && have.Spec.ID == bid && have.Spec.PredecessorBinding == predName:
+		return req.inherit(have.Spec)
+	case err != nil && !apierrors.IsNotFound(err):
+		return &requestError{status: http.StatusInternalServerError, description: "reading binding " + bid + ": " + err.Error()}
+	}
+	var pred *osbv1alpha1.SFServiceBinding
+	var got osbv1alpha1.SFServiceBinding
+	err = s.Kube.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: predName}, &got)
+	switch {
+	case err == nil && got.Spec.ID == req.PredecessorBindingID:
+		pred = &got
+	case err != nil && !apierrors.IsNotFound(err):
+		return &requestError{status: http.StatusInternalServerError, description: "reading predecessor binding " + req.PredecessorBindingID + ": " + err.Error()}
+	}
+	b := &osbv1alpha1.SFServiceBinding{ObjectMeta: metav1.ObjectMeta{Name: ResourceName(bid)},
+		Spec: osbv1alpha1.SFServiceBindingSpec{ID: bid, InstanceID: inst.Name, PredecessorBinding: predName}}
+	if err := rotation.Check(plan, b, pred); err != nil {
+		var refusal *rotation.Refusal
+		if errors.As(err, &refusal) {
+			return badRequest("%s", err.Error())
+		}
+		return &requestError{status: http.StatusInternalServerError, description: err.Error()}
+	}
+	return req.inherit(pred.Spec)
+}
+
+// inherit fills the parameters, context and bind_resource the request
+// leaves out from spec, a predecessor's or the recorded rotation's.
+func (b *bindRequest) inherit(spec osbv1alpha1.SFServiceBindingSpec) *requestError {
+	if len(b.Parameters) == 0 && spec.Parameters != nil {
+		b.Parameters = spec.Parameters.Raw
+	}
+	if len(b.Context) == 0 && spec.Context != nil {
+		b.Context = spec.Context.Raw
+	}
+	if b.BindResource == nil && spec.BindResource != nil {
+		var r bindResource
+		if err := json.Unmarshal(spec.BindResource.Raw, &r); err != nil {
+			return &requestError{status: http.StatusInternalServerError, description: "reading the predecessor's bind_resource: " + err.Error()}
+		}
+		b.BindResource = &r
+	}
+	return nil
+}
