@@ -160,14 +160,7 @@ func (b *BindingUsages) binding(ctx context.Context, namespace string, ref sc.Bi
 			}
 			return "", "", "", nil, fmt.Errorf("reading ServiceClaim %s: %w", key, err)
 		}
-		for _, id := range claim.Spec.ServiceClassIdentity {
-			switch id.Name {
-			case "type":
-				typ = id.Value
-			case "provider":
-				provider = id.Value
-			}
-		}
+		typ, provider = bindingusage.ClaimIdentity(claim.Spec.ServiceClassIdentity)
 		if claim.Status.Binding == nil {
 			return "", "", "", pending("BindingNotReady", "ServiceClaim %s holds no service yet (%s)", ref.Name, cmp.Or(string(claim.Status.State), "new")), nil
 		}
@@ -180,16 +173,24 @@ func (b *BindingUsages) binding(ctx context.Context, namespace string, ref sc.Bi
 		}
 		return "", "", "", nil, fmt.Errorf("reading SFServiceBinding %s: %w", key, err)
 	}
-	typ = binding.Spec.ServiceID
-	if b.Offerings != nil {
-		if svc, err := b.Offerings.Service(ctx, binding.Spec.ServiceID); err == nil {
-			typ = svc.Spec.Name
-		}
-	}
 	if binding.Status.Response.SecretRef == "" {
 		return "", "", "", pending("BindingNotReady", "SFServiceBinding %s has no credentials yet (its bind is %s)", ref.Name, cmp.Or(string(binding.Status.State), "not started")), nil
 	}
-	return binding.Status.Response.SecretRef, typ, "quartermaster", nil, nil
+	typ, provider = brokeredIdentity(ctx, b.Offerings, binding.Spec.ServiceID)
+	return binding.Status.Response.SecretRef, typ, provider, nil, nil
+}
+
+// brokeredIdentity is the type and provider of a binding Quartermaster
+// brokered, for a servicebinding.io volume: its service's name (its ID once
+// the service is no longer registered), and bindingusage.Provider.
+func brokeredIdentity(ctx context.Context, offerings Offerings, serviceID string) (typ, provider string) {
+	typ = serviceID
+	if offerings != nil {
+		if svc, err := offerings.Service(ctx, serviceID); err == nil {
+			typ = svc.Spec.Name
+		}
+	}
+	return typ, bindingusage.Provider
 }
 
 // Inject applies the usage's injection into its workload, first removing

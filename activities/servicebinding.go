@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,32 +131,20 @@ func (b *ServiceBindings) service(ctx context.Context, namespace string, ref sbv
 }
 
 // identity is what Quartermaster's own Provisioned Services say of their
-// type and provider: an SFServiceBinding its service's name, a
+// type and provider: an SFServiceBinding as any brokered binding, a
 // ServiceClaim its class identity's type and provider.
 func (b *ServiceBindings) identity(ctx context.Context, obj *unstructured.Unstructured) (typ, provider string) {
 	switch obj.GroupVersionKind() {
 	case osbv1alpha1.GroupVersion.WithKind("SFServiceBinding"):
 		serviceID, _, _ := unstructured.NestedString(obj.Object, "spec", "serviceId")
-		typ = serviceID
-		if b.Offerings != nil {
-			if svc, err := b.Offerings.Service(ctx, serviceID); err == nil {
-				typ = svc.Spec.Name
-			}
-		}
-		return typ, "quartermaster"
+		return brokeredIdentity(ctx, b.Offerings, serviceID)
 	case primazav1alpha1.GroupVersion.WithKind("ServiceClaim"):
-		ids, _, _ := unstructured.NestedSlice(obj.Object, "spec", "serviceClassIdentity")
-		for _, id := range ids {
-			m, _ := id.(map[string]any)
-			switch m["name"] {
-			case "type":
-				typ, _ = m["value"].(string)
-			case "provider":
-				provider, _ = m["value"].(string)
-			}
+		var claim primazav1alpha1.ServiceClaim
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &claim) == nil {
+			return bindingusage.ClaimIdentity(claim.Spec.ServiceClassIdentity)
 		}
 	}
-	return typ, provider
+	return "", ""
 }
 
 // workloads resolves the workloads' kind, the paths of their pod template

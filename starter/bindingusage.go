@@ -7,7 +7,9 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -135,24 +137,37 @@ func (u *BindingUsages) watchWorkloads(gvk schema.GroupVersionKind) error {
 
 // by maps an object to the usages in its namespace whose field is key(obj).
 func (u *BindingUsages) by(field string, key func(ctrlclient.Object) string) handler.EventHandler {
+	return mapBy(u.Client, func() ctrlclient.ObjectList { return &sc.ServiceBindingUsageList{} }, field, key)
+}
+
+// mapBy maps an object to the objects of a list, in the object's namespace
+// (every namespace for a cluster-wide object), whose indexed field is
+// key(obj); an empty field maps it to all of them. An object whose key is
+// empty maps to none.
+func mapBy(c ctrlclient.Reader, newList func() ctrlclient.ObjectList, field string, key func(ctrlclient.Object) string) handler.EventHandler {
 	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o ctrlclient.Object) []reconcile.Request {
-		k := key(o)
-		if k == "" {
-			return nil
+		var opts []ctrlclient.ListOption
+		if field != "" {
+			k := key(o)
+			if k == "" {
+				return nil
+			}
+			opts = append(opts, ctrlclient.MatchingFields{field: k})
 		}
-		var list sc.ServiceBindingUsageList
-		opts := []ctrlclient.ListOption{ctrlclient.MatchingFields{field: k}}
 		if o.GetNamespace() != "" {
 			opts = append(opts, ctrlclient.InNamespace(o.GetNamespace()))
 		}
-		if err := u.Client.List(ctx, &list, opts...); err != nil {
-			log.FromContext(ctx).Error(err, "listing the ServiceBindingUsages of an object", "field", field, "key", k)
+		list := newList()
+		if err := c.List(ctx, list, opts...); err != nil {
+			log.FromContext(ctx).Error(err, "listing what an object maps to", "list", fmt.Sprintf("%T", list), "field", field)
 			return nil
 		}
-		out := make([]reconcile.Request, 0, len(list.Items))
-		for _, usage := range list.Items {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: usage.Namespace, Name: usage.Name}})
-		}
+		var out []reconcile.Request
+		_ = meta.EachListItem(list, func(item runtime.Object) error {
+			obj := item.(ctrlclient.Object)
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}})
+			return nil
+		})
 		return out
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"go.temporal.io/sdk/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -138,29 +136,7 @@ func (s *ServiceBindings) watchWorkloads(gvk schema.GroupVersionKind) error {
 // by maps an object to the ServiceBindings in its namespace whose field is
 // key(obj); an empty field maps it to every ServiceBinding.
 func (s *ServiceBindings) by(field string, key func(ctrlclient.Object) string) handler.EventHandler {
-	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o ctrlclient.Object) []reconcile.Request {
-		var opts []ctrlclient.ListOption
-		if field != "" {
-			k := key(o)
-			if k == "" {
-				return nil
-			}
-			opts = append(opts, ctrlclient.MatchingFields{field: k})
-		}
-		if o.GetNamespace() != "" {
-			opts = append(opts, ctrlclient.InNamespace(o.GetNamespace()))
-		}
-		var list sbv1.ServiceBindingList
-		if err := s.Client.List(ctx, &list, opts...); err != nil {
-			log.FromContext(ctx).Error(err, "listing the ServiceBindings of an object", "field", field)
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(list.Items))
-		for _, b := range list.Items {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: b.Namespace, Name: b.Name}})
-		}
-		return out
-	})
+	return mapBy(s.Client, func() ctrlclient.ObjectList { return &sbv1.ServiceBindingList{} }, field, key)
 }
 
 // wake signals the workflow of an existing ServiceBinding, starting it if
