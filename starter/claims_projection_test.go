@@ -10,10 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
 	"github.com/quartermaster/qm/internal/bindingusage"
 	"github.com/quartermaster/qm/internal/servicebinding"
 	"github.com/quartermaster/qm/internal/testenv"
@@ -50,7 +52,8 @@ func projectedInto(c require.TestingT, s *testenv.System, deployment, claim stri
 // (target.environmentTag, application.selector, envs) resolves and
 // projects its credentials into the two Deployments its selector picks and
 // not into a third; a label on the third brings it in; deleting the claim
-// takes all three back. A claim that gives both target shapes is refused.
+// takes all three back, as the claim's falling back to Pending does until a
+// service matches again. A claim that gives both target shapes is refused.
 func TestClaimProjectsIntoItsApplication(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	ctx := context.Background()
@@ -92,6 +95,34 @@ spec:
 		assert.Equal(c, 3, getClaim(c, s, "shop-db").Status.Projected)
 	}, 30*time.Second, 50*time.Millisecond, "the newly matching Deployment is projected into")
 
+	// The claimed service goes: the claim falls back to Pending, and the
+	// credentials are taken back until a service matches again.
+	userOf := func(c *assert.CollectT, name string) {
+		var d appsv1.Deployment
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &d))
+		assert.Empty(c, d.Spec.Template.Spec.Volumes, name)
+		assert.Empty(c, d.Spec.Template.Spec.Containers[0].Env, name)
+	}
+	require.NoError(t, s.Kube.Client.Delete(ctx, getService(t, s, "db-1")))
+	waitClaim(t, s, "shop-db", primazav1alpha1.ClaimPending, "")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		claim := getClaim(c, s, "shop-db")
+		assert.Equal(c, 0, claim.Status.Projected)
+		cond := meta.FindStatusCondition(claim.Status.Conditions, "Projected")
+		require.NotNil(c, cond)
+		assert.Equal(c, "NotResolved", cond.Reason)
+		err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "shop-db"}, &sbv1.ServiceBinding{})
+		assert.True(c, apierrors.IsNotFound(err), "the claim's ServiceBinding is gone: %v", err)
+		for _, name := range []string{"orders", "payments", "reports"} {
+			userOf(c, name)
+		}
+	}, 30*time.Second, 50*time.Millisecond, "a Pending claim projects nothing")
+	dbService(t, s, "db-1", "psqlserver", "db-1.example")
+	waitClaim(t, s, "shop-db", primazav1alpha1.ClaimResolved, "db-1")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 3, getClaim(c, s, "shop-db").Status.Projected)
+	}, 30*time.Second, 50*time.Millisecond, "resolved again, it projects again")
+
 	// Both target shapes: refused, with the reason.
 	_, err := s.TryCreate(fmt.Sprintf(`
 apiVersion: primaza.io/v1alpha1
@@ -109,10 +140,7 @@ spec:
 	s.WaitGone(&primazav1alpha1.ServiceClaim{ObjectMeta: metaName(s.Namespace, "shop-db")})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"orders", "payments", "reports"} {
-			var d appsv1.Deployment
-			require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &d))
-			assert.Empty(c, d.Spec.Template.Spec.Volumes, name)
-			assert.Empty(c, d.Spec.Template.Spec.Containers[0].Env, name)
+			userOf(c, name)
 		}
 	}, 30*time.Second, 50*time.Millisecond, "every Deployment is the user's again")
 }
