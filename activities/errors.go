@@ -22,7 +22,11 @@ const (
 	ErrApply    = "ApplyError"
 	// ErrParameters is parameters that do not match the plan's schema.
 	ErrParameters = "ParametersError"
-	ErrGone       = "TargetGone"
+	// ErrRotation is a binding that may not rotate the predecessor it
+	// names (rotation.Check): made with kubectl, since the API refuses it
+	// with 400.
+	ErrRotation = "RotationError"
+	ErrGone     = "TargetGone"
 	// ErrSuperseded is an apply that a newer generation's apply overtook
 	// (apply.Fence); only a stale worker meets it.
 	ErrSuperseded = "Superseded"

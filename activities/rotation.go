@@ -16,10 +16,6 @@ import (
 	"github.com/quartermaster/qm/internal/rotation"
 )
 
-// ErrRotation is a binding that may not rotate the predecessor it names
-// (rotation.Check): made with kubectl, since the API refuses it with 400.
-const ErrRotation = "RotationError"
-
 // rotates reports whether the target is a binding that rotates another
 // and is not being unbound.
 func (t *target) rotates() bool {
