@@ -15,13 +15,18 @@ QM      := $(BIN)/qm
 # controller-gen are pinned by hack/go.mod; the Temporal CLI and kwok by the
 # versions below, each built from its own go.mod (later Temporal CLI releases
 # carry a replace directive and cannot be built from the proxy; kwok pins an
-# older client-go than the control plane, so it stays out of hack/go.mod).
+# older client-go than the control plane, so it stays out of hack/go.mod;
+# promtool's dependency graph would move qm's and the control plane's).
 TEMPORAL_CLI_VERSION := v1.5.1
 KWOK_VERSION         := v0.8.0
+# promtool checks and unit-tests the chart's alert rules (Prometheus 3.x's
+# Go module version).
+PROMETHEUS_VERSION   := v0.316.0
 
 K8S_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
              $(BIN)/kubectl $(BIN)/controller-gen
-TOOLS     := $(K8S_TOOLS) $(BIN)/etcd $(BIN)/temporal $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/testlint
+TOOLS     := $(K8S_TOOLS) $(BIN)/etcd $(BIN)/temporal $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/testlint \
+             $(BIN)/promtool
 
 # kwok's own default stages, as kwokctl configures them: nodes become Ready
 # and keep a lease; pods on them run and turn ready, pods of a Job complete,
@@ -33,7 +38,8 @@ KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-hea
 PKG        ?= ./...
 TEST_FLAGS ?=
 
-GENERATED = crds/bases/*.yaml $(shell find crds -name zz_generated.deepcopy.go 2>/dev/null)
+GENERATED = crds/bases/*.yaml $(shell find crds -name zz_generated.deepcopy.go 2>/dev/null) \
+            deploy/chart/quartermaster/files/dashboards/quartermaster.json
 
 .PHONY: help
 help: ## Show the targets.
@@ -42,7 +48,7 @@ help: ## Show the targets.
 ## Tools -------------------------------------------------------------------
 
 .PHONY: tools
-tools: $(TOOLS) ## Build the control plane, kwok, etcd, kubectl, controller-gen, temporal and testlint into bin/ (once).
+tools: $(TOOLS) ## Build the control plane, kwok, etcd, kubectl, controller-gen, temporal, promtool and testlint into bin/ (once).
 
 # The Kubernetes version hack/go.mod pins. Stamped into the binaries as
 # Kubernetes' own build stamps it, so that the API server reports v1.x.y
@@ -87,6 +93,10 @@ $(BIN)/temporal:
 	@echo ">> building the Temporal CLI $(TEMPORAL_CLI_VERSION) (first time only, several minutes)"
 	GOBIN=$(BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
 
+$(BIN)/promtool:
+	@echo ">> building promtool $(PROMETHEUS_VERSION) (first time only, a few minutes)"
+	GOBIN=$(BIN) go install github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
+
 ## Build -------------------------------------------------------------------
 
 .PHONY: build
@@ -94,9 +104,10 @@ build: ## Build bin/qm.
 	go build -o $(QM) .
 
 .PHONY: generate
-generate: $(BIN)/controller-gen ## Regenerate deepcopy code and CRD manifests from crds/.
+generate: $(BIN)/controller-gen ## Regenerate deepcopy code and CRD manifests from crds/, and the chart's dashboard from deploy/chart.
 	$(BIN)/controller-gen object paths=./crds/...
 	$(BIN)/controller-gen crd paths=./crds/... output:crd:artifacts:config=crds/bases
+	go test -count=1 -run '^TestDashboardIsGenerated$$' ./deploy/chart -update >/dev/null
 
 # Generated code is checked in; this fails when it no longer matches the types.
 .PHONY: check-generated

@@ -58,6 +58,8 @@ var variations = []variation{
 		}
 		assert.NotContains(t, objs, "HorizontalPodAutoscaler/qm-quartermaster-worker")
 		assert.NotContains(t, objs, "ServiceMonitor/qm-quartermaster")
+		assert.NotContains(t, objs, "ConfigMap/qm-quartermaster-dashboard", "the dashboard is off by default")
+		assert.NotContains(t, objs, "PrometheusRule/qm-quartermaster", "the alerts are off by default")
 		assert.NotContains(t, objs, "SFPlan/key-value-store-small", "the sample catalog is off by default")
 		worker := objs["Deployment/qm-quartermaster-worker"]
 		assert.EqualValues(t, 2, dig(worker.Object, "spec", "replicas"))
@@ -100,7 +102,7 @@ var variations = []variation{
 			assert.Contains(t, worker["volumes"], map[string]any{"name": "temporal-tls", "secret": map[string]any{"secretName": "temporal-client"}})
 		}},
 	{name: "autoscaled workers", set: "worker.autoscaling.enabled=true,worker.autoscaling.maxReplicas=6,metrics.serviceMonitor.enabled=true," +
-		"worker.scheduler=capacity",
+		"worker.scheduler=capacity,metrics.dashboard.enabled=true,metrics.prometheusRule.enabled=true",
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
 			worker := podSpec(t, objs["Deployment/qm-quartermaster-worker"])
 			assert.Contains(t, worker["containers"].([]any)[0].(map[string]any)["args"], "--scheduler=capacity")
@@ -109,6 +111,8 @@ var variations = []variation{
 			assert.EqualValues(t, 6, dig(hpa.Object, "spec", "maxReplicas"))
 			assert.Nil(t, dig(objs["Deployment/qm-quartermaster-worker"].Object, "spec", "replicas"), "the autoscaler owns the replicas")
 			assert.Contains(t, objs, "ServiceMonitor/qm-quartermaster")
+			assert.Contains(t, objs, "ConfigMap/qm-quartermaster-dashboard")
+			assert.Contains(t, objs, "PrometheusRule/qm-quartermaster")
 		}},
 	{name: "custom scheduler and samples", set: "schedulerName=zone-aware,sampleCatalog={key-value-store},catalogNamespace=brokers",
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
@@ -153,8 +157,8 @@ func TestChartRenders(t *testing.T) {
 						assert.NotEmpty(t, labels[l], "%s has label %s", key, l)
 					}
 				}
-				if obj.GetKind() == "ServiceMonitor" {
-					continue // the Prometheus Operator's CRD is not on this cluster
+				if obj.GetKind() == "ServiceMonitor" || obj.GetKind() == "PrometheusRule" {
+					continue // the Prometheus Operator's CRDs are not on this cluster
 				}
 				if obj.GetNamespace() != "" {
 					obj.SetNamespace(ns) // catalogNamespace=brokers: into the test's namespace
@@ -224,7 +228,8 @@ func render(t *testing.T, ch *chart.Chart, ns, set string) map[string]*unstructu
 	install.DryRun, install.ClientOnly, install.IncludeCRDs = true, true, true
 	install.ReleaseName, install.Namespace = "qm", ns
 	install.KubeVersion = kubeVersion
-	install.APIVersions = chartutil.VersionSet{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "monitoring.coreos.com/v1/ServiceMonitor"}
+	install.APIVersions = chartutil.VersionSet{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "monitoring.coreos.com/v1/ServiceMonitor",
+		"monitoring.coreos.com/v1/PrometheusRule"}
 	rel, err := install.Run(ch, values(t, set))
 	require.NoError(t, err, "helm template")
 	objs := map[string]*unstructured.Unstructured{}
