@@ -20,6 +20,7 @@ import (
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/healthcheck"
+	"github.com/quartermaster/qm/internal/metrics"
 )
 
 // HealthChecks are the activities of the registered services' health-check
@@ -217,7 +218,10 @@ func (h *HealthChecks) checkOne(ctx context.Context, p Pass, svc *primazav1alpha
 	if err != nil {
 		return checked{err: err}
 	}
-	c := h.write(ctx, svc, healthcheck.Decide(svc, probe.Run(ctx), time.Now()))
+	began := time.Now()
+	r := probe.Run(ctx)
+	metrics.HealthCheckRan(healthcheck.KindOf(hc), string(r.Outcome), time.Since(began))
+	c := h.write(ctx, svc, healthcheck.Decide(svc, r, time.Now()))
 	c.checked = true
 	return c
 }
@@ -237,6 +241,7 @@ func (h *HealthChecks) containerCheck(ctx context.Context, p Pass, svc *primazav
 			running = true
 			continue
 		}
+		metrics.HealthCheckRan(healthcheck.KindContainer, string(r.Outcome), healthcheck.JobDuration(job))
 		// The service's status so far decides, so that one pass that reads
 		// two ended checks counts both.
 		svc.Status = status

@@ -103,7 +103,8 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 			return Begun{}, err
 		}
 	}
-	b := Begun{Generation: t.object().GetGeneration(), MaxPolling: DefaultMaxPolling}
+	b := Begun{Generation: t.object().GetGeneration(), MaxPolling: DefaultMaxPolling,
+		Service: t.plan.Spec.ServiceID, Plan: t.plan.Spec.ID}
 	b.Schedule = op == lifecycle.OpProvision && a.Schedules && t.instance.Spec.ClusterID == ""
 	if op == lifecycle.OpUnbind {
 		b.NoUnbindTemplate = (&plan.Subject{Plan: t.plan}).Template(osbv1alpha1.ActionUnbind) == nil

@@ -23,6 +23,10 @@ type Begun struct {
 	// Schedule is set for a provision whose instance has no cluster yet,
 	// under a scheduler that chooses one: the workflow schedules first.
 	Schedule bool `json:"schedule,omitempty"`
+	// Service and Plan are the OSB IDs of the target's plan: the labels of
+	// the operation's metrics.
+	Service string `json:"service,omitempty"`
+	Plan    string `json:"plan,omitempty"`
 }
 
 // Scheduled is the outcome of a scheduling step.

@@ -136,6 +136,7 @@ func (s *Server) defaults() {
 		s.Logger = slog.Default()
 	}
 	s.metrics = newMetrics()
+	s.metrics.gatherer.MustRegister(&massGauges{s: s})
 }
 
 // DrainTimeout is how long Serve lets the requests in flight finish once

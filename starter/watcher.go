@@ -139,6 +139,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupAutoUpdates(mgr, tc, copts); err != nil {
 		return nil, err
 	}
+	if err := setupFleetMetrics(mgr); err != nil {
+		return nil, err
+	}
 	if err := setupClusters(mgr, opts.ClusterProbePeriod, copts); err != nil {
 		return nil, err
 	}

@@ -3,8 +3,9 @@
 //
 //   - operations.go: the lifecycle of instances and bindings (Provision,
 //     Update, Deprovision, Bind, Unbind), with scheduling.go (a provision's
-//     first step under a scheduler) and retry.go (retries that show, and
-//     the backoff every wait until a deadline uses);
+//     first step under a scheduler), retry.go (retries that show, and
+//     the backoff every wait until a deadline uses) and metrics.go (each
+//     operation counted when it starts and ends, never on replay);
 //   - healthcheck.go: HealthChecks, the loop of one shard of the registered
 //     services' checks;
 //   - claims.go: ServiceClaim, one claim from resolution to release;

@@ -14,6 +14,7 @@ import (
 	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/metrics"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -38,7 +39,7 @@ const (
 	// KindStatusFailed: the plan's status template reported failed.
 	KindStatusFailed = "StatusFailed"
 	// KindTimeout: the plan's maximum_polling_duration passed first.
-	KindTimeout = "Timeout"
+	KindTimeout = metrics.KindTimeout
 	// KindRetriesExhausted: a step kept failing with errors that looked
 	// transient (the API server unreachable, say) until its retries ran out.
 	KindRetriesExhausted = "RetriesExhausted"
@@ -94,11 +95,12 @@ func create(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 	if !goOn {
 		return res, err
 	}
+	m := measure(ctx, op, begun)
 	s := newSteps(ctx, t, op, begun.MaxPolling)
 	if begun.Schedule {
 		gen, o, ok := schedule(ctx, s, begun)
 		if !ok {
-			return finish(ctx, t, op, begun.Generation, o, nil)
+			return m.end(finish(ctx, t, op, begun.Generation, o, nil))
 		}
 		begun.Generation = gen
 	}
@@ -106,9 +108,9 @@ func create(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 	if err := s.run(ctx, "apply", func(ctx workflow.Context) workflow.Future {
 		return workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op)
 	}, &refs); err != nil {
-		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
+		return m.end(finish(ctx, t, op, begun.Generation, failed(op, err), nil))
 	}
-	return finish(ctx, t, op, begun.Generation, poll(ctx, s, begun.MaxPolling, refs), refs)
+	return m.end(finish(ctx, t, op, begun.Generation, poll(ctx, s, begun.MaxPolling, refs), refs))
 }
 
 func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (Result, error) {
@@ -119,12 +121,13 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 	if !goOn {
 		return res, err
 	}
+	m := measure(ctx, op, begun)
 	s := newSteps(ctx, t, op, begun.MaxPolling)
 	// Unbinding an instance's bindings first came later: runs that began
 	// before it keep their old path.
 	if op == lifecycle.OpDeprovision && workflow.GetVersion(ctx, unbindFirst, workflow.DefaultVersion, 1) == 1 {
 		if o, gone := waitForBindings(ctx, s, begun.MaxPolling); !gone {
-			return finish(ctx, t, op, begun.Generation, o, nil)
+			return m.end(finish(ctx, t, op, begun.Generation, o, nil))
 		}
 	}
 	// Deprovision has no template to apply, nor an unbind whose plan has
@@ -133,15 +136,15 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 		if err := s.run(ctx, "apply", func(ctx workflow.Context) workflow.Future {
 			return workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op)
 		}, nil); err != nil {
-			return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
+			return m.end(finish(ctx, t, op, begun.Generation, failed(op, err), nil))
 		}
 	}
 	if err := s.run(ctx, "delete what it applied", func(ctx workflow.Context) workflow.Future {
 		return workflow.ExecuteLocalActivity(ctx, a.RemoveResources, t, op)
 	}, nil); err != nil {
-		return finish(ctx, t, op, begun.Generation, failed(op, err), nil)
+		return m.end(finish(ctx, t, op, begun.Generation, failed(op, err), nil))
 	}
-	return finish(ctx, t, op, begun.Generation, poll(ctx, s, begun.MaxPolling, nil), nil)
+	return m.end(finish(ctx, t, op, begun.Generation, poll(ctx, s, begun.MaxPolling, nil), nil))
 }
 
 // unbindFirst is the change that has Deprovision unbind the instance's
@@ -295,7 +298,7 @@ func endEarly(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation, 
 		workflow.GetLogger(ctx).Info("target deleted before the operation began", "operation", op)
 		return Result{}, nil
 	}
-	return finish(ctx, t, op, 0, failed(op, err), nil)
+	return measure(ctx, op, activities.Begun{}).end(finish(ctx, t, op, 0, failed(op, err), nil))
 }
 
 // failed turns an activity error into a failed outcome whose description is

@@ -65,6 +65,7 @@ the dev server.`,
 	f.IntVar(&o.KubePort, "kube-port", 16443, "port of the embedded Kubernetes API server")
 	f.IntVar(&o.TemporalPort, "temporal-port", 7233, "port of the embedded Temporal frontend")
 	f.IntVar(&o.UIPort, "ui-port", 8233, "port of the Temporal Web UI")
+	f.IntVar(&o.MetricsPort, "metrics-port", 9090, "port of the worker's and the watcher's Prometheus /metrics; 0 serves none")
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "listen address of the OSB and admin API")
 	f.DurationVar(&o.HealthCheckMinute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
 	schedulerFlag(f, &o.Scheduler)

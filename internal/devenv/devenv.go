@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
@@ -31,6 +32,7 @@ import (
 	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
+	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/workflows"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -46,6 +48,10 @@ type Options struct {
 	KubePort int
 	// TemporalPort and UIPort are the embedded Temporal frontend and Web UI ports.
 	TemporalPort, UIPort int
+	// MetricsPort serves the process's /metrics on the loopback: the
+	// worker's and the watcher's (operations, health checks, the fleet's
+	// state gauges); 0 serves none. The API serves its own on Listen.
+	MetricsPort int
 	// Listen is the API's listen address.
 	Listen string
 	// APIListener, when set, is the API's listener, open already: Listen
@@ -114,6 +120,14 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 
+	var probes *telemetry.Server
+	if o.MetricsPort != 0 {
+		if err := portFree(o.MetricsPort, "metrics"); err != nil {
+			return err
+		}
+		probes = &telemetry.Server{MetricsAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(o.MetricsPort)), Gatherer: ctrlmetrics.Registry}
+	}
+
 	kubeCfg, kubeconfigPath, stopKube, err := startKubernetes(o)
 	if err != nil {
 		return err
@@ -148,6 +162,7 @@ func Run(ctx context.Context, o Options) error {
 		Watcher:           &starter.WatcherOptions{TemporalAddress: o.temporalAddress()},
 		API:               &api.Server{Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger},
 		APIListener:       apiLn,
+		Probes:            probes,
 	})
 	if err != nil {
 		return err
@@ -181,6 +196,7 @@ func Run(ctx context.Context, o Options) error {
 			{"admin API", fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, apiLn.Addr())},
 			{"mass update", fmt.Sprintf("%s mass-update list --url http://%s (QM_ADMIN_USERNAME=%s QM_ADMIN_PASSWORD=%s, or found in %s)",
 				filepath.Join(o.BinDir, "qm"), apiLn.Addr(), admin.Username, admin.Password, o.DataDir)},
+			{"metrics", metricsLine(apiLn.Addr(), probes)},
 			{"Temporal UI", uiURL},
 			{"Temporal", fmt.Sprintf("%s (namespace %q, task queue %q)", o.temporalAddress(), o.Namespace, runs.TaskQueue)},
 			{"Kubernetes", kubeCfg.Host},
@@ -375,3 +391,12 @@ func portFree(port int, what string) error {
 
 // portWait is how long portFree waits for a port to be let go.
 const portWait = 5 * time.Second
+
+// metricsLine says where the Prometheus metrics are served.
+func metricsLine(api net.Addr, probes *telemetry.Server) string {
+	line := fmt.Sprintf("http://%s/metrics (the API's, with the mass updates')", api)
+	if probes != nil {
+		line = fmt.Sprintf("http://%s/metrics (operations, health checks, the fleet's state) and ", probes.MetricsAddr) + line
+	}
+	return line
+}

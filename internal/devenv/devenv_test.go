@@ -52,6 +52,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 		KubePort:     freePort(t),
 		TemporalPort: freePort(t),
 		UIPort:       freePort(t),
+		MetricsPort:  freePort(t),
 		Listen:       apiLn.Addr().String(),
 		APIListener:  apiLn,
 		Namespace:    "default",
@@ -95,6 +96,15 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 		status, body := osbCall(http.MethodGet, "/v2/service_instances/osb-1/last_operation?operation=provision", "")
 		return status == http.StatusOK && strings.Contains(body, `"state":"succeeded"`)
 	}, time.Minute, 100*time.Millisecond, "the OSB provision succeeds")
+	// The banner's metrics endpoint counts it: the operation by its plan,
+	// and the instance in its state.
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", opts.MetricsPort)
+	assert.Contains(t, out.String(), metricsURL, "the banner names the metrics")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m := testenv.Scrape(c, metricsURL)
+		assert.Equal(c, 1, m.Count("qm_operations_ended_total", "operation", "provision", "plan", testenv.TenantPlan, "outcome", "succeeded"))
+		assert.Equal(c, 1, m.Count("qm_instances", "plan", testenv.TenantPlan, "state", "succeeded"))
+	}, 30*time.Second, 100*time.Millisecond, "qm dev's metrics")
 	var admin api.Credentials
 	raw, err = os.ReadFile(filepath.Join(dataDir, "admin-credentials.json"))
 	require.NoError(t, err)

@@ -157,6 +157,24 @@ func JobResult(job *batchv1.Job, pods []corev1.Pod) (r Result, done bool) {
 	return Result{}, false
 }
 
+// JobDuration is how long an ended check's Job ran, from its start to its
+// completion or failure; 0 when the Job does not say.
+func JobDuration(job *batchv1.Job) time.Duration {
+	if job.Status.StartTime == nil {
+		return 0
+	}
+	end := job.Status.CompletionTime
+	for _, c := range job.Status.Conditions {
+		if end == nil && c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			end = &c.LastTransitionTime
+		}
+	}
+	if end == nil || end.Before(job.Status.StartTime) {
+		return 0
+	}
+	return end.Sub(job.Status.StartTime.Time)
+}
+
 // exitMessage says how the check's container ended.
 func exitMessage(pods []corev1.Pod) string {
 	for _, p := range pods {

@@ -89,3 +89,22 @@ func TestJobResult(t *testing.T) {
 		assert.Contains(t, r.Message, tc.message, tc.name)
 	}
 }
+
+// TestJobDuration: a check's time is its Job's, start to end.
+func TestJobDuration(t *testing.T) {
+	start := metav1.NewTime(time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC))
+	at := func(d time.Duration) *metav1.Time { t := metav1.NewTime(start.Add(d)); return &t }
+	for _, tc := range []struct {
+		name   string
+		status batchv1.JobStatus
+		want   time.Duration
+	}{
+		{"completed", batchv1.JobStatus{StartTime: &start, CompletionTime: at(3 * time.Second)}, 3 * time.Second},
+		{"failed", batchv1.JobStatus{StartTime: &start, Conditions: []batchv1.JobCondition{
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: *at(7 * time.Second)}}}, 7 * time.Second},
+		{"never started", batchv1.JobStatus{CompletionTime: at(time.Second)}, 0},
+		{"not ended", batchv1.JobStatus{StartTime: &start}, 0},
+	} {
+		assert.Equal(t, tc.want, JobDuration(&batchv1.Job{Status: tc.status}), tc.name)
+	}
+}

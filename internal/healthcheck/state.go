@@ -96,6 +96,25 @@ func Of(svc *primazav1alpha1.RegisteredService) *primazav1alpha1.HealthCheck {
 	return svc.Spec.SeedHealthCheck
 }
 
+// The kinds of check, as the metrics label them.
+const (
+	KindTCP       = "tcp"
+	KindHTTP      = "http"
+	KindContainer = "container"
+)
+
+// KindOf is the kind of check hc runs.
+func KindOf(hc *primazav1alpha1.HealthCheck) string {
+	switch {
+	case hc.Container != nil:
+		return KindContainer
+	case hc.HTTP != nil:
+		return KindHTTP
+	default:
+		return KindTCP
+	}
+}
+
 // healthy is the state of a healthy service.
 func healthy(st primazav1alpha1.RegisteredServiceStatus) primazav1alpha1.ServiceState {
 	if st.ClaimRef != nil {

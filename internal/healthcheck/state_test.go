@@ -100,3 +100,10 @@ func TestWithoutHealthCheck(t *testing.T) {
 	seed := &primazav1alpha1.RegisteredService{Spec: primazav1alpha1.RegisteredServiceSpec{SeedHealthCheck: withCheck.Spec.HealthCheck}}
 	assert.Same(t, withCheck.Spec.HealthCheck, Of(seed), "Primaza's spelling is the same check")
 }
+
+// TestKindOf: the kind label of each check.
+func TestKindOf(t *testing.T) {
+	assert.Equal(t, KindTCP, KindOf(&primazav1alpha1.HealthCheck{TCP: &primazav1alpha1.TCPCheck{}}))
+	assert.Equal(t, KindHTTP, KindOf(&primazav1alpha1.HealthCheck{HTTP: &primazav1alpha1.HTTPCheck{}}))
+	assert.Equal(t, KindContainer, KindOf(&primazav1alpha1.HealthCheck{Container: &primazav1alpha1.HealthCheckContainer{}}))
+}

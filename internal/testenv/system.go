@@ -10,14 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
+	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/workflows"
 )
@@ -77,6 +81,9 @@ type Parts struct {
 	// the one way tests make a long-running workflow continue as new on the
 	// real server (the Temporal test suite's is SetContinueAsNewSuggested).
 	SuggestContinueAsNewAt int
+	// Metrics has the worker and the watcher serve /metrics, on
+	// WorkerMetrics and WatcherMetrics (the API serves its own at URL).
+	Metrics bool
 }
 
 // System is Quartermaster running on the shared API server and dev server,
@@ -95,10 +102,17 @@ type System struct {
 	API *api.Server
 	URL string
 
+	// WorkerMetrics and WatcherMetrics are the URLs of the worker's and
+	// the watcher's /metrics, with Parts.Metrics.
+	WorkerMetrics, WatcherMetrics string
+
 	worker, rest *system.System
-	restOptions  system.Options
-	minute       time.Duration
-	scheduler    scheduling.Scheduler
+	// workerTemporal and workerProbes serve the worker's metrics.
+	workerTemporal client.Client
+	workerProbes   *telemetry.Server
+	restOptions    system.Options
+	minute         time.Duration
+	scheduler      scheduling.Scheduler
 }
 
 // Start runs the parts of Quartermaster that parts names until the test ends.
@@ -138,12 +152,19 @@ spec:
 	if parts.Sample {
 		s.installSample()
 	}
+	if parts.Metrics {
+		s.serveWorkerMetrics()
+	}
 	if parts.Worker {
 		s.StartWorker()
 	}
 	o := system.Options{Kube: s.Kube.Config, Temporal: s.Temporal}
 	if parts.Watcher {
 		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency, ClusterProbePeriod: parts.ClusterProbePeriod}
+		if parts.Metrics {
+			o.Watcher.MetricsAddr = freeAddr(t)
+			s.WatcherMetrics = "http://" + o.Watcher.MetricsAddr + "/metrics"
+		}
 	}
 	if parts.API {
 		logger := parts.APILogger
@@ -189,7 +210,25 @@ func (s *System) run(o system.Options) *system.System {
 // `qm worker` has.
 func (s *System) StartWorker() {
 	s.t.Helper()
-	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler})
+	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
+		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes})
+}
+
+// serveWorkerMetrics has the worker serve /metrics as `qm worker` does:
+// Quartermaster's and controller-runtime's registry, and the Temporal
+// SDK's metrics of a client of its own (the test binary's shared client
+// records none, and a registry takes the SDK's metrics once).
+func (s *System) serveWorkerMetrics() {
+	reg := prometheus.NewRegistry()
+	handler, err := telemetry.TemporalMetrics(reg, slog.Default())
+	require.NoError(s.t, err)
+	tc, err := client.NewClientFromExisting(s.Temporal, client.Options{MetricsHandler: handler, Logger: log.NewStructuredLogger(slog.Default())})
+	require.NoError(s.t, err)
+	s.t.Cleanup(tc.Close)
+	addr := freeAddr(s.t)
+	s.workerTemporal = tc
+	s.workerProbes = &telemetry.Server{MetricsAddr: addr, Gatherer: prometheus.Gatherers{ctrlmetrics.Registry, reg}}
+	s.WorkerMetrics = "http://" + addr + "/metrics"
 }
 
 // StartAnotherWorker starts one more worker beside the System's, on the
@@ -205,6 +244,13 @@ func (s *System) StartAnotherWorker() {
 func (s *System) RestartWatcher() {
 	s.t.Helper()
 	require.NoError(s.t, s.rest.Stop())
+	if s.restOptions.APIListener != nil {
+		// The API closed its listener as it stopped: the new one listens
+		// where the old did, so that s.URL holds.
+		ln, err := net.Listen("tcp", s.restOptions.APIListener.Addr().String())
+		require.NoError(s.t, err, "listening again for the API")
+		s.restOptions.APIListener = ln
+	}
 	s.rest = s.run(s.restOptions)
 }
 

@@ -1,0 +1,116 @@
+package testenv
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+)
+
+// Metrics are the metric families of one scrape, by name.
+type Metrics map[string]*dto.MetricFamily
+
+// freeAddr is a loopback address no one listens on now, for a component
+// that takes an address rather than a listener.
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// Scrape reads a /metrics endpoint as Prometheus does; a failed scrape is
+// reported on t (the test, or an Eventually condition's *assert.CollectT).
+func Scrape(t require.TestingT, url string) Metrics {
+	resp, err := http.Get(url)
+	require.NoError(t, err, "scraping %s", url)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err, "scraping %s", url)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "scraping %s: %s", url, body)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	require.NoError(t, err, "parsing the metrics of %s", url)
+	return Metrics(families)
+}
+
+// Value is the value of the series of name whose labels include these
+// (name=value pairs), summed over the series that match; a histogram's
+// value is its count. Absent series are 0.
+func (m Metrics) Value(name string, labels ...string) float64 {
+	f := m[name]
+	if f == nil {
+		return 0
+	}
+	sum := 0.0
+	for _, s := range f.GetMetric() {
+		if !hasLabels(s.GetLabel(), labels) {
+			continue
+		}
+		switch {
+		case s.Counter != nil:
+			sum += s.GetCounter().GetValue()
+		case s.Gauge != nil:
+			sum += s.GetGauge().GetValue()
+		case s.Histogram != nil:
+			sum += float64(s.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum
+}
+
+// Count is Value as a whole number, for the counters and gauges that
+// count things.
+func (m Metrics) Count(name string, labels ...string) int {
+	return int(math.Round(m.Value(name, labels...)))
+}
+
+// Has says whether a series of name has labels that include these.
+func (m Metrics) Has(name string, labels ...string) bool {
+	for _, s := range m[name].GetMetric() {
+		if hasLabels(s.GetLabel(), labels) {
+			return true
+		}
+	}
+	return false
+}
+
+// Sum is a histogram's sum of observations over the series that match.
+func (m Metrics) Sum(name string, labels ...string) float64 {
+	sum := 0.0
+	for _, s := range m[name].GetMetric() {
+		if hasLabels(s.GetLabel(), labels) && s.Histogram != nil {
+			sum += s.GetHistogram().GetSampleSum()
+		}
+	}
+	return sum
+}
+
+func hasLabels(have []*dto.LabelPair, want []string) bool {
+	if len(want)%2 != 0 {
+		panic(fmt.Sprintf("labels come in name, value pairs: %q", want))
+	}
+	for i := 0; i < len(want); i += 2 {
+		// An empty value matches a label the series does not have, as in
+		// PromQL: the exposition leaves empty labels out.
+		found := want[i+1] == ""
+		for _, l := range have {
+			if l.GetName() == want[i] {
+				found = l.GetValue() == want[i+1]
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
