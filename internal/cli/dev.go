@@ -53,6 +53,10 @@ the dev server.`,
 			}
 			o.Out = cmd.OutOrStdout()
 			o.Logger = g.logger
+			var err error
+			if o.TemporalMetrics, err = temporalMetrics(); err != nil {
+				return err
+			}
 			if _, err := scheduling.Parse(string(o.Scheduler)); err != nil {
 				return fmt.Errorf("QM_SCHEDULER: %w", err)
 			}

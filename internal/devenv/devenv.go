@@ -4,6 +4,7 @@
 package devenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
@@ -52,6 +54,10 @@ type Options struct {
 	// worker's and the watcher's (operations, health checks, the fleet's
 	// state gauges); 0 serves none. The API serves its own on Listen.
 	MetricsPort int
+	// TemporalMetrics, when set, records the embedded dev server's client's
+	// metrics (the workers' pollers, task latencies); a Temporal of Options.
+	// Temporal records its own as it was dialled.
+	TemporalMetrics client.MetricsHandler
 	// Listen is the API's listen address.
 	Listen string
 	// APIListener, when set, is the API's listener, open already: Listen
@@ -315,6 +321,15 @@ func startTemporal(ctx context.Context, o Options, sv *supervisor) (client.Clien
 	}
 	sv.srv = srv
 	tc := srv.Client()
+	if o.TemporalMetrics != nil {
+		// The same connection, with the metrics recorded.
+		if tc, err = client.NewClientFromExisting(tc, client.Options{MetricsHandler: o.TemporalMetrics,
+			Logger: log.NewStructuredLogger(cmp.Or(o.Logger, slog.Default()))}); err != nil {
+			_ = srv.Stop()
+			logFile.Close()
+			return nil, "", nil, fmt.Errorf("a client of the Temporal dev server that records its metrics: %w", err)
+		}
+	}
 	stop := func() {
 		tc.Close()
 		// On Ctrl-C the terminal interrupts the dev server too; it may be gone already.

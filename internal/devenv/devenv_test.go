@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	temporalclient "go.temporal.io/sdk/client"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -28,11 +29,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/devenv"
+	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -53,10 +56,12 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 		TemporalPort: freePort(t),
 		UIPort:       freePort(t),
 		MetricsPort:  freePort(t),
-		Listen:       apiLn.Addr().String(),
-		APIListener:  apiLn,
-		Namespace:    "default",
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// As qm dev records them; once per test binary, as the registry is.
+		TemporalMetrics: temporalMetrics(t),
+		Listen:          apiLn.Addr().String(),
+		APIListener:     apiLn,
+		Namespace:       "default",
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 
 	stop, out := start(t, opts)
@@ -104,6 +109,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 		m := testenv.Scrape(c, metricsURL)
 		assert.Equal(c, 1, m.Count("qm_operations_ended_total", "operation", "provision", "plan", testenv.TenantPlan, "outcome", "succeeded"))
 		assert.Equal(c, 1, m.Count("qm_instances", "plan", testenv.TenantPlan, "state", "succeeded"))
+		assert.Positive(c, m.Count("temporal_num_pollers", "poller_type", "workflow_task"), "the worker's pollers")
 	}, 30*time.Second, 100*time.Millisecond, "qm dev's metrics")
 	var admin api.Credentials
 	raw, err = os.ReadFile(filepath.Join(dataDir, "admin-credentials.json"))
@@ -273,4 +279,16 @@ func processesUsing(t *testing.T, dir string) []string {
 		found = append(found, string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
 	}
 	return found
+}
+
+// sdkMetrics records the Temporal SDK's metrics into controller-runtime's
+// registry, which takes them once per process.
+var sdkMetrics = sync.OnceValues(func() (temporalclient.MetricsHandler, error) {
+	return telemetry.TemporalMetrics(ctrlmetrics.Registry, slog.Default())
+})
+
+func temporalMetrics(t *testing.T) temporalclient.MetricsHandler {
+	h, err := sdkMetrics()
+	require.NoError(t, err)
+	return h
 }
