@@ -100,8 +100,8 @@ $(BIN)/promtool:
 ## Build -------------------------------------------------------------------
 
 .PHONY: build
-build: ## Build bin/qm.
-	go build -o $(QM) .
+build: ## Build bin/qm, stamped with the version and revision `qm version` prints.
+	go build -ldflags '-X github.com/quartermaster/qm/internal/cli.version=$(VERSION) -X github.com/quartermaster/qm/internal/cli.revision=$(REVISION)' -o $(QM) .
 
 .PHONY: generate
 generate: $(BIN)/controller-gen ## Regenerate deepcopy code and CRD manifests from crds/, and the chart's dashboard from deploy/chart.

@@ -72,7 +72,7 @@ func Build(o Options) error {
 	if err != nil {
 		return fmt.Errorf("image reference %q: %w", o.Ref, err)
 	}
-	qm, err := compile(o.Module)
+	qm, err := compile(o.Module, o.Version, o.Revision)
 	if err != nil {
 		return err
 	}
@@ -174,15 +174,17 @@ func writeArchive(out string, ref name.Tag, img v1.Image) error {
 }
 
 // compile builds qm for linux/amd64 without cgo: a static binary that runs
-// on an image with no libc.
-func compile(module string) ([]byte, error) {
+// on an image with no libc, stamped with the version and revision of the
+// image's labels, which `qm version` prints.
+func compile(module, version, revision string) ([]byte, error) {
 	dir, err := os.MkdirTemp("", "qm-image-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "qm")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, ".")
+	ldflags := fmt.Sprintf("-s -w -X %[1]s.version=%[2]s -X %[1]s.revision=%[3]s", stampPackage, version, revision)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, ".")
 	cmd.Dir = module
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	var stderr strings.Builder
@@ -192,6 +194,9 @@ func compile(module string) ([]byte, error) {
 	}
 	return os.ReadFile(out)
 }
+
+// stampPackage holds the variables `qm version` prints.
+const stampPackage = "github.com/quartermaster/qm/internal/cli"
 
 // file is an entry of the layer.
 type file struct {

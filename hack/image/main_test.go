@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -93,6 +94,13 @@ func TestImage(t *testing.T) {
 	for _, p := range bin.Progs {
 		assert.NotEqual(t, elf.PT_INTERP, p.Type, "qm is static: no dynamic loader")
 	}
+
+	// The image's qm tells the version and revision of its labels.
+	exe := filepath.Join(t.TempDir(), "qm")
+	require.NoError(t, os.WriteFile(exe, qm, 0o755))
+	printed, err := exec.Command(exe, "version").CombinedOutput()
+	require.NoError(t, err, "%s", printed)
+	assert.Contains(t, string(printed), "qm 1.2.3 (revision abc; go")
 }
 
 // readArchive unpacks an oci-archive and returns its one image, named as
