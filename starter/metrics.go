@@ -17,16 +17,16 @@ import (
 )
 
 // fleetMetrics serves the fleet's state gauges (metrics.Fleet) from the
-// watcher's cache while the watcher runs. Every replica serves them, the
-// standbys too: their caches hold the same resources, and a scrape that
-// lands on any replica sees the fleet.
+// watcher's cache while the watcher leads. Standbys serve none: they hold
+// no caches until they lead, and filling them only for the gauges would
+// double a standby's memory. A new leader serves them once its caches are
+// synced, so a scrape misses them for a failover's seconds at most.
 type fleetMetrics struct {
 	mgr ctrl.Manager
 }
 
-// counted are the kinds metrics.Fleet counts: their informers start with
-// the watcher, so that the first scrape of a standby does not wait for
-// them.
+// counted are the kinds metrics.Fleet counts: their informers are synced
+// before the gauges are served, so that the first scrape counts them all.
 var counted = []ctrlclient.Object{
 	&osbv1alpha1.SFServiceInstance{}, &osbv1alpha1.SFServiceBinding{}, &osbv1alpha1.SFPlan{},
 	&resourcev1alpha1.SFCluster{}, &primazav1alpha1.RegisteredService{}, &primazav1alpha1.ServiceClaim{},
@@ -40,8 +40,8 @@ func setupFleetMetrics(mgr ctrl.Manager) error {
 	return nil
 }
 
-// NeedLeaderElection is false: standbys serve the gauges too.
-func (f *fleetMetrics) NeedLeaderElection() bool { return false }
+// NeedLeaderElection is true: the leader serves the gauges.
+func (f *fleetMetrics) NeedLeaderElection() bool { return true }
 
 // Start serves the gauges from this watcher's cache until it stops.
 func (f *fleetMetrics) Start(ctx context.Context) error {

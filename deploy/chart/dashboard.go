@@ -22,8 +22,9 @@ const DashboardFile = "quartermaster/files/dashboards/quartermaster.json"
 // DashboardUID is the dashboard's UID: its URL in Grafana is /d/quartermaster.
 const DashboardUID = "quartermaster"
 
-// The queries take the largest of the replicas' gauges (each watcher and
-// API replica serves the same fleet) and sum the counters of every worker.
+// The queries take the largest of the replicas' gauges (every API replica
+// serves the mass updates'; around a watcher's failover, two watchers may
+// serve the fleet's) and sum the counters of every worker.
 // They query by the metric's labels only, so they work under any job name.
 var datasource = common.DataSourceRef{Type: ptr("prometheus"), Uid: ptr("${datasource}")}
 
