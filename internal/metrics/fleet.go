@@ -42,6 +42,27 @@ type servedFleet struct {
 	fleets []*Fleet
 }
 
+// counter is one kind's count: it lists the kind and adds to its tallies.
+type counter struct {
+	kind  string
+	descs []*prometheus.Desc
+	count func(ctx context.Context, r client.Reader, add adder) error
+}
+
+// adder adds v to the series of desc with these label values.
+type adder func(desc *prometheus.Desc, v float64, labels ...string)
+
+// tallies sums values by gauge and label values.
+type tallies map[tallyKey]float64
+
+// tallyKey is one series: a gauge and its label values, of which it has n
+// (three at most, as the gauges' descriptions have).
+type tallyKey struct {
+	desc   *prometheus.Desc
+	labels [3]string
+	n      int
+}
+
 var served = &servedFleet{}
 
 // Serve has the process's registry count the fleet from r until stop is
@@ -123,16 +144,6 @@ var (
 		[]string{"namespace", "ready"}, nil)
 )
 
-// counter is one kind's count: it lists the kind and adds to its tallies.
-type counter struct {
-	kind  string
-	descs []*prometheus.Desc
-	count func(ctx context.Context, r client.Reader, add adder) error
-}
-
-// adder adds v to the series of desc with these label values.
-type adder func(desc *prometheus.Desc, v float64, labels ...string)
-
 var counters = []counter{
 	{"SFServiceInstance", []*prometheus.Desc{instancesDesc, waitingDesc, reservationsDesc}, countInstances},
 	{"SFServiceBinding", []*prometheus.Desc{bindingsDesc}, countBindings},
@@ -169,15 +180,6 @@ func (f *Fleet) Collect(ch chan<- prometheus.Metric) {
 			ch <- m
 		}
 	}
-}
-
-// tallies sums values by gauge and label values.
-type tallies map[tallyKey]float64
-
-type tallyKey struct {
-	desc   *prometheus.Desc
-	labels [3]string
-	n      int
 }
 
 func (t tallies) add(desc *prometheus.Desc, v float64, labels ...string) {
