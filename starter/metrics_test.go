@@ -24,11 +24,14 @@ import (
 )
 
 // TestOperationMetrics drives operations that succeed, fail on a template
-// error and time out, a binding and a health-checked service, and scrapes
-// the worker's and the watcher's /metrics as Prometheus would: the
-// operations' counters and histograms by plan and outcome, the checks'
-// counter, and the state gauges. The gauges equal the resources' counts
-// again after the watcher, which serves them, restarts.
+// error and time out, a binding, a health-checked service, an instance
+// waiting for a cluster, a claim, a usage, a ServiceBinding and a mass
+// update, and scrapes the worker's, the watcher's and the API's /metrics as
+// Prometheus would: the operations' counters and histograms by plan and
+// outcome, the checks', the state gauges and the mass update's progress.
+// The gauges equal the resources' counts again after the watcher, which
+// serves them, restarts; and every metric the chart's dashboard and alerts
+// query is one of those served.
 func TestOperationMetrics(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true, Metrics: true, HealthCheckMinute: checkMinute,
 		Scheduler: scheduling.LabelSelector, ClusterProbePeriod: 300 * time.Millisecond})
@@ -49,8 +52,8 @@ func TestOperationMetrics(t *testing.T) {
 	s.Instance("m-2", instant, "")
 	s.Instance("m-broken", broken, "")
 	s.Instance("m-slow", slow, "")
-	failed := func(i *osbv1alpha1.SFServiceInstance) bool { return i.Status.State == osbv1alpha1.StateFailed }
 	s.Instance("m-wait", nowhere, "")
+	failed := func(i *osbv1alpha1.SFServiceInstance) bool { return i.Status.State == osbv1alpha1.StateFailed }
 	// Scheduled first: the cluster's name in the spec is generation 2.
 	s.WaitInstance("m-1", "provisioned", testenv.Succeeded(2))
 	s.WaitInstance("m-2", "provisioned", testenv.Succeeded(2))
