@@ -44,7 +44,7 @@ type servedFleet struct {
 
 // counter is one kind's count: it lists the kind and adds to its tallies.
 type counter struct {
-	kind  string
+	kind  client.Object
 	descs []*prometheus.Desc
 	count func(ctx context.Context, r client.Reader, add adder) error
 }
@@ -145,14 +145,25 @@ var (
 )
 
 var counters = []counter{
-	{"SFServiceInstance", []*prometheus.Desc{instancesDesc, waitingDesc, reservationsDesc}, countInstances},
-	{"SFServiceBinding", []*prometheus.Desc{bindingsDesc}, countBindings},
-	{"SFPlan", []*prometheus.Desc{maxPollingDesc}, countPlans},
-	{"SFCluster", []*prometheus.Desc{clusterInstancesDesc, clusterUseDesc, clusterLimitDesc, clusterReadyDesc}, countClusters},
-	{"RegisteredService", []*prometheus.Desc{servicesDesc}, byState(servicesDesc, &primazav1alpha1.RegisteredServiceList{}, serviceState)},
-	{"ServiceClaim", []*prometheus.Desc{claimsDesc}, byState(claimsDesc, &primazav1alpha1.ServiceClaimList{}, claimState)},
-	{"ServiceBindingUsage", []*prometheus.Desc{usagesDesc}, byState(usagesDesc, &scv1alpha1.ServiceBindingUsageList{}, usageState)},
-	{"ServiceBinding", []*prometheus.Desc{serviceBindingsDesc}, byState(serviceBindingsDesc, &sbv1.ServiceBindingList{}, serviceBindingReady)},
+	{&osbv1alpha1.SFServiceInstance{}, []*prometheus.Desc{instancesDesc, waitingDesc, reservationsDesc}, countInstances},
+	{&osbv1alpha1.SFServiceBinding{}, []*prometheus.Desc{bindingsDesc}, countBindings},
+	{&osbv1alpha1.SFPlan{}, []*prometheus.Desc{maxPollingDesc}, countPlans},
+	{&resourcev1alpha1.SFCluster{}, []*prometheus.Desc{clusterInstancesDesc, clusterUseDesc, clusterLimitDesc, clusterReadyDesc}, countClusters},
+	{&primazav1alpha1.RegisteredService{}, []*prometheus.Desc{servicesDesc}, byState(servicesDesc, &primazav1alpha1.RegisteredServiceList{}, serviceState)},
+	{&primazav1alpha1.ServiceClaim{}, []*prometheus.Desc{claimsDesc}, byState(claimsDesc, &primazav1alpha1.ServiceClaimList{}, claimState)},
+	{&scv1alpha1.ServiceBindingUsage{}, []*prometheus.Desc{usagesDesc}, byState(usagesDesc, &scv1alpha1.ServiceBindingUsageList{}, usageState)},
+	{&sbv1.ServiceBinding{}, []*prometheus.Desc{serviceBindingsDesc}, byState(serviceBindingsDesc, &sbv1.ServiceBindingList{}, serviceBindingReady)},
+}
+
+// Kinds are the kinds the fleet's gauges count: a cache that serves them
+// has their informers synced first, so that its first scrape counts them
+// all.
+func Kinds() []client.Object {
+	kinds := make([]client.Object, 0, len(counters))
+	for _, c := range counters {
+		kinds = append(kinds, c.kind)
+	}
+	return kinds
 }
 
 // Describe sends every gauge's description.
@@ -172,7 +183,7 @@ func (f *Fleet) Collect(ch chan<- prometheus.Metric) {
 		t := tallies{}
 		if err := c.count(ctx, f.Reader, t.add); err != nil {
 			if f.Logger != nil {
-				f.Logger.Warn("counting the fleet's state for its metrics", "kind", c.kind, "error", err)
+				f.Logger.Warn("counting the fleet's state for its metrics", "kind", fmt.Sprintf("%T", c.kind), "error", err)
 			}
 			continue
 		}
