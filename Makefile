@@ -101,7 +101,7 @@ $(BIN)/promtool:
 
 .PHONY: build
 build: ## Build bin/qm, stamped with the version and revision `qm version` prints.
-	go build -ldflags '-X github.com/quartermaster/qm/internal/cli.version=$(VERSION) -X github.com/quartermaster/qm/internal/cli.revision=$(REVISION)' -o $(QM) .
+	go build -ldflags '-X $(STAMP).version=$(VERSION) -X $(STAMP).revision=$(REVISION)' -o $(QM) .
 
 .PHONY: generate
 generate: $(BIN)/controller-gen ## Regenerate deepcopy code and CRD manifests from crds/, and the chart's dashboard from deploy/chart.
@@ -123,6 +123,8 @@ check-generated: $(BIN)/controller-gen
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 IMAGE    ?= ghcr.io/quartermaster/qm:$(VERSION)
+# The package whose variables `qm version` prints (hack/image stamps the same).
+STAMP    := github.com/quartermaster/qm/internal/cli
 
 .PHONY: image
 image: ## Write the container image of qm, an OCI image tarball, to bin/qm-image.tar (no Docker, no network).
