@@ -50,7 +50,24 @@ type Options struct {
 	Port int
 	// Out receives the output of both processes; nil discards it.
 	Out io.Writer
+	// Audit has the API server write an audit event (JSON lines, Metadata
+	// level) for every request of a service account to ControlPlane.AuditLog:
+	// who asked for which verb on which resource, and the answer's code.
+	// Requests of other users are not recorded.
+	Audit bool
 }
+
+// auditPolicy records the metadata of service accounts' requests once
+// answered (a watch also when it starts, as it may never end), and nothing
+// of other users (the cluster's own components, tests as system:masters).
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+`
 
 // ControlPlane is a running cluster with the CRDs installed.
 type ControlPlane struct {
@@ -62,6 +79,8 @@ type ControlPlane struct {
 	Config *rest.Config
 	// Kubeconfig is Config as a kubeconfig file, for kubectl.
 	Kubeconfig []byte
+	// AuditLog is the API server's audit log, with Options.Audit.
+	AuditLog string
 
 	clusterDir string
 	out        io.Writer
@@ -110,6 +129,20 @@ func Start(opts Options) (*ControlPlane, error) {
 			// API server has no controller to create service accounts; this
 			// one has, so pods get their account as on a real cluster.
 			Disable("disable-admission-plugins")
+	}
+	if opts.Audit {
+		policy := filepath.Join(clusterDir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return nil, fmt.Errorf("writing the audit policy: %w", err)
+		}
+		cp.AuditLog = filepath.Join(clusterDir, "audit.log")
+		apiServer.Configure().
+			Set("audit-policy-file", policy).
+			Set("audit-log-path", cp.AuditLog).
+			Set("audit-log-format", "json").
+			// Written as requests end, not batched, so that a test reads
+			// the requests it made as soon as they are answered.
+			Set("audit-log-mode", "blocking")
 	}
 	// etcd and kube-apiserver die with this process even on SIGKILL, and
 	// whatever a crashed run left holding their ports goes first.

@@ -47,6 +47,9 @@ type Cluster struct {
 	Client ctrlclient.Client
 	// Kubeconfig reaches the API server as Config does, for kubectl.
 	Kubeconfig []byte
+	// AuditLog is the API server's audit log of every request a service
+	// account makes (controlplane.Options.Audit); empty on the bare one.
+	AuditLog string
 }
 
 // sharedCluster is a cluster started at most once per test binary.
@@ -150,13 +153,13 @@ func (c *sharedCluster) get(t testing.TB, bare bool) *Cluster {
 	requireTool(t, "kube-apiserver")
 	requireTool(t, "etcd")
 	c.once.Do(func() {
-		c.cp, c.err = controlplane.Start(controlplane.Options{BinDir: BinDir(), Bare: bare})
+		c.cp, c.err = controlplane.Start(controlplane.Options{BinDir: BinDir(), Bare: bare, Audit: !bare})
 		if c.err != nil {
 			return
 		}
 		var kube ctrlclient.Client
 		kube, c.err = crds.NewClient(c.cp.Config)
-		c.cluster = &Cluster{Config: c.cp.Config, Client: kube, Kubeconfig: c.cp.Kubeconfig}
+		c.cluster = &Cluster{Config: c.cp.Config, Client: kube, Kubeconfig: c.cp.Kubeconfig, AuditLog: c.cp.AuditLog}
 	})
 	if c.err != nil {
 		t.Fatalf("starting the test cluster: %v", c.err)
