@@ -7,7 +7,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,14 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,10 +39,6 @@ type variation struct {
 	// check looks at the rendered objects, by "Kind/name".
 	check func(t *testing.T, objs map[string]*unstructured.Unstructured)
 }
-
-// kubeVersion is the embedded cluster's; its API versions include the
-// MutatingAdmissionPolicy of the finalizer policies.
-var kubeVersion = &chartutil.KubeVersion{Version: "v1.37.1", Major: "1", Minor: "37"}
 
 var variations = []variation{
 	{name: "defaults", check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
@@ -130,7 +122,7 @@ var variations = []variation{
 func TestChartLints(t *testing.T) {
 	for _, v := range variations {
 		t.Run(v.name, func(t *testing.T) {
-			linter := lint.AllWithKubeVersion(chartDir, values(t, v.set), "default", kubeVersion)
+			linter := lint.AllWithKubeVersion(chartDir, values(t, v.set), "default", testenv.ChartKubeVersion)
 			for _, m := range linter.Messages {
 				assert.Less(t, m.Severity, support.WarningSev, "helm lint: %s", m)
 			}
@@ -206,9 +198,7 @@ func TestChartInstalls(t *testing.T) {
 
 func load(t *testing.T) *chart.Chart {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	require.NoError(t, err)
-	return ch
+	return testenv.QMChart(t)
 }
 
 func values(t *testing.T, set string) map[string]any {
@@ -224,30 +214,7 @@ func values(t *testing.T, set string) map[string]any {
 // keyed by "Kind/name".
 func render(t *testing.T, ch *chart.Chart, ns, set string) map[string]*unstructured.Unstructured {
 	t.Helper()
-	install := action.NewInstall(&action.Configuration{})
-	install.DryRun, install.ClientOnly, install.IncludeCRDs = true, true, true
-	install.ReleaseName, install.Namespace = "qm", ns
-	install.KubeVersion = kubeVersion
-	install.APIVersions = chartutil.VersionSet{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "monitoring.coreos.com/v1/ServiceMonitor",
-		"monitoring.coreos.com/v1/PrometheusRule"}
-	rel, err := install.Run(ch, values(t, set))
-	require.NoError(t, err, "helm template")
-	objs := map[string]*unstructured.Unstructured{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rel.Manifest), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); err != nil {
-			require.ErrorContains(t, err, "EOF")
-			break
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		key := obj.GetKind() + "/" + obj.GetName()
-		require.NotContains(t, objs, key, "rendered twice")
-		objs[key] = obj
-	}
-	return objs
+	return testenv.RenderChart(t, ch, ns, values(t, set))
 }
 
 func podSpec(t *testing.T, deploy *unstructured.Unstructured) map[string]any {

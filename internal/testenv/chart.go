@@ -3,13 +3,63 @@ package testenv
 import (
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
+
+// ChartKubeVersion is the embedded cluster's version, as Helm renders for
+// it; its API versions include the MutatingAdmissionPolicy of the
+// finalizer policies.
+var ChartKubeVersion = &chartutil.KubeVersion{Version: "v1.37.1", Major: "1", Minor: "37"}
+
+// QMChart loads Quartermaster's Helm chart, deploy/chart/quartermaster.
+func QMChart(t testing.TB) *chart.Chart {
+	t.Helper()
+	ch, err := loader.Load(filepath.Join(filepath.Dir(BinDir()), "deploy", "chart", "quartermaster"))
+	require.NoError(t, err)
+	return ch
+}
+
+// RenderChart is `helm template qm <chart> -n ns --include-crds` with
+// vals, for the embedded cluster and the Prometheus Operator's kinds; its
+// objects are keyed by "Kind/name".
+func RenderChart(t testing.TB, ch *chart.Chart, ns string, vals map[string]any) map[string]*unstructured.Unstructured {
+	t.Helper()
+	install := action.NewInstall(&action.Configuration{})
+	install.DryRun, install.ClientOnly, install.IncludeCRDs = true, true, true
+	install.ReleaseName, install.Namespace = "qm", ns
+	install.KubeVersion = ChartKubeVersion
+	install.APIVersions = chartutil.VersionSet{"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy", "monitoring.coreos.com/v1/ServiceMonitor",
+		"monitoring.coreos.com/v1/PrometheusRule"}
+	rel, err := install.Run(ch, vals)
+	require.NoError(t, err, "helm template")
+	objs := map[string]*unstructured.Unstructured{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rel.Manifest), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			require.ErrorContains(t, err, "EOF")
+			break
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		key := obj.GetKind() + "/" + obj.GetName()
+		require.NotContains(t, objs, key, "rendered twice")
+		objs[key] = obj
+	}
+	return objs
+}
 
 // ChartArchive packs a small chart as `helm package` would: a ConfigMap
 // <release>-tenant with the size, plan and instance it was rendered for, a
