@@ -57,6 +57,8 @@ type usageTarget struct {
 type BindingUsages struct {
 	Client   ctrlclient.Client
 	Temporal client.Client
+	// WorkerServiceAccount is WatcherOptions'.
+	WorkerServiceAccount string
 
 	cache   cache.Cache
 	usages  controller.Controller
@@ -65,8 +67,9 @@ type BindingUsages struct {
 }
 
 // setupBindingUsages registers the usages' controller and the UsageKinds'.
-func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
-	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(), watched: map[schema.GroupVersionKind]bool{}}
+func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, workerServiceAccount string) error {
+	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, WorkerServiceAccount: workerServiceAccount, cache: mgr.GetCache(),
+		watched: map[schema.GroupVersionKind]bool{}}
 	indexes := map[string]func(*sc.ServiceBindingUsage) string{
 		usageKindField:     func(s *sc.ServiceBindingUsage) string { return s.Spec.UsedBy.Kind },
 		usageWorkloadField: func(s *sc.ServiceBindingUsage) string { return s.Spec.UsedBy.Name },

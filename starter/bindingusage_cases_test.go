@@ -226,3 +226,41 @@ func TestUsageMovedToAnotherWorkload(t *testing.T) {
 	injected(t, getDeployment(t, s, "api").Spec.Template, "db", secret)
 	assert.Equal(t, original, getDeployment(t, s, "web").Spec.Template, "the first workload is as its user wrote it")
 }
+
+// TestUsageKindChecksTheWorkersAccount: with the workers under a service
+// account of their own (the chart's shape), a UsageKind is Permitted only
+// if that account may get and patch its workloads, and says which rule the
+// account lacks.
+func TestUsageKindChecksTheWorkersAccount(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{})
+	role := s.Namespace + "-workers"
+	s.Create(fmt.Sprintf(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: %s}
+rules: [{apiGroups: [apps], resources: [deployments], verbs: [get]}]`, role))
+	s.Create(fmt.Sprintf(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: %[1]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %[1]s}
+subjects: [{kind: ServiceAccount, name: workers, namespace: %[2]s}]`, role, s.Namespace))
+	t.Cleanup(func() {
+		for _, kind := range []string{"ClusterRoleBinding", "ClusterRole"} {
+			_ = s.Kube.Client.Delete(context.Background(), testenv.Decode(t, fmt.Sprintf(`{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": %q, "metadata": {"name": %q}}`, kind, role)))
+		}
+	})
+	sys, err := system.Start(context.Background(), system.Options{Kube: s.Kube.Config, Temporal: testenv.Temporal(t),
+		Watcher: &starter.WatcherOptions{WorkerServiceAccount: s.Namespace + ":workers"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, sys.Stop()) })
+
+	kind := usageKind(t, s, "deployment", deploymentKind)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ready := meta.FindStatusCondition(getKind(c, s, kind).Status.Conditions, "Ready")
+		require.NotNil(c, ready)
+		assert.Equal(c, "Forbidden", ready.Reason)
+		assert.Equal(c, `Quartermaster lacks the RBAC rules {apiGroups: ["apps"], resources: ["deployments"], verbs: ["patch"]} in every namespace`+
+			" for the workers' service account "+s.Namespace+":workers", ready.Message)
+	}, 20*time.Second, 50*time.Millisecond, "the UsageKind names the rule the workers lack")
+}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -95,7 +96,7 @@ func (u *BindingUsages) ReconcileKind(ctx context.Context, req ctrl.Request) (ct
 	} else {
 		kind.Status.Resource = mapping.Resource.GroupResource().String()
 		setCondition(&kind, sc.UsageKindResolved, "", fmt.Sprintf("served as %s, kind %s", mapping.Resource.GroupVersion(), mapping.GroupVersionKind.Kind))
-		missing, err := bindingusage.Access(ctx, u.Client, mapping.Resource, "", "")
+		missing, err := u.access(ctx, mapping.Resource)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -129,4 +130,25 @@ func setCondition(kind *sc.UsageKind, typ, reason, message string) {
 		c.Status, c.Reason = metav1.ConditionFalse, reason
 	}
 	meta.SetStatusCondition(&kind.Status.Conditions, c)
+}
+
+// access lists the RBAC rules missing for Quartermaster to work on a
+// UsageKind's resource: the watcher lists and watches it, the workers get
+// and patch it, under their own service account when they have one.
+func (u *BindingUsages) access(ctx context.Context, gvr schema.GroupVersionResource) ([]string, error) {
+	if u.WorkerServiceAccount == "" {
+		return bindingusage.Access(ctx, u.Client, gvr, "", "")
+	}
+	missing, err := bindingusage.AccessOf(ctx, u.Client, gvr, "", "", bindingusage.WatchVerbs)
+	if err != nil {
+		return nil, err
+	}
+	forWorker, err := bindingusage.AccessOf(ctx, u.Client, gvr, "", u.WorkerServiceAccount, bindingusage.InjectVerbs)
+	if err != nil {
+		return nil, err
+	}
+	for _, rule := range forWorker {
+		missing = append(missing, rule+" for the workers' service account "+u.WorkerServiceAccount)
+	}
+	return missing, nil
 }

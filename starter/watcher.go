@@ -59,6 +59,12 @@ type WatcherOptions struct {
 	// ClusterProbePeriod is how often each SFCluster's cluster is probed
 	// (0: DefaultClusterProbePeriod).
 	ClusterProbePeriod time.Duration
+	// WorkerServiceAccount ("namespace:name") is the identity the workers
+	// run as, when it is not the watcher's own (the chart gives each
+	// component its own service account): a UsageKind is Permitted when
+	// the watcher may list and watch its workloads and this account may
+	// get and patch them. Empty: the watcher's identity does all four.
+	WorkerServiceAccount string
 }
 
 // NewWatcher returns a controller-runtime manager whose reconcilers start
@@ -130,7 +136,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupClaims(mgr, tc, copts); err != nil {
 		return nil, err
 	}
-	if err := setupBindingUsages(mgr, tc, copts); err != nil {
+	if err := setupBindingUsages(mgr, tc, copts, opts.WorkerServiceAccount); err != nil {
 		return nil, err
 	}
 	if err := setupServiceBindings(mgr, tc, copts); err != nil {

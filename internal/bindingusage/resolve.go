@@ -18,6 +18,13 @@ import (
 // and watches them (drift), and patches them by server-side apply.
 var Verbs = []string{"get", "list", "watch", "patch"}
 
+// WatchVerbs are those the watcher needs to follow a kind's workloads, and
+// InjectVerbs those the workers need to inject into them.
+var (
+	WatchVerbs  = []string{"list", "watch"}
+	InjectVerbs = []string{"get", "patch"}
+)
+
 // Resolve finds how the API server serves a UsageKind's resource: its
 // exact kind, its version and its plural resource. The kind may be given
 // in lower case or as the resource's name, as Kyma writes it
@@ -61,10 +68,11 @@ func notServed(mapper meta.RESTMapper, r servicecatalogv1alpha1.ResourceReferenc
 // account "namespace:name" (SubjectAccessReview). Each miss is written as
 // the RBAC rule that would grant it.
 func Access(ctx context.Context, c ctrlclient.Client, gvr schema.GroupVersionResource, namespace, serviceAccount string) ([]string, error) {
-	return access(ctx, c, gvr, namespace, serviceAccount, Verbs)
+	return AccessOf(ctx, c, gvr, namespace, serviceAccount, Verbs)
 }
 
-func access(ctx context.Context, c ctrlclient.Client, gvr schema.GroupVersionResource, namespace, serviceAccount string, verbs []string) ([]string, error) {
+// AccessOf is Access for some verbs alone.
+func AccessOf(ctx context.Context, c ctrlclient.Client, gvr schema.GroupVersionResource, namespace, serviceAccount string, verbs []string) ([]string, error) {
 	var missing []string
 	for _, verb := range verbs {
 		attrs := &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource}

@@ -70,7 +70,7 @@ func Verify(ctx context.Context, c ctrlclient.Client, name string, o VerifyOptio
 		who = o.ServiceAccount
 	}
 	for _, verb := range Verbs {
-		missing, err := access(ctx, c, gvr, o.Namespace, o.ServiceAccount, []string{verb})
+		missing, err := AccessOf(ctx, c, gvr, o.Namespace, o.ServiceAccount, []string{verb})
 		switch {
 		case err != nil:
 			add("RBAC "+verb, Fail, "%v", err)

@@ -29,5 +29,6 @@ func newWatcherCommand(g *globals) *cobra.Command {
 	f.StringVar(&o.MetricsAddr, "metrics-addr", ":9090", "address serving Prometheus /metrics (controller-runtime's and the Temporal client's); 0 turns it off")
 	f.IntVar(&o.Concurrency, "concurrency", 16, "resources reconciled at once per kind")
 	f.DurationVar(&o.ClusterProbePeriod, "cluster-probe-period", starter.DefaultClusterProbePeriod, "how often each SFCluster's cluster is probed")
+	f.StringVar(&o.WorkerServiceAccount, "worker-service-account", "", "the workers' service account (namespace:name) when it is not the watcher's, whose access to UsageKinds' workloads is checked (the chart sets it)")
 	return cmd
 }
