@@ -166,11 +166,18 @@ test: ## Run every test (race detector on) against the real API server and Tempo
 # their figures come from `make bench`.
 .PHONY: test-steps
 test-steps: tools check-generated vet lint
-	QM_BIN_DIR=$(BIN) QM_BENCH_SMOKE=1 go test -race -count=1 -timeout 30m -bench . -benchtime 1x $(TEST_FLAGS) $(PKG)
+	QM_BIN_DIR=$(BIN) QM_BENCH_SMOKE=1 go test -race -count=1 -timeout 30m -bench . -benchtime 1x -skip '^TestChartPods$$' $(TEST_FLAGS) $(PKG)
 	cd hack && go test -count=1 ./image ./testlint/...
 	QM_BIN_DIR=$(BIN) go test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./api
 	go test -run '^$$' -fuzz '^FuzzGo$$' -fuzztime $(FUZZ_TIME_TEMPLATES) ./internal/plan
 	go test -run '^$$' -fuzz '^FuzzObjects$$' -fuzztime $(FUZZ_TIME_TEMPLATES) ./internal/plan
+
+# The chart's pods run for real: the image's /qm as processes, each under
+# its own service account (test/e2e TestChartPods). Apart from `make test`,
+# whose time it would push past its bound; CI runs both (.ci/run).
+.PHONY: test-pods
+test-pods: tools image ## Run the chart's pods as processes of the image's qm under their own service accounts, checking RBAC both ways; prints the permissions used and unused.
+	QM_BIN_DIR=$(BIN) go test -count=1 -v -run '^TestChartPods$$' -timeout 15m ./test/e2e
 
 # How much `make test` fuzzes the OSB request decoding: a count of runs, not
 # a duration. Go 1.26's fuzzing coordinator races its own -fuzztime

@@ -1,0 +1,332 @@
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// kubelet plays the kubelet's part for a release's pods on this machine, so
+// that the chart's pod specs run as written, against the real API server.
+// Each replica of a Deployment is a process of the image's entrypoint,
+// started as a container runtime starts one:
+//   - the container's command and arguments (the image's entrypoint when it
+//     has no command), with $(VAR) references expanded;
+//   - the image's environment, then the container's, with secretKeyRef,
+//     configMapKeyRef and fieldRef resolved from the API server;
+//   - its volumes (emptyDir, Secret, ConfigMap) as directories. A process
+//     shares the machine's file system, so every absolute path of its
+//     environment is rewritten into the volume mounted there or else into
+//     the image's files, and TMPDIR names the volume mounted at /tmp;
+//   - KUBECONFIG, a kubeconfig holding a TokenRequest token of the pod's own
+//     service account (the projected token a kubelet mounts), so that every
+//     call is authorised by the chart's roles;
+//   - an address of its own, 127.0.0.<n>, as a pod has its own network:
+//     arguments listening on ":<port>" listen there.
+//
+// It probes readiness and liveness as the container's probes say, and
+// restarts a container whose liveness fails or that exits.
+type kubelet struct {
+	t      *testing.T
+	kube   *testenv.Cluster
+	img    image
+	pods   []*pod
+	nextIP int
+}
+
+// pod is one replica, supervised until the test ends.
+type pod struct {
+	name   string
+	labels map[string]string
+	ip     string
+	// ports are the container's, by name.
+	ports     map[string]int32
+	container corev1.Container
+	argv, env []string
+	// mounts are the volumes' directories by mount path, longest first.
+	mounts []mount
+	// readiness and liveness are the container's probes, defaults filled
+	// in, with their URLs.
+	readiness, liveness *probe
+	grace               time.Duration
+	log                 *testenv.SyncBuffer
+
+	ready    atomic.Bool
+	restarts atomic.Int32
+	done     chan struct{}
+}
+
+type mount struct{ path, dir string }
+
+// restartBackoff is the kubelet's first crash-loop delay.
+const restartBackoff = 10 * time.Second
+
+var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+func newKubelet(t *testing.T, kube *testenv.Cluster, img image) *kubelet {
+	return &kubelet{t: t, kube: kube, img: img, nextIP: 10}
+}
+
+// run starts the Deployment's replicas.
+func (k *kubelet) run(d *appsv1.Deployment) {
+	k.t.Helper()
+	for i := range ptr.Deref(d.Spec.Replicas, 1) {
+		k.start(d, fmt.Sprintf("%s-%d", d.Name, i))
+	}
+}
+
+func (k *kubelet) start(d *appsv1.Deployment, name string) {
+	t := k.t
+	t.Helper()
+	spec := d.Spec.Template.Spec
+	require.Len(t, spec.Containers, 1, "%s: one container per pod", d.Name)
+	require.Empty(t, spec.InitContainers, "%s: no init containers", d.Name)
+	c := spec.Containers[0]
+	k.nextIP++
+	p := &pod{name: name, labels: d.Spec.Template.Labels, ip: fmt.Sprintf("127.0.0.%d", k.nextIP), ports: map[string]int32{},
+		container: c, log: &testenv.SyncBuffer{}, done: make(chan struct{}),
+		grace: time.Duration(ptr.Deref(spec.TerminationGracePeriodSeconds, 30)) * time.Second}
+	for _, port := range c.Ports {
+		p.ports[port.Name] = port.ContainerPort
+	}
+	root := t.TempDir()
+	volumes := k.volumes(d.Namespace, spec.Volumes, root)
+	for _, m := range c.VolumeMounts {
+		dir, ok := volumes[m.Name]
+		require.True(t, ok, "%s mounts the volume %s it does not have", d.Name, m.Name)
+		require.Empty(t, m.SubPath, "%s: subPath mounts are not run here", d.Name)
+		p.mounts = append(p.mounts, mount{path: m.MountPath, dir: dir})
+	}
+	slices.SortFunc(p.mounts, func(a, b mount) int { return len(b.path) - len(a.path) })
+
+	env := k.environment(d.Namespace, p)
+	kubeconfig := filepath.Join(root, "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(k.kubeconfig(d.Namespace, cmp.Or(spec.ServiceAccountName, "default")), kubeconfig))
+	env = append(env, "KUBECONFIG="+kubeconfig)
+	if tmp, ok := p.hostPath("/tmp"); ok {
+		env = append(env, "TMPDIR="+tmp)
+	}
+	p.env = env
+
+	vars := map[string]string{}
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		vars[name] = value
+	}
+	argv := slices.Concat(k.img.config.Entrypoint, k.img.config.Cmd)
+	if len(c.Command) > 0 {
+		argv = slices.Clone(c.Command)
+	} else if len(c.Args) > 0 {
+		argv = slices.Concat(k.img.config.Entrypoint, c.Args)
+	}
+	for i, arg := range argv {
+		arg = varRef.ReplaceAllStringFunc(arg, func(ref string) string {
+			if v, ok := vars[ref[2:len(ref)-1]]; ok {
+				return v
+			}
+			return ref
+		})
+		if flag, port, ok := strings.Cut(arg, "=:"); ok && strings.HasPrefix(flag, "--") {
+			arg = flag + "=" + p.ip + ":" + port
+		}
+		argv[i] = arg
+	}
+	require.True(t, strings.HasPrefix(argv[0], "/"), "%s: the command %q is a path in the image", d.Name, argv[0])
+	argv[0] = filepath.Join(k.img.root, argv[0])
+	p.argv = argv
+
+	p.readiness, p.liveness = k.probe(p, c.ReadinessProbe), k.probe(p, c.LivenessProbe)
+	ctx, cancel := context.WithCancel(context.Background())
+	go p.supervise(ctx, k.img.root)
+	k.pods = append(k.pods, p)
+	t.Cleanup(func() {
+		cancel()
+		<-p.done
+		if t.Failed() {
+			t.Logf("--- output of pod %s (%d restarts):\n%s", p.name, p.restarts.Load(), tail(p.log.String(), 60))
+		}
+	})
+}
+
+// volumes writes each volume of a pod into a directory of its own.
+func (k *kubelet) volumes(ns string, volumes []corev1.Volume, root string) map[string]string {
+	t := k.t
+	t.Helper()
+	dirs := map[string]string{}
+	for _, v := range volumes {
+		dir := filepath.Join(root, "volumes", v.Name)
+		require.NoError(t, os.MkdirAll(dir, 0o700))
+		dirs[v.Name] = dir
+		var data map[string][]byte
+		var items []corev1.KeyToPath
+		switch {
+		case v.EmptyDir != nil:
+			continue
+		case v.Secret != nil:
+			var s corev1.Secret
+			require.NoError(t, k.kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: v.Secret.SecretName}, &s), "the volume %s", v.Name)
+			data, items = s.Data, v.Secret.Items
+		case v.ConfigMap != nil:
+			var cm corev1.ConfigMap
+			require.NoError(t, k.kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: v.ConfigMap.Name}, &cm), "the volume %s", v.Name)
+			data = map[string][]byte{}
+			for key, value := range cm.Data {
+				data[key] = []byte(value)
+			}
+			items = v.ConfigMap.Items
+		default:
+			t.Fatalf("the volume %s is of a kind this kubelet does not mount", v.Name)
+		}
+		if len(items) == 0 {
+			for key := range data {
+				items = append(items, corev1.KeyToPath{Key: key, Path: key})
+			}
+		}
+		for _, item := range items {
+			require.Contains(t, data, item.Key, "the volume %s", v.Name)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, item.Path), data[item.Key], 0o600))
+		}
+	}
+	return dirs
+}
+
+// environment is the image's variables, then the container's, resolved.
+func (k *kubelet) environment(ns string, p *pod) []string {
+	t := k.t
+	t.Helper()
+	ctx := context.Background()
+	env := slices.Clone(k.img.config.Env)
+	for _, e := range p.container.Env {
+		value := e.Value
+		switch from := e.ValueFrom; {
+		case from == nil:
+		case from.SecretKeyRef != nil:
+			var s corev1.Secret
+			require.NoError(t, k.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: from.SecretKeyRef.Name}, &s), "the variable %s", e.Name)
+			require.Contains(t, s.Data, from.SecretKeyRef.Key, "the variable %s", e.Name)
+			value = string(s.Data[from.SecretKeyRef.Key])
+		case from.ConfigMapKeyRef != nil:
+			var cm corev1.ConfigMap
+			require.NoError(t, k.kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: from.ConfigMapKeyRef.Name}, &cm), "the variable %s", e.Name)
+			require.Contains(t, cm.Data, from.ConfigMapKeyRef.Key, "the variable %s", e.Name)
+			value = cm.Data[from.ConfigMapKeyRef.Key]
+		case from.FieldRef != nil:
+			value = map[string]string{"metadata.namespace": ns, "metadata.name": p.name, "status.podIP": p.ip}[from.FieldRef.FieldPath]
+			require.NotEmpty(t, value, "the variable %s: field %s", e.Name, from.FieldRef.FieldPath)
+		default:
+			t.Fatalf("the variable %s comes from a source this kubelet does not resolve", e.Name)
+		}
+		env = append(env, e.Name+"="+value)
+	}
+	require.Empty(t, p.container.EnvFrom, "envFrom is not resolved here")
+	for i, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(value, "/") {
+			if path, ok := p.hostPath(value); ok {
+				value = path
+			} else {
+				value = filepath.Join(k.img.root, value)
+			}
+			env[i] = name + "=" + value
+		}
+	}
+	return env
+}
+
+// hostPath is where a path of the container is on this machine, when it is
+// in a volume.
+func (p *pod) hostPath(path string) (string, bool) {
+	for _, m := range p.mounts {
+		if path == m.path || strings.HasPrefix(path, strings.TrimSuffix(m.path, "/")+"/") {
+			return filepath.Join(m.dir, strings.TrimPrefix(path, m.path)), true
+		}
+	}
+	return "", false
+}
+
+// kubeconfig reaches the API server as the service account ns/name, with a
+// token of the TokenRequest API.
+func (k *kubelet) kubeconfig(ns, name string) clientcmdapi.Config {
+	t := k.t
+	t.Helper()
+	clientset, err := kubernetes.NewForConfig(k.kube.Config)
+	require.NoError(t, err)
+	tok, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+	require.NoError(t, err, "a token for the service account %s/%s", ns, name)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["cluster"] = &clientcmdapi.Cluster{Server: k.kube.Config.Host, CertificateAuthorityData: k.kube.Config.CAData}
+	cfg.AuthInfos["pod"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	cfg.Contexts["pod"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "pod", Namespace: ns}
+	cfg.CurrentContext = "pod"
+	return *cfg
+}
+
+// waitReady waits until every pod is ready.
+func (k *kubelet) waitReady(within time.Duration) {
+	k.t.Helper()
+	require.EventuallyWithT(k.t, func(c *assert.CollectT) {
+		for _, p := range k.pods {
+			assert.True(c, p.ready.Load(), "%s is ready; its output:\n%s", p.name, tail(p.log.String(), 20))
+		}
+	}, within, 100*time.Millisecond)
+}
+
+// service serves a Service as kube-proxy would: each request goes to the
+// next ready pod its selector picks, on its target port. It returns the
+// Service's URL.
+func (k *kubelet) service(svc *corev1.Service) string {
+	k.t.Helper()
+	require.Len(k.t, svc.Spec.Ports, 1, "the Service %s has one port", svc.Name)
+	target := svc.Spec.Ports[0].TargetPort
+	selector := labels.SelectorFromSet(svc.Spec.Selector)
+	var turn atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var endpoints []string
+		for _, p := range k.pods {
+			if p.ready.Load() && selector.Matches(labels.Set(p.labels)) {
+				port := target.IntVal
+				if target.StrVal != "" {
+					port = p.ports[target.StrVal]
+				}
+				endpoints = append(endpoints, "http://"+p.ip+":"+strconv.Itoa(int(port)))
+			}
+		}
+		if len(endpoints) == 0 {
+			http.Error(w, "no ready endpoint of the Service "+svc.Name, http.StatusServiceUnavailable)
+			return
+		}
+		to, _ := url.Parse(endpoints[int(turn.Add(1))%len(endpoints)])
+		httputil.NewSingleHostReverseProxy(to).ServeHTTP(w, r)
+	}))
+	k.t.Cleanup(proxy.Close)
+	return proxy.URL
+}

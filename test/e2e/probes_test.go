@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+)
+
+type probe struct {
+	*corev1.Probe
+	url string
+}
+
+// prober runs a probe on its period, for one run of a container, and
+// keeps its thresholds' count.
+type prober struct {
+	*probe
+	next      time.Time
+	successes int
+	failures  int
+	ok        bool
+}
+
+// probe resolves an HTTP probe's URL and fills in the API server's defaults.
+func (k *kubelet) probe(p *pod, spec *corev1.Probe) *probe {
+	t := k.t
+	t.Helper()
+	if spec == nil {
+		return nil
+	}
+	require.NotNil(t, spec.HTTPGet, "%s: only HTTP probes are run here", p.name)
+	spec = spec.DeepCopy()
+	port := spec.HTTPGet.Port.IntVal
+	if name := spec.HTTPGet.Port.StrVal; name != "" {
+		require.Contains(t, p.ports, name, "%s: the probe's port %s", p.name, name)
+		port = p.ports[name]
+	}
+	for _, d := range []struct {
+		field *int32
+		def   int32
+	}{{&spec.PeriodSeconds, 10}, {&spec.TimeoutSeconds, 1}, {&spec.SuccessThreshold, 1}, {&spec.FailureThreshold, 3}} {
+		if *d.field == 0 {
+			*d.field = d.def
+		}
+	}
+	return &probe{Probe: spec, url: "http://" + p.ip + ":" + strconv.Itoa(int(port)) + spec.HTTPGet.Path}
+}
+
+// start begins probing a container that just started: a readiness probe
+// fails until it passes, a liveness probe passes until it fails.
+func (pr *probe) start(passing bool) *prober {
+	if pr == nil {
+		return nil
+	}
+	return &prober{probe: pr, ok: passing, next: time.Now().Add(time.Duration(pr.InitialDelaySeconds) * time.Second)}
+}
+
+// check runs the probe when it is due and returns whether it is passing,
+// by its thresholds.
+func (pr *prober) check(now time.Time) bool {
+	if pr == nil || now.Before(pr.next) {
+		return pr == nil || pr.ok
+	}
+	pr.next = now.Add(time.Duration(pr.PeriodSeconds) * time.Second)
+	client := http.Client{Timeout: time.Duration(pr.TimeoutSeconds) * time.Second}
+	passed := false
+	if resp, err := client.Get(pr.url); err == nil {
+		_ = resp.Body.Close()
+		passed = resp.StatusCode >= 200 && resp.StatusCode < 400
+	}
+	if passed {
+		pr.successes, pr.failures = pr.successes+1, 0
+		pr.ok = pr.ok || pr.successes >= int(pr.SuccessThreshold)
+	} else {
+		pr.successes, pr.failures = 0, pr.failures+1
+		pr.ok = pr.ok && pr.failures < int(pr.FailureThreshold)
+	}
+	return pr.ok
+}
+
+// supervise runs the container until ctx ends, restarting it when it exits
+// or its liveness fails. It runs on a goroutine of its own and reports into
+// the pod's log.
+func (p *pod) supervise(ctx context.Context, dir string) {
+	defer close(p.done)
+	for {
+		cmd := exec.Command(p.argv[0], p.argv[1:]...)
+		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = p.env, dir, p.log, p.log
+		exited := make(chan struct{})
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintf(p.log, "--- kubelet: starting the container: %v\n", err)
+			close(exited)
+		} else {
+			go func() { _ = cmd.Wait(); close(exited) }()
+		}
+		p.watch(ctx, cmd, exited, p.readiness.start(false), p.liveness.start(true))
+		p.ready.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		p.restarts.Add(1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(restartBackoff):
+		}
+	}
+}
+
+// watch probes a running container until it exits, fails its liveness
+// (then it is stopped) or ctx ends (then it is stopped too).
+func (p *pod) watch(ctx context.Context, cmd *exec.Cmd, exited chan struct{}, readiness, liveness *prober) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-exited:
+			fmt.Fprintf(p.log, "--- kubelet: the container exited: %v\n", cmd.ProcessState)
+			return
+		case <-ctx.Done():
+			p.terminate(cmd, exited)
+			return
+		case now := <-tick.C:
+			p.ready.Store(readiness.check(now))
+			if !liveness.check(now) {
+				fmt.Fprintf(p.log, "--- kubelet: the liveness probe failed %d times: restarting the container\n", liveness.failures)
+				p.terminate(cmd, exited)
+				return
+			}
+		}
+	}
+}
+
+// terminate sends SIGTERM, and SIGKILL when the grace period is over.
+func (p *pod) terminate(cmd *exec.Cmd, exited chan struct{}) {
+	if cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(p.grace):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
