@@ -4,15 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 )
 
+// probe is a container's HTTP probe, its defaults filled in, and its URL.
 type probe struct {
 	*corev1.Probe
 	url string
@@ -150,4 +155,37 @@ func (p *pod) terminate(cmd *exec.Cmd, exited chan struct{}) {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
+}
+
+// TestProberThresholds: a readiness probe fails until its first pass, a
+// liveness probe passes until its third failure in a row, each probing no
+// more often than its period, as the kubelet does.
+func TestProberThresholds(t *testing.T) {
+	var healthy atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !healthy.Load() {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	spec := &probe{Probe: &corev1.Probe{PeriodSeconds: 10, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3}, url: srv.URL}
+	readiness, liveness := spec.start(false), spec.start(true)
+	now := time.Now()
+	period := 10 * time.Second
+
+	assert.False(t, readiness.check(now), "not ready before a pass")
+	assert.True(t, liveness.check(now), "alive after one failure")
+	healthy.Store(true)
+	assert.False(t, readiness.check(now.Add(time.Second)), "not probed again within its period")
+	assert.True(t, readiness.check(now.Add(period)), "ready at its first pass")
+	assert.True(t, liveness.check(now.Add(period)), "a pass resets the failures")
+
+	healthy.Store(false)
+	for i := 2; i <= 3; i++ {
+		at := now.Add(time.Duration(i) * period)
+		assert.True(t, liveness.check(at), "alive after %d failures in a row", i-1)
+		assert.True(t, readiness.check(at), "ready after %d failures in a row", i-1)
+	}
+	assert.False(t, liveness.check(now.Add(4*period)), "dead at its third failure in a row")
+	assert.False(t, readiness.check(now.Add(4*period)), "not ready at its third failure")
 }
