@@ -204,9 +204,19 @@ spec:
 // TestClaimRace: 50 claims created at once for 10 matching services, with
 // the worker and then the watcher restarted in the middle: exactly 10 resolve, each service is
 // held by exactly one of them, and 40 stay Pending. Deleting 5 resolved
-// claims resolves exactly 5 pending ones.
+// claims resolves exactly 5 pending ones. It runs with one worker, then
+// with two (claims taken by two processes at once).
 func TestClaimRace(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) { claimRace(t, workers) })
+	}
+}
+
+func claimRace(t *testing.T, workers int) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	for range workers - 1 {
+		s.StartAnotherWorker()
+	}
 	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
 	for i := range 10 {
 		dbService(t, s, fmt.Sprintf("db-%02d", i), "psqlserver", fmt.Sprintf("db-%02d.example", i))

@@ -60,26 +60,35 @@ func BindingUsage(ctx workflow.Context, t activities.UsageTarget) error {
 			return err
 		}
 		workflow.SetCurrentDetails(ctx, usageDetails(u, out))
-		waitForChange(ctx, changed, out.Problem != nil)
+		waitForChange(ctx, changed, retryIf(out.Problem != nil))
 	}
 	// By its registered name: the function's own name is not registered.
 	return workflow.NewContinueAsNewError(ctx, runs.BindingUsageType, t)
 }
 
-// waitForChange waits for the watcher's signal, or at most usageRetry when
-// retry is set.
-func waitForChange(ctx workflow.Context, changed workflow.ReceiveChannel, retry bool) {
+// waitForChange waits for the watcher's signal, or at most retryAfter
+// when it is not zero.
+func waitForChange(ctx workflow.Context, changed workflow.ReceiveChannel, retryAfter time.Duration) {
 	sel := workflow.NewSelector(ctx)
 	sel.AddReceive(changed, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
 	cancel := func() {}
-	if retry {
+	if retryAfter > 0 {
 		var tctx workflow.Context
 		tctx, cancel = workflow.WithCancel(ctx)
-		sel.AddFuture(workflow.NewTimer(tctx, usageRetry), func(workflow.Future) {})
+		sel.AddFuture(workflow.NewTimer(tctx, retryAfter), func(workflow.Future) {})
 	}
 	sel.Select(ctx)
 	cancel()
 	drain(changed, nil)
+}
+
+// retryIf is usageRetry for a usage or a projection with a problem, and
+// no retry (a signal alone) for one without.
+func retryIf(problem bool) time.Duration {
+	if problem {
+		return usageRetry
+	}
+	return 0
 }
 
 // usageDetails is what the UI shows of a usage's workflow while it waits.

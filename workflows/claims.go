@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -14,6 +15,15 @@ import (
 // this many resolutions.
 const resolutionsPerRun = 200
 
+// pendingRecheck is how long a Pending claim waits for a signal before it
+// looks again on its own: a safety net for a change whose signal was
+// missed (a watcher that restarted in between, say).
+const pendingRecheck = 5 * time.Minute
+
+// pendingRechecked is the change that gave Pending claims pendingRecheck;
+// runs from before it wait for a signal alone.
+const pendingRechecked = "pending-recheck"
+
 // ServiceClaim carries one ServiceClaim through its life, for as long as
 // the claim exists:
 //
@@ -22,7 +32,8 @@ const resolutionsPerRun = 200
 //  2. write its binding Secret from that service;
 //  3. record the outcome on the claim;
 //  4. wait until the claim, its service or a service it could take
-//     changes (the watcher signals), and go back to 1;
+//     changes (the watcher signals), or, while Pending, pendingRecheck at
+//     most, and go back to 1;
 //  5. once the claim is deleted, release its service and its Secret.
 func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
 	ctx = retriedUntilDone(ctx)
@@ -50,9 +61,11 @@ func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
 			return err
 		}
 		workflow.SetCurrentDetails(ctx, claimDetails(res))
-		var signal string
-		changed.Receive(ctx, &signal)
-		drain(changed, nil)
+		recheck := time.Duration(0)
+		if res.State == primazav1alpha1.ClaimPending && workflow.GetVersion(ctx, pendingRechecked, workflow.DefaultVersion, 1) == 1 {
+			recheck = pendingRecheck
+		}
+		waitForChange(ctx, changed, recheck)
 	}
 	return workflow.NewContinueAsNewError(ctx, ServiceClaim, t)
 }
@@ -62,5 +75,5 @@ func claimDetails(res activities.Resolution) string {
 	if res.State == primazav1alpha1.ClaimResolved {
 		return fmt.Sprintf("holds service %s (%s); waiting for a change", res.Service, res.ServiceState)
 	}
-	return "Pending: " + res.Reason + "; waiting for a service to become Available"
+	return "Pending: " + res.Reason + "; waiting for a service to become Available (looking again every " + pendingRecheck.String() + ")"
 }

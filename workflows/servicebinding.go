@@ -50,7 +50,7 @@ func ServiceBinding(ctx workflow.Context, t activities.ServiceBindingTarget) err
 			return err
 		}
 		workflow.SetCurrentDetails(ctx, projectionDetails(out))
-		waitForChange(ctx, changed, out.Problem != nil)
+		waitForChange(ctx, changed, retryIf(out.Problem != nil))
 	}
 	// By its registered name: the function's own name is not registered.
 	return workflow.NewContinueAsNewError(ctx, runs.ServiceBindingType, t)
