@@ -71,6 +71,8 @@ func unpackImage(t *testing.T, archive string) image {
 	require.NoError(t, json.Unmarshal(blob(manifest.Config), &cfg))
 
 	img := image{root: t.TempDir(), config: cfg.Config}
+	// Any user may read the image, as a runtime's containers may.
+	require.NoError(t, openDirs(img.root))
 	for _, layer := range manifest.Layers {
 		var r io.Reader = bytes.NewReader(blob(layer))
 		if strings.HasSuffix(layer.MediaType, "+gzip") {

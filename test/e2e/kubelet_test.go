@@ -3,7 +3,9 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -15,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,7 +53,13 @@ import (
 //     service account (the projected token a kubelet mounts), so that every
 //     call is authorised by the chart's roles;
 //   - an address of its own, 127.0.0.<n>, as a pod has its own network:
-//     arguments listening on ":<port>" listen there.
+//     arguments listening on ":<port>" listen there;
+//   - the user of its security context (runAsUser, runAsGroup, fsGroup,
+//     else the image's USER; runAsNonRoot refuses root), over the image's
+//     files owned by root and read-only for it, as readOnlyRootFilesystem
+//     makes them, and volumes it may write as the kubelet makes them. A
+//     test run by another user than root cannot switch, and runs them as
+//     itself.
 //
 // It probes readiness and liveness as the container's probes say, and
 // restarts a container whose liveness fails or that exits.
@@ -77,7 +86,9 @@ type pod struct {
 	// in, with their URLs.
 	readiness, liveness *probe
 	grace               time.Duration
-	log                 *testenv.SyncBuffer
+	// user is who the container runs as; nil: the test's own user.
+	user *syscall.Credential
+	log  *testenv.SyncBuffer
 
 	ready    atomic.Bool
 	restarts atomic.Int32
@@ -117,7 +128,9 @@ func (k *kubelet) start(d *appsv1.Deployment, name string) {
 	for _, port := range c.Ports {
 		p.ports[port.Name] = port.ContainerPort
 	}
+	p.user = k.user(spec, c)
 	root := t.TempDir()
+	require.NoError(t, openDirs(root), "the pod's directory, for its user")
 	volumes := k.volumes(d.Namespace, spec.Volumes, root)
 	for _, m := range c.VolumeMounts {
 		dir, ok := volumes[m.Name]
@@ -130,6 +143,7 @@ func (k *kubelet) start(d *appsv1.Deployment, name string) {
 	env := k.environment(d.Namespace, p)
 	kubeconfig := filepath.Join(root, "kubeconfig")
 	require.NoError(t, clientcmd.WriteToFile(k.kubeconfig(d.Namespace, cmp.Or(spec.ServiceAccountName, "default")), kubeconfig))
+	require.NoError(t, os.Chmod(kubeconfig, 0o644), "the token is readable by the pod's user, as a projected token is")
 	env = append(env, "KUBECONFIG="+kubeconfig)
 	if tmp, ok := p.hostPath("/tmp"); ok {
 		env = append(env, "TMPDIR="+tmp)
@@ -183,12 +197,14 @@ func (k *kubelet) volumes(ns string, volumes []corev1.Volume, root string) map[s
 	dirs := map[string]string{}
 	for _, v := range volumes {
 		dir := filepath.Join(root, "volumes", v.Name)
-		require.NoError(t, os.MkdirAll(dir, 0o700))
+		require.NoError(t, os.MkdirAll(dir, 0o755))
 		dirs[v.Name] = dir
 		var data map[string][]byte
 		var items []corev1.KeyToPath
 		switch {
 		case v.EmptyDir != nil:
+			// Anyone in the pod may write an emptyDir.
+			require.NoError(t, os.Chmod(dir, 0o777))
 			continue
 		case v.Secret != nil:
 			var s corev1.Secret
@@ -212,7 +228,7 @@ func (k *kubelet) volumes(ns string, volumes []corev1.Volume, root string) map[s
 		}
 		for _, item := range items {
 			require.Contains(t, data, item.Key, "the volume %s", v.Name)
-			require.NoError(t, os.WriteFile(filepath.Join(dir, item.Path), data[item.Key], 0o600))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, item.Path), data[item.Key], 0o644))
 		}
 	}
 	return dirs
@@ -259,6 +275,69 @@ func (k *kubelet) environment(ns string, p *pod) []string {
 		}
 	}
 	return env
+}
+
+// user is who a container runs as: runAsUser and runAsGroup of the
+// container, else of the pod, else the image's USER, with the pod's
+// fsGroup as a supplementary group. runAsNonRoot refuses root, as the
+// kubelet does. Nil when the test is not root and so cannot switch.
+func (k *kubelet) user(spec corev1.PodSpec, c corev1.Container) *syscall.Credential {
+	t := k.t
+	t.Helper()
+	uid, gid := int64(0), int64(0)
+	if u, g, ok := strings.Cut(k.img.config.User, ":"); k.img.config.User != "" {
+		var err error
+		uid, err = strconv.ParseInt(u, 10, 32)
+		require.NoError(t, err, "the image's USER %q is numeric", k.img.config.User)
+		if ok {
+			gid, err = strconv.ParseInt(g, 10, 32)
+			require.NoError(t, err, "the image's USER %q is numeric", k.img.config.User)
+		}
+	}
+	var fsGroup *int64
+	nonRoot := false
+	if psc := spec.SecurityContext; psc != nil {
+		uid, gid = ptr.Deref(psc.RunAsUser, uid), ptr.Deref(psc.RunAsGroup, gid)
+		fsGroup, nonRoot = psc.FSGroup, ptr.Deref(psc.RunAsNonRoot, false)
+	}
+	if csc := c.SecurityContext; csc != nil {
+		uid, gid = ptr.Deref(csc.RunAsUser, uid), ptr.Deref(csc.RunAsGroup, gid)
+		nonRoot = ptr.Deref(csc.RunAsNonRoot, nonRoot)
+		if ptr.Deref(csc.ReadOnlyRootFilesystem, false) {
+			require.NoError(t, readOnly(k.img.root), "the image's files, read-only")
+		}
+	}
+	require.False(t, nonRoot && uid == 0, "%s: runAsNonRoot, and the container would run as root", c.Name)
+	if os.Getuid() != 0 {
+		return nil
+	}
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if fsGroup != nil {
+		cred.Groups = []uint32{uint32(*fsGroup)}
+	}
+	return cred
+}
+
+// openDirs lets any user through dir and the test's temporary directory
+// that holds it (which are the test user's alone).
+func openDirs(dir string) error {
+	return errors.Join(os.Chmod(dir, 0o755), os.Chmod(filepath.Dir(dir), 0o755))
+}
+
+// readOnly takes the write bits of group and others off every file and
+// directory under root (they are the test user's): what
+// readOnlyRootFilesystem makes of the image for any other user.
+func readOnly(root string) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return os.Chmod(path, info.Mode().Perm()&^0o022)
+	})
 }
 
 // hostPath is where a path of the container is on this machine, when it is

@@ -98,6 +98,9 @@ func (p *pod) supervise(ctx context.Context, dir string) {
 	for {
 		cmd := exec.Command(p.argv[0], p.argv[1:]...)
 		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = p.env, dir, p.log, p.log
+		if p.user != nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.user}
+		}
 		exited := make(chan struct{})
 		if err := cmd.Start(); err != nil {
 			fmt.Fprintf(p.log, "--- kubelet: starting the container: %v\n", err)
