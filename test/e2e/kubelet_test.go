@@ -92,7 +92,9 @@ type pod struct {
 
 	ready    atomic.Bool
 	restarts atomic.Int32
-	done     chan struct{}
+	// pid is the container's process, the last one started.
+	pid  atomic.Int64
+	done chan struct{}
 }
 
 type mount struct{ path, dir string }
@@ -377,6 +379,14 @@ func (k *kubelet) waitReady(within time.Duration) {
 			assert.True(c, p.ready.Load(), "%s is ready; its output:\n%s", p.name, tail(p.log.String(), 20))
 		}
 	}, within, 100*time.Millisecond)
+}
+
+// pod is the pod named name.
+func (k *kubelet) pod(name string) *pod {
+	k.t.Helper()
+	i := slices.IndexFunc(k.pods, func(p *pod) bool { return p.name == name })
+	require.GreaterOrEqual(k.t, i, 0, "no pod %s", name)
+	return k.pods[i]
 }
 
 // service serves a Service as kube-proxy would: each request goes to the

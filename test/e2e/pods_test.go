@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,7 +52,8 @@ var tenantPlanRules = []rbacv1.PolicyRule{
 // installed on the test cluster, and each replica of its Deployments runs
 // as a process of the /qm of the image `make image` wrote, under its own
 // service account (see kubelet). Through those processes it drives every
-// capability: an OSB lifecycle through the API's Service, a kubectl
+// capability, a worker killed and started again meanwhile: an OSB
+// lifecycle through the API's Service, a kubectl
 // instance of the tenant sample, a usage injection into a Deployment, a
 // registered service with a container check, a claim projected into that
 // Deployment, `qm mass-update` against the admin API, and an instance
@@ -80,6 +82,11 @@ func TestChartPods(t *testing.T) {
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(r.objs["Service/"+r.fullname+"-api"].Object, &svc))
 	s := testenv.Over(t, kube, r.ns, testenv.KeyValueService)
 	s.URL = k.service(&svc)
+
+	// A worker's process dies: the kubelet starts it again while the
+	// other worker carries on.
+	killed := k.pod(r.fullname + "-worker-0")
+	require.NoError(t, syscall.Kill(int(killed.pid.Load()), syscall.SIGKILL))
 
 	// An OSB lifecycle through the API's Service, on the key-value-store sample.
 	kv := "/v2/service_instances/kv-1"
@@ -152,6 +159,9 @@ spec:
 		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: r.ns, Name: "web"}, &d))
 		assert.Contains(c, envNamesOf(d.Spec.Template), "KV_password", "the binding's password is injected")
 	}, time.Minute, 100*time.Millisecond, "the usage injects the binding into web")
+
+	require.Eventually(t, func() bool { return killed.restarts.Load() == 1 && killed.ready.Load() }, time.Minute, 100*time.Millisecond,
+		"the killed worker was started again and is ready")
 
 	// The admin API's views: instances, and the workloads a console may
 	// pick for a usage.

@@ -106,6 +106,7 @@ func (p *pod) supervise(ctx context.Context, dir string) {
 			fmt.Fprintf(p.log, "--- kubelet: starting the container: %v\n", err)
 			close(exited)
 		} else {
+			p.pid.Store(int64(cmd.Process.Pid))
 			go func() { _ = cmd.Wait(); close(exited) }()
 		}
 		p.watch(ctx, cmd, exited, p.readiness.start(false), p.liveness.start(true))
