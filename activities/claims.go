@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"go.temporal.io/sdk/client"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,8 @@ type Claims struct {
 	Client ctrlclient.Client
 	// Cache lists the candidate services; nil lists through Client.
 	Cache ctrlclient.Reader
+	// Temporal reaches the namespaces' allocators (Ask).
+	Temporal client.Client
 }
 
 // ClaimTarget names a ServiceClaim.
@@ -51,6 +54,9 @@ type Resolution struct {
 	ServiceMessage string                       `json:"serviceMessage,omitempty"`
 	// Reason says why the claim is Pending.
 	Reason string `json:"reason,omitempty"`
+	// Wants: the claim holds nothing and services it could take look
+	// Available; the namespace's allocator decides which it gets (Look).
+	Wants bool `json:"wants,omitempty"`
 }
 
 // claimFinalizer holds a deleted claim until its service is released.
@@ -63,37 +69,9 @@ const claimFinalizer = "primaza.io/claim"
 // precondition is the lock: of two claims racing for one service, the
 // second write fails, and that claim reads again and moves on.
 func (c *Claims) Resolve(ctx context.Context, t ClaimTarget) (Resolution, error) {
-	claim, err := c.claim(ctx, t)
-	if apierrors.IsNotFound(err) {
-		return Resolution{Gone: true}, nil
-	}
-	if err != nil {
-		return Resolution{}, err
-	}
-	res := Resolution{ClaimUID: claim.UID}
-	if !claim.DeletionTimestamp.IsZero() {
-		res.Gone = true
-		return res, nil
-	}
-	if err := c.addFinalizer(ctx, claim); err != nil {
+	claim, res, keep, err := c.current(ctx, t, "")
+	if err != nil || claim == nil {
 		return res, err
-	}
-	held, err := c.held(ctx, claim.Namespace, claim.UID)
-	if err != nil {
-		return res, err
-	}
-	var keep *primazav1alpha1.RegisteredService
-	for i := range held {
-		svc := &held[i]
-		if keep == nil && claims.Match(claim, svc) == claims.Matches && svc.DeletionTimestamp.IsZero() {
-			keep = svc
-			continue
-		}
-		// It changed and no longer matches (or is one too many): let it
-		// go.
-		if err := c.release(ctx, svc, claim.UID); err != nil {
-			return res, err
-		}
 	}
 	if keep != nil {
 		return resolved(res, keep), nil
@@ -254,7 +232,7 @@ func (c *Claims) Record(ctx context.Context, t ClaimTarget, res Resolution, bind
 // its binding Secret and its finalizer: the claim is deleted.
 func (c *Claims) Release(ctx context.Context, t ClaimTarget, claimUID types.UID) error {
 	if claimUID != "" {
-		held, err := c.held(ctx, t.Namespace, claimUID)
+		held, err := c.held(ctx, t.Namespace, claimUID, "")
 		if err != nil {
 			return err
 		}
@@ -316,10 +294,13 @@ func (c *Claims) release(ctx context.Context, svc *primazav1alpha1.RegisteredSer
 // held lists the services that the claim uid holds: from the cache's
 // index, then each read afresh. A hold the cache has not seen yet is found
 // by the next resolution, which the hold's own event brings.
-func (c *Claims) held(ctx context.Context, namespace string, uid types.UID) ([]primazav1alpha1.RegisteredService, error) {
+func (c *Claims) held(ctx context.Context, namespace string, uid types.UID, hint string) ([]primazav1alpha1.RegisteredService, error) {
 	var list primazav1alpha1.RegisteredServiceList
 	if err := c.reader().List(ctx, &list, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{claims.HolderField: string(uid)}); err != nil {
 		return nil, fmt.Errorf("listing the services the claim holds: %w", err)
+	}
+	if hint != "" && !slices.ContainsFunc(list.Items, func(s primazav1alpha1.RegisteredService) bool { return s.Name == hint }) {
+		list.Items = append(list.Items, primazav1alpha1.RegisteredService{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: hint}})
 	}
 	var out []primazav1alpha1.RegisteredService
 	for _, cached := range list.Items {

@@ -164,6 +164,11 @@ func TestClaimUseCases(t *testing.T) {
 	assert.NotContains(t, testenv.HistoryText(h), password, "the password never enters the history")
 	assert.Contains(t, testenv.HistoryText(h), `"service":"db-1"`, "the history is read decoded: names, not values")
 	recorded(t, h, "claim")
+	// The namespace's allocator, still running: each of the claim's asks
+	// was a pass that handed it a service.
+	allocator := s.History(runs.AllocatorID(s.Namespace), "")
+	assert.Contains(t, testenv.HistoryText(allocator), `"claim":"app"`, "the allocator's passes are read decoded")
+	recorded(t, allocator, "claim-allocator")
 }
 
 // TestClaimedServiceUnreachable: a claimed service that turns Unreachable

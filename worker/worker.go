@@ -87,6 +87,9 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	if a.Claims == nil {
 		a.Claims = &activities.Claims{Client: a.Kube}
 	}
+	if a.Claims.Temporal == nil {
+		a.Claims.Temporal = c
+	}
 	w.RegisterActivity(a.HealthChecks)
 	w.RegisterActivity(a.Claims)
 	w.RegisterActivity(&activities.BindingUsages{Client: a.Kube, Offerings: a.Offerings})

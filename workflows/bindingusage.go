@@ -66,11 +66,13 @@ func BindingUsage(ctx workflow.Context, t activities.UsageTarget) error {
 	return workflow.NewContinueAsNewError(ctx, runs.BindingUsageType, t)
 }
 
-// waitForChange waits for the watcher's signal, or at most retryAfter
-// when it is not zero.
-func waitForChange(ctx workflow.Context, changed workflow.ReceiveChannel, retryAfter time.Duration) {
+// waitForChange waits for a signal on changed, or at most retryAfter when
+// it is not zero, and returns the last non-empty value signalled (a claim's
+// allocator names the service it gave).
+func waitForChange(ctx workflow.Context, changed workflow.ReceiveChannel, retryAfter time.Duration) string {
+	var got string
 	sel := workflow.NewSelector(ctx)
-	sel.AddReceive(changed, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+	sel.AddReceive(changed, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &got) })
 	cancel := func() {}
 	if retryAfter > 0 {
 		var tctx workflow.Context
@@ -79,7 +81,12 @@ func waitForChange(ctx workflow.Context, changed workflow.ReceiveChannel, retryA
 	}
 	sel.Select(ctx)
 	cancel()
-	drain(changed, nil)
+	for _, v := range drain(changed, nil) {
+		if v != "" {
+			got = v
+		}
+	}
+	return got
 }
 
 // retryIf is usageRetry for a usage or a projection with a problem, and

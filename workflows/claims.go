@@ -24,11 +24,17 @@ const pendingRecheck = 5 * time.Minute
 // runs from before it wait for a signal alone.
 const pendingRechecked = "pending-recheck"
 
+// allocated is the change that has claims ask their namespace's allocator
+// for a service (ClaimAllocator) instead of taking one themselves; runs
+// from before it go on taking (Resolve).
+const allocated = "claim-allocator"
+
 // ServiceClaim carries one ServiceClaim through its life, for as long as
 // the claim exists:
 //
 //  1. resolve it: keep the service it holds while that still matches, or
-//     take one that it alone may hold (or stay Pending, saying why);
+//     ask the namespace's allocator for one and look again when it answers
+//     (or stay Pending, saying why);
 //  2. write its binding Secret from that service;
 //  3. record the outcome on the claim;
 //  4. wait until the claim, its service or a service it could take
@@ -39,13 +45,28 @@ func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
 	ctx = retriedUntilDone(ctx)
 	var a *activities.Claims
 	changed := workflow.GetSignalChannel(ctx, runs.SignalClaimChanged)
+	hint := ""
 	for range resolutionsPerRun {
 		var res activities.Resolution
-		if err := workflow.ExecuteLocalActivity(ctx, a.Resolve, t).Get(ctx, &res); err != nil {
+		var look workflow.Future
+		if workflow.GetVersion(ctx, allocated, workflow.DefaultVersion, 1) == 1 {
+			look = workflow.ExecuteLocalActivity(ctx, a.Look, t, hint)
+		} else {
+			look = workflow.ExecuteLocalActivity(ctx, a.Resolve, t)
+		}
+		if err := look.Get(ctx, &res); err != nil {
 			return err
 		}
 		if res.Gone {
 			return workflow.ExecuteLocalActivity(ctx, a.Release, t, res.ClaimUID).Get(ctx, nil)
+		}
+		if res.Wants {
+			if err := workflow.ExecuteLocalActivity(ctx, a.Ask, t).Get(ctx, nil); err != nil {
+				return err
+			}
+			workflow.SetCurrentDetails(ctx, "asked the allocator of "+t.Namespace+" for a service")
+			hint = waitForChange(ctx, changed, pendingRecheck)
+			continue
 		}
 		binding := ""
 		if res.State == primazav1alpha1.ClaimResolved {
@@ -65,7 +86,7 @@ func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
 		if res.State == primazav1alpha1.ClaimPending && workflow.GetVersion(ctx, pendingRechecked, workflow.DefaultVersion, 1) == 1 {
 			recheck = pendingRecheck
 		}
-		waitForChange(ctx, changed, recheck)
+		hint = waitForChange(ctx, changed, recheck)
 	}
 	return workflow.NewContinueAsNewError(ctx, ServiceClaim, t)
 }

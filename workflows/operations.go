@@ -333,6 +333,7 @@ func Register(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(SelfCheck)
 	r.RegisterWorkflowWithOptions(HealthChecks, workflow.RegisterOptions{Name: runs.HealthChecksType})
 	r.RegisterWorkflowWithOptions(ServiceClaim, workflow.RegisterOptions{Name: runs.ClaimType})
+	r.RegisterWorkflowWithOptions(ClaimAllocator, workflow.RegisterOptions{Name: runs.AllocatorType})
 	r.RegisterWorkflowWithOptions(BindingUsage, workflow.RegisterOptions{Name: runs.BindingUsageType})
 	r.RegisterWorkflowWithOptions(ServiceBinding, workflow.RegisterOptions{Name: runs.ServiceBindingType})
 	r.RegisterWorkflowWithOptions(MassUpdate, workflow.RegisterOptions{Name: runs.MassUpdateType})

@@ -39,7 +39,8 @@ var histories = []string{
 	"retries-exhausted",            // an apply that never stopped failing: failed at the deadline
 	"healthchecks",                 // a health-check loop: signalled services, timed passes, services flipping
 	"healthchecks-continue-as-new", // a loop's run that continued as new after its passes
-	"claim",                        // a claim resolved, moved, Pending (its re-check timer cancelled by a signal), resolved again, then deleted and released
+	"claim",                        // a claim resolved through the allocator, moved, Pending (its re-check timer cancelled by a signal), resolved again, then deleted and released
+	"claim-allocator",              // a namespace's allocator, running: passes that handed a claim its services
 	"binding-usage",                // a usage injected, its workload gone and back, its Secret rotated, then deleted and removed
 	"service-binding",              // a ServiceBinding projected, moved to a selector, its Secret rotated, gone and back, then deleted and taken back
 	"mass-update",                  // a mass update of 20 instances, completed
@@ -62,7 +63,8 @@ var frozen = map[string]string{
 	"unbind":                    "before operator-view",
 	"template-failure":          "before operator-view: a failed operation completed its run",
 	"polling-timeout":           "before operator-view: a failed operation completed its run",
-	"claim":                     "before pending-recheck: a Pending claim waited for a signal alone",
+	"claim":                     "before pending-recheck and claim-allocator: a Pending claim waited for a signal alone, and a claim took its service itself",
+	"claim-rechecked":           "before claim-allocator: a claim took its service itself",
 }
 
 // TestReplayRecordedHistories replays histories recorded on the real dev

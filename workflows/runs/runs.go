@@ -62,6 +62,20 @@ func ClaimID(namespace, name string) string {
 	return "serviceclaim/" + namespace + "/" + name
 }
 
+// AllocatorType is the registered name of a namespace's claim allocator:
+// the one workflow that hands the namespace's services to its claims.
+const AllocatorType = "ClaimAllocator"
+
+// SignalClaimWants asks a namespace's allocator for a service for the
+// claim the signal names.
+const SignalClaimWants = "claim-wants"
+
+// AllocatorID is the ID of the claim allocator of namespace, e.g.
+// "claimallocator/apps".
+func AllocatorID(namespace string) string {
+	return "claimallocator/" + namespace
+}
+
 // BindingUsageType is the registered name of a ServiceBindingUsage's workflow.
 const BindingUsageType = "ServiceBindingUsage"
 

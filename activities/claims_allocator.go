@@ -1,0 +1,162 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/claims"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// Allocation is what the allocator gave a claim: a service, or none.
+type Allocation struct {
+	Claim   string `json:"claim"`
+	Service string `json:"service,omitempty"`
+}
+
+// current reads the claim and the service it holds and may keep: one
+// that still matches it (healthy or not); the others it holds, which no
+// longer match or are one too many, are let go. hint names a service that
+// may just have been given to it, read afresh in case the cache does not
+// show it yet. A claim that is gone or going returns nil and a Resolution
+// that says so.
+func (c *Claims) current(ctx context.Context, t ClaimTarget, hint string) (*primazav1alpha1.ServiceClaim, Resolution, *primazav1alpha1.RegisteredService, error) {
+	claim, err := c.claim(ctx, t)
+	if apierrors.IsNotFound(err) {
+		return nil, Resolution{Gone: true}, nil, nil
+	}
+	if err != nil {
+		return nil, Resolution{}, nil, err
+	}
+	res := Resolution{ClaimUID: claim.UID}
+	if !claim.DeletionTimestamp.IsZero() {
+		res.Gone = true
+		return nil, res, nil, nil
+	}
+	if err := c.addFinalizer(ctx, claim); err != nil {
+		return nil, res, nil, err
+	}
+	held, err := c.held(ctx, claim.Namespace, claim.UID, hint)
+	if err != nil {
+		return nil, res, nil, err
+	}
+	var keep *primazav1alpha1.RegisteredService
+	for i := range held {
+		svc := &held[i]
+		if keep == nil && claims.Match(claim, svc) == claims.Matches && svc.DeletionTimestamp.IsZero() {
+			keep = svc
+			continue
+		}
+		if err := c.release(ctx, svc, claim.UID); err != nil {
+			return nil, res, nil, err
+		}
+	}
+	return claim, res, keep, nil
+}
+
+// Look is Resolve without the take: the claim keeps a service it holds
+// while it matches; holding none, it is Pending with the reason when no
+// service could be taken, and Wants one otherwise, which the namespace's
+// allocator hands out (Allocate). hint names a service the allocator may
+// just have given it.
+func (c *Claims) Look(ctx context.Context, t ClaimTarget, hint string) (Resolution, error) {
+	claim, res, keep, err := c.current(ctx, t, hint)
+	if err != nil || claim == nil {
+		return res, err
+	}
+	if keep != nil {
+		return resolved(res, keep), nil
+	}
+	services, err := c.services(ctx, claim.Namespace)
+	if err != nil {
+		return res, err
+	}
+	if len(claims.Candidates(claim, services)) == 0 {
+		res.State, res.Reason = primazav1alpha1.ClaimPending, claims.WhyPending(claim, services)
+		return res, nil
+	}
+	res.Wants = true
+	return res, nil
+}
+
+// Ask asks the namespace's allocator for a service for the claim,
+// starting the allocator if it does not run.
+func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
+	id := runs.AllocatorID(t.Namespace)
+	_, err := c.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalClaimWants, t.Name, client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             runs.TaskQueue,
+		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		StaticSummary:         "claim allocator of " + t.Namespace,
+		StaticDetails:         "kubectl get serviceclaims,registeredservices -n " + t.Namespace,
+	}, runs.AllocatorType, t.Namespace, []string(nil))
+	if err != nil {
+		return fmt.Errorf("asking the allocator of %s for a service for claim %s: %w", t.Namespace, t.Name, err)
+	}
+	return nil
+}
+
+// Allocate hands services to the claims named, in name order, from what
+// the API server holds now (one list of claims and one of services): a
+// claim that already holds one keeps it (an earlier try whose result was
+// lost); any other gets its first candidate no claim of this pass took,
+// marked Claimed under the resourceVersion read, so that a health check
+// writing the service meanwhile is not overwritten. Only the namespace's
+// allocator calls it, one pass at a time, so claims never race each other
+// for a service.
+func (c *Claims) Allocate(ctx context.Context, namespace string, names []string) ([]Allocation, error) {
+	var claimList primazav1alpha1.ServiceClaimList
+	if err := c.Client.List(ctx, &claimList, ctrlclient.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing the ServiceClaims of %s: %w", namespace, err)
+	}
+	var serviceList primazav1alpha1.RegisteredServiceList
+	if err := c.Client.List(ctx, &serviceList, ctrlclient.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing the RegisteredServices of %s: %w", namespace, err)
+	}
+	services := serviceList.Items
+	holder := map[string]string{} // claim UID -> service
+	for _, svc := range services {
+		if ref := svc.Status.ClaimRef; ref != nil {
+			holder[string(ref.UID)] = svc.Name
+		}
+	}
+	byName := map[string]*primazav1alpha1.ServiceClaim{}
+	for i := range claimList.Items {
+		byName[claimList.Items[i].Name] = &claimList.Items[i]
+	}
+	taken := map[string]bool{}
+	out := make([]Allocation, 0, len(names))
+	for _, name := range slices.Sorted(slices.Values(names)) {
+		a := Allocation{Claim: name}
+		claim := byName[name]
+		switch {
+		case claim == nil || !claim.DeletionTimestamp.IsZero():
+		case holder[string(claim.UID)] != "":
+			a.Service = holder[string(claim.UID)]
+		default:
+			for _, candidate := range claims.Candidates(claim, services) {
+				if taken[candidate.Name] {
+					continue
+				}
+				svc, ok, err := c.take(ctx, claim, candidate)
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					taken[svc.Name], a.Service = true, svc.Name
+					break
+				}
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
