@@ -231,17 +231,18 @@ func reportRefusals(t *testing.T, kube *testenv.Cluster, r podsRelease, k *kubel
 func checkAccess(t *testing.T, kube *testenv.Cluster, r podsRelease) {
 	t.Helper()
 	a := readAudit(t, kube.AuditLog, r.ns, r.fullname)
-	// The rules that come from the worker's values, as the chart merges them.
+	// The rules that come from the user's values, as the chart merges them:
+	// the worker's plan and usage rules, the workloads UsageKinds name.
 	merged, err := chartutil.CoalesceValues(testenv.QMChart(t), r.values)
+	require.NoError(t, err)
+	workerRBAC, err := merged.Table("worker.rbac")
 	require.NoError(t, err)
 	valueRules := map[string][]rbacv1.PolicyRule{}
 	for _, name := range []string{"planRules", "usageRules"} {
-		list, err := merged.Table("worker.rbac")
-		require.NoError(t, err)
 		var rules struct {
 			Rules []rbacv1.PolicyRule `json:"rules"`
 		}
-		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"rules": list[name]}, &rules))
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"rules": workerRBAC[name]}, &rules))
 		valueRules["worker.rbac."+name] = rules.Rules
 	}
 	usageKinds, err := merged.Table("watcher")
