@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -90,14 +88,9 @@ func (c *Claims) Look(ctx context.Context, t ClaimTarget, hint string) (Resoluti
 // starting the allocator if it does not run.
 func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
 	id := runs.AllocatorID(t.Namespace)
-	_, err := c.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalClaimWants, t.Name, client.StartWorkflowOptions{
-		ID:                    id,
-		TaskQueue:             runs.TaskQueue,
-		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
-		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		StaticSummary:         "claim allocator of " + t.Namespace,
-		StaticDetails:         "kubectl get serviceclaims,registeredservices -n " + t.Namespace,
-	}, runs.AllocatorType, t.Namespace, []string(nil))
+	_, err := c.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalClaimWants, t.Name, runs.LoopOptions(id,
+		"claim allocator of "+t.Namespace, "kubectl get serviceclaims,registeredservices -n "+t.Namespace,
+	), runs.AllocatorType, t.Namespace, []string(nil))
 	if err != nil {
 		return fmt.Errorf("asking the allocator of %s for a service for claim %s: %w", t.Namespace, t.Name, err)
 	}

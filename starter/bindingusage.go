@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -218,14 +217,10 @@ func (u *BindingUsages) wake(ctx context.Context, req ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
 	id := runs.BindingUsageID(req.Namespace, req.Name)
-	_, err := u.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalUsageChanged, "", client.StartWorkflowOptions{
-		ID:                    id,
-		TaskQueue:             runs.TaskQueue,
-		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
-		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		StaticSummary:         fmt.Sprintf("binding usage %s/%s: %s into %s %s", req.Namespace, req.Name, usage.Spec.ServiceBindingRef.Name, usage.Spec.UsedBy.Kind, usage.Spec.UsedBy.Name),
-		StaticDetails:         fmt.Sprintf("kubectl get servicebindingusage %s -n %s -o yaml", req.Name, req.Namespace),
-	}, runs.BindingUsageType, usageTarget{Namespace: req.Namespace, Name: req.Name})
+	_, err := u.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalUsageChanged, "", runs.LoopOptions(id,
+		fmt.Sprintf("binding usage %s/%s: %s into %s %s", req.Namespace, req.Name, usage.Spec.ServiceBindingRef.Name, usage.Spec.UsedBy.Kind, usage.Spec.UsedBy.Name),
+		fmt.Sprintf("kubectl get servicebindingusage %s -n %s -o yaml", req.Name, req.Namespace),
+	), runs.BindingUsageType, usageTarget{Namespace: req.Namespace, Name: req.Name})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("signalling the workflow of ServiceBindingUsage %s: %w", req.NamespacedName, err)
 	}

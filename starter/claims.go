@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
@@ -161,14 +160,10 @@ func (c *Claims) claimsOf(ctx context.Context, o ctrlclient.Object) []reconcile.
 // signal wakes the claim's workflow, starting it if it does not run.
 func (c *Claims) signal(ctx context.Context, claim types.NamespacedName) error {
 	id := runs.ClaimID(claim.Namespace, claim.Name)
-	_, err := c.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalClaimChanged, "", client.StartWorkflowOptions{
-		ID:                    id,
-		TaskQueue:             runs.TaskQueue,
-		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
-		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		StaticSummary:         fmt.Sprintf("claim %s/%s", claim.Namespace, claim.Name),
-		StaticDetails:         fmt.Sprintf("kubectl get serviceclaim %s -n %s -o yaml", claim.Name, claim.Namespace),
-	}, runs.ClaimType, claimTarget{Namespace: claim.Namespace, Name: claim.Name})
+	_, err := c.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalClaimChanged, "", runs.LoopOptions(id,
+		fmt.Sprintf("claim %s/%s", claim.Namespace, claim.Name),
+		fmt.Sprintf("kubectl get serviceclaim %s -n %s -o yaml", claim.Name, claim.Namespace),
+	), runs.ClaimType, claimTarget{Namespace: claim.Namespace, Name: claim.Name})
 	if err != nil {
 		return fmt.Errorf("signalling the workflow of claim %s: %w", claim, err)
 	}

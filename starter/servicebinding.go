@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -158,15 +157,11 @@ func (s *ServiceBindings) wake(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if workload == "" {
 		workload = "(selector)"
 	}
-	_, err := s.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalServiceBindingChanged, "", client.StartWorkflowOptions{
-		ID:                    id,
-		TaskQueue:             runs.TaskQueue,
-		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
-		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		StaticSummary: fmt.Sprintf("service binding %s/%s: %s %s into %s %s", req.Namespace, req.Name,
+	_, err := s.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalServiceBindingChanged, "", runs.LoopOptions(id,
+		fmt.Sprintf("service binding %s/%s: %s %s into %s %s", req.Namespace, req.Name,
 			sb.Spec.Service.Kind, sb.Spec.Service.Name, sb.Spec.Workload.Kind, workload),
-		StaticDetails: fmt.Sprintf("kubectl get servicebinding.servicebinding.io %s -n %s -o yaml", req.Name, req.Namespace),
-	}, runs.ServiceBindingType, serviceBindingTarget{Namespace: req.Namespace, Name: req.Name})
+		fmt.Sprintf("kubectl get servicebinding.servicebinding.io %s -n %s -o yaml", req.Name, req.Namespace),
+	), runs.ServiceBindingType, serviceBindingTarget{Namespace: req.Namespace, Name: req.Name})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("signalling the workflow of ServiceBinding %s: %w", req.NamespacedName, err)
 	}

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
 	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
@@ -60,6 +63,21 @@ const SignalClaimChanged = "claim-changed"
 // e.g. "serviceclaim/apps/db".
 func ClaimID(namespace, name string) string {
 	return "serviceclaim/" + namespace + "/" + name
+}
+
+// LoopOptions start, or signal into, the long-lived workflow id that
+// follows one resource (a claim, a usage, a ServiceBinding, a namespace's
+// allocator): on the task queue, with the workflow task timeout, a new run
+// allowed once the last one has ended, and what the UI shows of it.
+func LoopOptions(id, summary, details string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             TaskQueue,
+		WorkflowTaskTimeout:   WorkflowTaskTimeout,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		StaticSummary:         summary,
+		StaticDetails:         details,
+	}
 }
 
 // AllocatorType is the registered name of a namespace's claim allocator:
