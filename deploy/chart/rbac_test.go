@@ -12,14 +12,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
@@ -130,11 +127,6 @@ spec: {resource: {group: apps, kind: Deployment, version: v1}, labelsPath: spec.
 // ns/name, with a token of the TokenRequest API, as a pod would.
 func serviceAccountConfig(t *testing.T, kube *testenv.Cluster, ns, name string) *rest.Config {
 	t.Helper()
-	clientset, err := kubernetes.NewForConfig(kube.Config)
-	require.NoError(t, err)
-	tok, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
-	require.NoError(t, err, "a token for %s/%s", ns, name)
-	return &rest.Config{Host: kube.Config.Host, BearerToken: tok.Status.Token,
+	return &rest.Config{Host: kube.Config.Host, BearerToken: kube.ServiceAccountToken(t, ns, name),
 		TLSClientConfig: rest.TLSClientConfig{CAData: kube.Config.CAData}, QPS: -1}
 }

@@ -29,9 +29,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -232,4 +235,16 @@ func (c *Cluster) Kubectl(t testing.TB, stdin string, args ...string) string {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), out)
 	return string(out)
+}
+
+// ServiceAccountToken is a token of the service account ns/name from the
+// TokenRequest API, valid for an hour: what a pod of that account holds.
+func (c *Cluster) ServiceAccountToken(t testing.TB, ns, name string) string {
+	t.Helper()
+	clientset, err := kubernetes.NewForConfig(c.Config)
+	require.NoError(t, err)
+	tok, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+	require.NoError(t, err, "a token for the service account %s/%s", ns, name)
+	return tok.Status.Token
 }

@@ -97,12 +97,11 @@ func readAudit(t *testing.T, path, ns, fullname string) access {
 // grants expands the rules of the roles that the release's bindings give
 // the service account <fullname>-<component> into single permissions; a
 // rule equal to one of valueRules[name] is attributed to that chart value.
-// A resource "*" stands for every resource (and subresource) the API
-// server serves in the rule's groups.
-func grants(t *testing.T, kube *testenv.Cluster, objs map[string]*unstructured.Unstructured, fullname, component string,
+// A resource "*" stands for every resource (and subresource) served in
+// the rule's groups (servedResources).
+func grants(t *testing.T, served map[string][]string, objs map[string]*unstructured.Unstructured, fullname, component string,
 	valueRules map[string][]rbacv1.PolicyRule) []grant {
 	t.Helper()
-	served := servedResources(t, kube)
 	var out []grant
 	for _, obj := range objs {
 		if obj.GetKind() != "RoleBinding" && obj.GetKind() != "ClusterRoleBinding" {
@@ -255,10 +254,11 @@ func checkAccess(t *testing.T, kube *testenv.Cluster, r podsRelease) {
 		}
 	}
 
+	served := servedResources(t, kube)
 	granted := map[string][]grant{}
 	for _, component := range []string{"api", "watcher", "worker"} {
 		assert.NotEmpty(t, a.used[component], "the audit log has the %s's requests", component)
-		for _, g := range grants(t, kube, r.objs, r.fullname, component, valueRules) {
+		for _, g := range grants(t, served, r.objs, r.fullname, component, valueRules) {
 			if slices.Contains(granted[component], g) {
 				continue
 			}

@@ -24,11 +24,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -358,14 +355,9 @@ func (p *pod) hostPath(path string) (string, bool) {
 func (k *kubelet) kubeconfig(ns, name string) clientcmdapi.Config {
 	t := k.t
 	t.Helper()
-	clientset, err := kubernetes.NewForConfig(k.kube.Config)
-	require.NoError(t, err)
-	tok, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
-	require.NoError(t, err, "a token for the service account %s/%s", ns, name)
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["cluster"] = &clientcmdapi.Cluster{Server: k.kube.Config.Host, CertificateAuthorityData: k.kube.Config.CAData}
-	cfg.AuthInfos["pod"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	cfg.AuthInfos["pod"] = &clientcmdapi.AuthInfo{Token: k.kube.ServiceAccountToken(t, ns, name)}
 	cfg.Contexts["pod"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "pod", Namespace: ns}
 	cfg.CurrentContext = "pod"
 	return *cfg
