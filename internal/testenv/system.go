@@ -22,6 +22,7 @@ import (
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
+	"github.com/quartermaster/qm/internal/temporalcluster"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/workflows"
 )
@@ -84,6 +85,10 @@ type Parts struct {
 	// Metrics has the worker and the watcher serve /metrics, on
 	// WorkerMetrics and WatcherMetrics (the API serves its own at URL).
 	Metrics bool
+	// TemporalCluster gives the System a Temporal cluster of its own
+	// (TemporalCluster): PostgreSQL and each of Temporal's services a
+	// process, as production runs it.
+	TemporalCluster bool
 }
 
 // System is Quartermaster running on the shared API server and dev server,
@@ -91,10 +96,12 @@ type Parts struct {
 // test's own. The worker runs apart from the rest, so that a test can stop
 // it and start another.
 type System struct {
-	t         testing.TB
-	Kube      *Cluster
-	Temporal  client.Client
-	Namespace string
+	t        testing.TB
+	Kube     *Cluster
+	Temporal client.Client
+	// TemporalCluster is the System's own cluster, with Parts.TemporalCluster.
+	TemporalCluster *temporalcluster.Cluster
+	Namespace       string
 	// ServiceID is the OSB service_id of the namespace's service: the
 	// service of every plan that Plan registers.
 	ServiceID string
@@ -125,6 +132,9 @@ func Start(t testing.TB, parts Parts) *System {
 		s.Kube = Kubernetes(t)
 	}
 	switch {
+	case parts.TemporalCluster:
+		s.TemporalCluster = TemporalCluster(t)
+		s.Temporal = s.TemporalCluster.Client()
 	case parts.FileTemporal:
 		s.Temporal = FileTemporal(t)
 	case parts.SuggestContinueAsNewAt > 0:
@@ -210,8 +220,14 @@ func (s *System) run(o system.Options) *system.System {
 // `qm worker` has.
 func (s *System) StartWorker() {
 	s.t.Helper()
-	s.worker = s.run(system.Options{Kube: s.Kube.Config, Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
-		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes})
+	o := system.Options{Kube: s.Kube.Config, Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
+		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes}
+	if s.TemporalCluster != nil {
+		// As `qm worker` does: a cluster's namespace gets the search
+		// attributes from the worker.
+		o.TemporalNamespace = "default"
+	}
+	s.worker = s.run(o)
 }
 
 // serveWorkerMetrics has the worker serve /metrics as `qm worker` does:

@@ -28,7 +28,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,7 +40,6 @@ import (
 	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/controlplane"
-	"github.com/quartermaster/qm/internal/devserver"
 )
 
 // Cluster is the shared API server of a test binary.
@@ -67,7 +65,7 @@ var (
 	full, bare sharedCluster
 
 	temporalOnce sync.Once
-	temporalSrv  *devserver.Server
+	temporalSrv  TemporalServer
 	temporalErr  error
 )
 
@@ -85,9 +83,8 @@ func Main(m *testing.M, cleanups ...func()) {
 		cleanup()
 	}
 	if temporalSrv != nil {
-		temporalSrv.Client().Close()
 		if err := temporalSrv.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "testenv: stopping the Temporal dev server:", err)
+			fmt.Fprintln(os.Stderr, "testenv: stopping Temporal:", err)
 		}
 	}
 	for _, c := range []*sharedCluster{&full, &bare} {
@@ -198,29 +195,6 @@ func namespacePrefix(testName string) string {
 		p = p[:40]
 	}
 	return strings.TrimRight(p, "-") + "-"
-}
-
-// Temporal returns a client of the shared dev server (in memory, headless,
-// with Quartermaster's search attributes).
-func Temporal(t testing.TB) client.Client {
-	t.Helper()
-	path := requireTool(t, "temporal")
-	temporalOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		temporalSrv, temporalErr = devserver.Start(ctx, devserver.Options{Path: path})
-	})
-	if temporalErr != nil {
-		t.Fatalf("starting the Temporal dev server: %v", temporalErr)
-	}
-	return temporalSrv.Client()
-}
-
-// TemporalAddress is the host:port of the shared dev server.
-func TemporalAddress(t testing.TB) string {
-	t.Helper()
-	Temporal(t)
-	return temporalSrv.FrontendHostPort()
 }
 
 // Kubectl runs bin/kubectl against the cluster with stdin as its input, and

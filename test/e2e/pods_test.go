@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -93,6 +94,7 @@ func TestChartPods(t *testing.T) {
 	provision := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, testenv.KeyValueService, testenv.KeyValuePlan)
 	s.Expect(http.MethodPut, kv+"?accepts_incomplete=true", provision, http.StatusAccepted, `{"operation": "provision"}`)
 	assert.Equal(t, "succeeded", s.PollLastOperation(kv + "/last_operation?operation=provision")["state"])
+	assertVisible(t, `InstanceID = "kv-1" AND Operation = "provision" AND QmState = "succeeded"`)
 	var update struct{ Operation string }
 	require.NoError(t, json.Unmarshal([]byte(s.Expect(http.MethodPatch, kv+"?accepts_incomplete=true",
 		fmt.Sprintf(`{"service_id": %q, "parameters": {"replicas": 2}}`, testenv.KeyValueService), http.StatusAccepted, "")), &update))
@@ -119,6 +121,7 @@ metadata: {name: tenant-1-ci, namespace: %s}
 spec: {id: tenant-1-ci, instanceId: tenant-1, serviceId: %s, planId: %s}
 `, r.ns, testenv.TenantService, testenv.TenantPlan), "apply", "-f", "-")
 	kube.Kubectl(t, "", "-n", r.ns, "wait", "sfservicebinding/tenant-1-ci", "--for=jsonpath={.status.state}=succeeded", "--timeout=60s")
+	assertVisible(t, fmt.Sprintf(`QmKind = "SFServiceBinding" AND QmNamespace = %q AND QmName = "tenant-1-ci" AND QmState = "succeeded"`, r.ns))
 
 	// A usage injects the OSB binding into a Deployment.
 	kube.Kubectl(t, fmt.Sprintf(`apiVersion: apps/v1
@@ -322,6 +325,19 @@ func installRelease(t *testing.T, kube *testenv.Cluster) podsRelease {
 
 // succeeded is an instance whose last operation, on its current
 // generation, succeeded.
+// assertVisible waits until Temporal's visibility lists a run for query,
+// as an operator's search in the UI finds it (visibility is written after
+// the run's own history, on SQL as on SQLite).
+func assertVisible(t *testing.T, query string) {
+	t.Helper()
+	tc := testenv.Temporal(t)
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp, err := tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		require.NoError(c, err, query)
+		assert.NotEmpty(c, resp.GetExecutions(), "no run in visibility for %s", query)
+	}, 30*time.Second, 200*time.Millisecond)
+}
+
 func succeeded(i *osbv1alpha1.SFServiceInstance) bool {
 	return i.Status.State == osbv1alpha1.StateSucceeded && i.Status.ObservedGeneration == i.Generation
 }
