@@ -28,10 +28,24 @@ const (
 	KillTemporal Kind = "kill temporal"
 	StopKube     Kind = "stop kube-apiserver"
 	PauseWorker  Kind = "SIGSTOP a worker"
+
+	// The faults of a Temporal cluster (internal/temporalcluster): one
+	// service's process killed while the others run, and the database
+	// restarted under them.
+	KillHistory     Kind = "kill temporal's history service"
+	KillMatching    Kind = "kill temporal's matching service"
+	KillFrontend    Kind = "kill temporal's frontend"
+	RestartPostgres Kind = "restart postgresql"
 )
 
-// Kinds are every kind, in the report's order.
+// Kinds are the faults of a run on the dev server, in the report's order.
 var Kinds = []Kind{KillWorker, KillWatcher, KillAPI, KillTemporal, StopKube, PauseWorker}
+
+// ClusterKinds are the faults of a run on a Temporal cluster.
+var ClusterKinds = []Kind{KillHistory, KillMatching, KillFrontend, RestartPostgres}
+
+// allKinds is every kind, in the report's order.
+var allKinds = slices.Concat(Kinds, ClusterKinds)
 
 // Fault is one fault of a schedule.
 type Fault struct {
@@ -49,7 +63,7 @@ type Fault struct {
 // cycling through kinds so that each kind comes count/len(kinds) times
 // (give or take one). Downtimes: 0–5 s for a killed qm process, up to
 // 20 s for kube-apiserver, up to 30 s for a stopped worker, 0–2 s for
-// Temporal. Faults do not overlap: each waits for the one before to end.
+// Temporal, one of its services or its database. Faults do not overlap: each waits for the one before to end.
 func Schedule(seed uint64, duration time.Duration, count int, kinds []Kind) []Fault {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	order := make([]Kind, count)
@@ -88,7 +102,7 @@ func downtime(r *rand.Rand, k Kind) time.Duration {
 		return time.Second + ms(19000)
 	case PauseWorker:
 		return time.Second + ms(29000)
-	case KillTemporal:
+	case KillTemporal, KillHistory, KillMatching, KillFrontend, RestartPostgres:
 		return ms(2000)
 	default:
 		return ms(5000)
@@ -141,6 +155,8 @@ type Report struct {
 	Seed     uint64
 	N        int
 	Duration time.Duration
+	// Kinds are the kinds of fault the run scheduled (nil: Kinds).
+	Kinds []Kind
 	// Faults counts the faults injected, by kind.
 	Faults map[Kind]int
 	// Operations counts the operations that completed, by name.
@@ -187,7 +203,7 @@ func (r Report) Broken() []string {
 // allRecoveries is Recovery over every kind.
 func (r Report) allRecoveries() []time.Duration {
 	var all []time.Duration
-	for _, k := range Kinds {
+	for _, k := range allKinds {
 		all = append(all, r.Recovery[k]...)
 	}
 	return all
@@ -200,7 +216,11 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintln(tw, "fault\tinjected")
 	total := 0
-	for _, k := range Kinds {
+	kinds := r.Kinds
+	if kinds == nil {
+		kinds = Kinds
+	}
+	for _, k := range kinds {
 		fmt.Fprintf(tw, "%s\t%d\n", k, r.Faults[k])
 		total += r.Faults[k]
 	}
@@ -231,7 +251,7 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\tp50 %s, p99 %s, over %d faults\n", name,
 			Percentile(ds, 50).Round(time.Millisecond), Percentile(ds, 99).Round(time.Millisecond), len(ds))
 	}
-	for _, k := range Kinds {
+	for _, k := range allKinds {
 		if len(r.Recovery[k]) > 0 {
 			recovery(string(k), r.Recovery[k])
 		}
@@ -241,7 +261,7 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintln(tw, "\t")
 		fmt.Fprintln(tw, "fault's end to next completed operation, whatever struck meanwhile\t")
 		var all []time.Duration
-		for _, k := range Kinds {
+		for _, k := range allKinds {
 			if len(r.NextCompletion[k]) > 0 {
 				recovery(string(k), r.NextCompletion[k])
 				all = append(all, r.NextCompletion[k]...)

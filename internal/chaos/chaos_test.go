@@ -64,6 +64,17 @@ func TestReport(t *testing.T) {
 	assert.Empty(t, r.Broken(), "a p99 at the bound holds")
 	r.Stuck, r.SecretHits, r.RecoveryBound = 1, 2, 2*time.Second
 	assert.Equal(t, []string{"stuck: 1", "secrets found: 2", "recovery p99 3s over 2s"}, r.Broken())
+
+	// A run on a Temporal cluster lists its own faults, and their
+	// recoveries count against the bound.
+	r = chaos.Report{Kinds: chaos.ClusterKinds, Faults: map[chaos.Kind]int{chaos.KillHistory: 1},
+		Recovery: map[chaos.Kind][]time.Duration{chaos.KillHistory: {4 * time.Second}}, RecoveryBound: 3 * time.Second}
+	out.Reset()
+	r.Print(&out)
+	assert.Regexp(t, `kill temporal's history service +1\n`, out.String())
+	assert.Regexp(t, `restart postgresql +0\n`, out.String())
+	assert.NotContains(t, out.String(), "kill a worker", "the dev server's faults are not this run's")
+	assert.Equal(t, []string{"recovery p99 4s over 3s"}, r.Broken())
 }
 
 func TestRecoveries(t *testing.T) {

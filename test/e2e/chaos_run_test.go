@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/chaos"
+	"github.com/quartermaster/qm/internal/temporalcluster"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/workflows"
 )
@@ -49,7 +51,7 @@ type expectation struct {
 // runs a short version; `make chaos` a long one.
 func TestChaos(t *testing.T) {
 	k := knobs(t)
-	t.Logf("chaos run: seed %d (QM_CHAOS_SEED=%d replays it), N %d, %d faults over %s", k.seed, k.seed, k.n, k.faults, k.duration)
+	t.Logf("chaos run on the Temporal %s: seed %d (QM_CHAOS_SEED=%d replays it), N %d, %d faults over %s", testenv.TemporalKind(), k.seed, k.seed, k.n, k.faults, k.duration)
 	qm := buildQM(t)
 	c := startCluster(t, qm)
 	kube, err := ctrlclient.New(c.cp.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
@@ -115,7 +117,7 @@ func TestChaos(t *testing.T) {
 	}()
 
 	// The faults.
-	schedule := chaos.Schedule(k.seed, k.duration, k.faults, chaos.Kinds)
+	schedule := chaos.Schedule(k.seed, k.duration, k.faults, k.kinds)
 	var faultsDone []chaos.Struck
 	begin := time.Now()
 	injector := make(chan error, 1)
@@ -159,7 +161,7 @@ func TestChaos(t *testing.T) {
 	close(stopObs)
 	<-obsDone
 
-	report := chaos.Report{Seed: k.seed, N: k.n, Duration: time.Since(begin), Faults: map[chaos.Kind]int{},
+	report := chaos.Report{Seed: k.seed, N: k.n, Duration: time.Since(begin), Kinds: k.kinds, Faults: map[chaos.Kind]int{},
 		Operations: map[string]int{}, ChangedSecrets: len(changed), BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{},
 		RecoveryBound: k.recovery}
 	for i, f := range faultsDone {
@@ -257,7 +259,7 @@ const settleBound = 60 * time.Second
 // left a few seconds from their end. A run still running after that is
 // what the invariant "runs left running" reports.
 func settle(t *testing.T, c *cluster) {
-	tc, err := client.Dial(client.Options{HostPort: c.temporal.Address})
+	tc, err := client.Dial(client.Options{HostPort: c.temporalAddr})
 	require.NoError(t, err)
 	defer tc.Close()
 	start := time.Now()
@@ -280,7 +282,7 @@ func settle(t *testing.T, c *cluster) {
 // a history, a search attribute or a log.
 func checkRuns(t *testing.T, c *cluster, exps []*expectation, passwords map[string]string, r *chaos.Report) {
 	ctx := context.Background()
-	tc, err := client.Dial(client.Options{HostPort: c.temporal.Address})
+	tc, err := client.Dial(client.Options{HostPort: c.temporalAddr})
 	require.NoError(t, err)
 	defer tc.Close()
 	texts := map[string]string{}
@@ -343,7 +345,15 @@ func checkRuns(t *testing.T, c *cluster, exps []*expectation, passwords map[stri
 		texts["log of "+name] = role.log.String()
 	}
 	texts["log of the control plane"] = c.cpLog.String()
-	texts["log of the dev server"] = c.temporal.Out.(*testenv.SyncBuffer).String()
+	if c.tc != nil {
+		for _, name := range append([]string{"postgres"}, temporalcluster.Services...) {
+			raw, err := os.ReadFile(filepath.Join(c.tc.Dir, "logs", name+".log"))
+			require.NoError(t, err, "the cluster's log of %s", name)
+			texts["log of temporal's "+name] = string(raw)
+		}
+	} else {
+		texts["log of the dev server"] = c.temporal.Out.(*testenv.SyncBuffer).String()
+	}
 	secrets := []string{testenv.OSBCredentials.Password}
 	for _, p := range passwords {
 		secrets = append(secrets, p)

@@ -17,6 +17,7 @@ import (
 	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/controlplane"
 	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/internal/temporalcluster"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -31,10 +32,18 @@ type chaosKnobs struct {
 	// allows three times the long run's 15 s: on two cores under -race a
 	// recovery takes longer, and a minute-long stall still fails it.
 	recovery time.Duration
+	// kinds are the faults: the qm processes', kube-apiserver's and the
+	// dev server's, or on a Temporal cluster (QM_TEMPORAL=cluster) its
+	// services' and its database's.
+	kinds []chaos.Kind
 }
 
 func knobs(t *testing.T) chaosKnobs {
-	k := chaosKnobs{seed: 1, n: 16, duration: time.Minute, faults: len(chaos.Kinds), recovery: 45 * time.Second}
+	kinds := chaos.Kinds
+	if testenv.TemporalKind() == "cluster" {
+		kinds = chaos.ClusterKinds
+	}
+	k := chaosKnobs{seed: 1, n: 16, duration: time.Minute, faults: len(kinds), recovery: 45 * time.Second, kinds: kinds}
 	for name, parse := range map[string]func(string) error{
 		"QM_CHAOS_SEED":     func(v string) (err error) { k.seed, err = strconv.ParseUint(v, 10, 64); return err },
 		"QM_CHAOS_N":        func(v string) (err error) { k.n, err = strconv.Atoi(v); return err },
@@ -49,9 +58,10 @@ func knobs(t *testing.T) chaosKnobs {
 	return k
 }
 
-// cluster is the chaos run's system: its own control plane and dev server
+// cluster is the chaos run's system: its own control plane and Temporal
 // (so that they can be hurt without hurting other tests), and qm as four
-// processes.
+// processes. Temporal is a dev server on SQLite, or with QM_TEMPORAL=cluster
+// a cluster of its own (tc).
 type cluster struct {
 	t          *testing.T
 	qm         string
@@ -61,8 +71,11 @@ type cluster struct {
 	temporal   devserver.Options
 	temporalMu sync.Mutex
 	srv        *devserver.Server // the dev server now running
-	roles      map[string]*role
-	apiURL     string
+	tc         *temporalcluster.Cluster
+	// temporalAddr is the frontend's host:port, the dev server's or the cluster's.
+	temporalAddr string
+	roles        map[string]*role
+	apiURL       string
 }
 
 // role is one qm process, restarted under the same name and log.
@@ -127,17 +140,23 @@ func startCluster(t *testing.T, qm string) *cluster {
 	c.cp = cp
 	t.Cleanup(func() { _ = cp.Stop() })
 	ports := freePorts(t, 2)
-	c.temporal = devserver.Options{Path: filepath.Join(testenv.BinDir(), "temporal"), RunDir: filepath.Join(c.data, "temporal"),
-		DBFile: filepath.Join(c.data, "temporal.db"), Address: "127.0.0.1:" + ports[0], Out: &testenv.SyncBuffer{}}
-	srv, err := devserver.Start(context.Background(), c.temporal)
-	require.NoError(t, err, "starting the dev server")
-	srv.Client().Close()
-	c.srv = srv
-	t.Cleanup(func() { c.killTemporal() })
+	if testenv.TemporalKind() == "cluster" {
+		c.tc = testenv.TemporalCluster(t)
+		c.temporalAddr = c.tc.FrontendHostPort()
+	} else {
+		c.temporal = devserver.Options{Path: filepath.Join(testenv.BinDir(), "temporal"), RunDir: filepath.Join(c.data, "temporal"),
+			DBFile: filepath.Join(c.data, "temporal.db"), Address: "127.0.0.1:" + ports[0], Out: &testenv.SyncBuffer{}}
+		srv, err := devserver.Start(context.Background(), c.temporal)
+		require.NoError(t, err, "starting the dev server")
+		srv.Client().Close()
+		c.srv = srv
+		c.temporalAddr = c.temporal.Address
+		t.Cleanup(func() { c.killTemporal() })
+	}
 
 	kubeconfig := filepath.Join(c.data, "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, cp.Kubeconfig, 0o600))
-	common := []string{"--kubeconfig", kubeconfig, "--temporal-address", c.temporal.Address, "--log-level", "info"}
+	common := []string{"--kubeconfig", kubeconfig, "--temporal-address", c.temporalAddr, "--log-level", "info"}
 	add := func(name string, env []string, args ...string) {
 		c.roles[name] = &role{name: name, args: append(args, common...), env: env, log: &testenv.SyncBuffer{}}
 		require.NoError(t, c.start(c.roles[name]))
@@ -205,6 +224,14 @@ func (c *cluster) inject(ctx context.Context, f chaos.Fault) error {
 		c.srv = srv
 	case chaos.StopKube:
 		return c.cp.RestartAPIServer(f.For)
+	case chaos.KillHistory:
+		return c.tc.Kill(ctx, "history", f.For)
+	case chaos.KillMatching:
+		return c.tc.Kill(ctx, "matching", f.For)
+	case chaos.KillFrontend:
+		return c.tc.Kill(ctx, "frontend", f.For)
+	case chaos.RestartPostgres:
+		return c.tc.RestartPostgres(ctx, f.For)
 	}
 	return nil
 }
