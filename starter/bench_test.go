@@ -30,6 +30,7 @@ import (
 type provisionFigures struct {
 	throughput float64
 	cpuPer     time.Duration
+	p99        time.Duration
 }
 
 // BenchmarkProvision measures the provision pipeline on the embedded default
@@ -43,15 +44,32 @@ type provisionFigures struct {
 // cluster of `qm dev`, whose garbage collector and other controllers watch
 // every object the pipeline writes, and prints the two side by side. The
 // bare run goes first, so that the full cluster's processes are not yet
-// running while it is measured.
+// running while it is measured. A third run is the full cluster's on a
+// production-shaped Temporal (internal/temporalcluster: PostgreSQL, and
+// each service a process) instead of the dev server.
 func BenchmarkProvision(b *testing.B) {
 	figures := map[string]provisionFigures{}
-	for _, cluster := range []string{"bare", "full"} {
+	clusters := []string{"bare", "full", "full-temporal-cluster"}
+	if testenv.BenchSmoke() {
+		// make test's smoke run: the lifecycle on a Temporal cluster is
+		// TestOnATemporalCluster's; the cluster's figures are make bench's.
+		clusters = clusters[:2]
+	}
+	for _, cluster := range clusters {
 		b.Run("cluster="+cluster, func(b *testing.B) {
-			figures[cluster] = benchProvision(b, cluster == "bare")
+			figures[cluster] = benchProvision(b, cluster == "bare", cluster == "full-temporal-cluster")
 		})
 	}
-	bare, full := figures["bare"], figures["full"]
+	bare, full, onCluster := figures["bare"], figures["full"], figures["full-temporal-cluster"]
+	if full.throughput > 0 && onCluster.throughput > 0 {
+		fmt.Printf("\nprovision, Temporal cluster (PostgreSQL, 4 services) vs dev server (SQLite), full cluster (one run):\n"+
+			"  throughput       %7.1f vs %7.1f instances/s (%.2fx)\n"+
+			"  burst p99        %7.2fs vs %7.2fs\n"+
+			"  CPU per instance %6.1fms vs %6.1fms (%.2fx)\n",
+			onCluster.throughput, full.throughput, onCluster.throughput/full.throughput,
+			onCluster.p99.Seconds(), full.p99.Seconds(),
+			onCluster.cpuPer.Seconds()*1000, full.cpuPer.Seconds()*1000, onCluster.cpuPer.Seconds()/full.cpuPer.Seconds())
+	}
 	provisionThroughput = full.throughput
 	if bare.throughput > 0 && full.throughput > 0 {
 		fmt.Printf("\nprovision, full cluster vs bare API server (one run):\n"+
@@ -62,12 +80,12 @@ func BenchmarkProvision(b *testing.B) {
 	}
 }
 
-func benchProvision(b *testing.B, bare bool) provisionFigures {
+func benchProvision(b *testing.B, bare, temporalCluster bool) provisionFigures {
 	n := testenv.BenchN()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, Concurrency: 64, FileTemporal: true, Bare: bare})
+	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, Concurrency: 64, FileTemporal: !temporalCluster, TemporalCluster: temporalCluster, Bare: bare})
 	ns, cfg, direct := s.Namespace, s.Kube.Config, s.Kube.Client
 	planID := s.Plan("one-configmap", "", testenv.Templates("one-configmap"))
 
@@ -123,17 +141,23 @@ func benchProvision(b *testing.B, bare bool) provisionFigures {
 	b.ReportMetric(pct(steady, 50).Seconds(), "steady20-p50-s")
 	b.ReportMetric(pct(steady, 99).Seconds(), "steady20-p99-s")
 	b.ReportMetric(rawRate, "raw-creates/s")
-	fmt.Printf("\nprovision on the %s, N=%d, %d clients, file-backed Temporal:\n"+
+	temporal := "file-backed Temporal dev server"
+	if temporalCluster {
+		temporal = "Temporal cluster"
+	}
+	fmt.Printf("\nprovision on the %s, N=%d, %d clients, %s:\n"+
 		"  throughput            %7.1f instances/s (first create to last succeeded)\n"+
 		"  burst latency         p50 %v, p99 %v\n"+
 		"  steady 20 creates/s   p50 %v, p99 %v\n"+
 		"  raw ConfigMap creates %7.1f /s (same API server, same clients)\n",
-		map[bool]string{true: "bare API server", false: "full cluster"}[bare], n, testenv.BenchClients, throughput, pct(burst.latencies, 50).Round(time.Millisecond), pct(burst.latencies, 99).Round(time.Millisecond),
+		map[bool]string{true: "bare API server", false: "full cluster"}[bare], n, testenv.BenchClients, temporal, throughput, pct(burst.latencies, 50).Round(time.Millisecond), pct(burst.latencies, 99).Round(time.Millisecond),
 		pct(steady, 50).Round(time.Millisecond), pct(steady, 99).Round(time.Millisecond), rawRate)
 	fmt.Println("  API requests per instance in the burst (the benchmark's own create included):")
 	printRequestsPerInstance(requestsBefore, requestsAfter, n)
 	fmt.Printf("  CPU per instance in the burst:%s\n", testenv.CPUPer(burst.cpuBefore, burst.cpuAfter, n))
-	return burst.provisionFigures
+	figures := burst.provisionFigures
+	figures.p99 = pct(burst.latencies, 99)
+	return figures
 }
 
 // watchInstances runs an informer on the SFServiceInstances of ns, with

@@ -53,10 +53,17 @@ func Parallel(t testing.TB, n int, do func(i int) error) {
 
 // CPU returns the CPU time used so far by this process ("qm", which runs
 // the worker and the watcher in the benchmarks) and by each of its children
-// (kube-apiserver, etcd, temporal), from /proc.
+// (kube-apiserver, etcd, temporal), from /proc. A child's own children count
+// as the child's (PostgreSQL's backends as postgres), those it has reaped
+// too; the services of a Temporal cluster count apart, as
+// temporal-<service>.
 func CPU() map[string]time.Duration {
-	out := map[string]time.Duration{}
-	self := os.Getpid()
+	type proc struct {
+		ppid int
+		name string
+		cpu  time.Duration
+	}
+	procs := map[int]proc{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -67,22 +74,53 @@ func CPU() map[string]time.Duration {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ... utime(14) stime(15), after the ")".
+		// pid (comm) state ppid ... utime(14) stime(15) cutime(16) cstime(17), after the ")".
 		line := string(raw)
 		comm := line[strings.Index(line, "(")+1 : strings.LastIndex(line, ")")]
 		fields := strings.Fields(line[strings.LastIndex(line, ")")+2:])
 		ppid, _ := strconv.Atoi(fields[1])
-		if pid != self && ppid != self {
-			continue
+		var ticks int64
+		times := fields[11:15]
+		if pid == os.Getpid() {
+			times = fields[11:13] // not its reaped children: the servers it restarted
 		}
-		if pid == self {
-			comm = "qm"
+		for _, f := range times {
+			n, _ := strconv.ParseInt(f, 10, 64)
+			ticks += n
 		}
-		utime, _ := strconv.ParseInt(fields[11], 10, 64)
-		stime, _ := strconv.ParseInt(fields[12], 10, 64)
-		out[comm] += time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+		if comm == "temporal-server" {
+			comm = "temporal-" + serviceOf(pid)
+		}
+		procs[pid] = proc{ppid: ppid, name: comm, cpu: time.Duration(ticks) * 10 * time.Millisecond} // USER_HZ is 100 on Linux
+	}
+	self := os.Getpid()
+	out := map[string]time.Duration{}
+	for pid, p := range procs {
+		// The child of this process that pid descends from, if any.
+		child := pid
+		for child != self && procs[child].ppid != self && procs[child].ppid > 1 {
+			child = procs[child].ppid
+		}
+		switch {
+		case pid == self:
+			out["qm"] += p.cpu
+		case procs[child].ppid == self:
+			out[procs[child].name] += p.cpu
+		}
 	}
 	return out
+}
+
+// serviceOf is the --service a temporal-server process runs.
+func serviceOf(pid int) string {
+	raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args := strings.Split(string(raw), "\x00")
+	for i, a := range args {
+		if a == "--service" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return "server"
 }
 
 // CPUUsed is the CPU every process used between two readings of CPU,
