@@ -27,7 +27,9 @@ import (
 type Claims struct {
 	// Client reads what must be fresh and writes.
 	Client ctrlclient.Client
-	// Cache lists the candidate services; nil lists through Client.
+	// Cache lists the candidate services and serves the reads that may be
+	// a moment old (the claim's spec and a held service's endpoint, for its
+	// Secret and its status); nil reads through Client.
 	Cache ctrlclient.Reader
 	// Temporal reaches the namespaces' allocators (Ask).
 	Temporal client.Client
@@ -58,9 +60,6 @@ type Resolution struct {
 	// Available; the namespace's allocator decides which it gets (Look).
 	Wants bool `json:"wants,omitempty"`
 }
-
-// claimFinalizer holds a deleted claim until its service is released.
-const claimFinalizer = "primaza.io/claim"
 
 // Resolve finds the service the claim holds, or takes one: the claim keeps
 // a service it holds while that service still matches it (healthy or
@@ -139,13 +138,16 @@ func (c *Claims) take(ctx context.Context, claim *primazav1alpha1.ServiceClaim, 
 // Bind writes the claim's binding Secret from the service it holds, owned
 // by the claim, and returns its name ("" if the service is gone); an
 // unchanged Secret is not written.
+//
+// The claim and the service are read from the cache: a value a moment old
+// is rewritten when the change's own event wakes the claim again.
 func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (string, error) {
-	claim, err := c.claim(ctx, t)
-	if err != nil {
+	claim := &primazav1alpha1.ServiceClaim{}
+	if err := c.cached(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, claim); err != nil {
 		return "", ctrlclient.IgnoreNotFound(err)
 	}
 	var svc primazav1alpha1.RegisteredService
-	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: service}, &svc); err != nil {
+	if err := c.cached(ctx, types.NamespacedName{Namespace: t.Namespace, Name: service}, &svc); err != nil {
 		// A service deleted since it was resolved: no binding, and the
 		// workflow resolves again.
 		return "", ctrlclient.IgnoreNotFound(err)
@@ -164,7 +166,19 @@ func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (strin
 	if err != nil {
 		return "", err
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: claim.Name, Namespace: claim.Namespace}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: claim.Name, Namespace: claim.Namespace}, Data: data}
+	if err := controllerutil.SetControllerReference(claim, secret, c.Client.Scheme()); err != nil {
+		return "", err
+	}
+	// Most claims bind once: a create, and only if the Secret is there
+	// already, a read and an update.
+	if err := c.Client.Create(ctx, secret); !apierrors.IsAlreadyExists(err) {
+		if err != nil {
+			return "", fmt.Errorf("writing the binding Secret %s: %w", claim.Name, err)
+		}
+		return secret.Name, nil
+	}
+	secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: claim.Name, Namespace: claim.Namespace}}
 	_, err = controllerutil.CreateOrUpdate(ctx, c.Client, secret, func() error {
 		if maps.EqualFunc(secret.Data, data, bytes.Equal) && metav1.IsControlledBy(secret, claim) {
 			return nil
@@ -181,9 +195,12 @@ func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (strin
 // Record writes the claim's status from res and the binding's name; a
 // Pending claim loses its binding Secret, which spoke of a service it no
 // longer holds.
+//
+// The claim is read from the cache: every condition is worked out afresh,
+// so a copy a moment old at most costs a write that changes nothing.
 func (c *Claims) Record(ctx context.Context, t ClaimTarget, res Resolution, binding string) error {
-	claim, err := c.claim(ctx, t)
-	if err != nil {
+	claim := &primazav1alpha1.ServiceClaim{}
+	if err := c.cached(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, claim); err != nil {
 		return ctrlclient.IgnoreNotFound(err)
 	}
 	if res.State == primazav1alpha1.ClaimPending {
@@ -256,7 +273,7 @@ func (c *Claims) Release(ctx context.Context, t ClaimTarget, claimUID types.UID)
 		return err
 	}
 	base := claim.DeepCopy()
-	if controllerutil.RemoveFinalizer(claim, claimFinalizer) {
+	if controllerutil.RemoveFinalizer(claim, primazav1alpha1.ClaimFinalizer) {
 		if err := c.Client.Patch(ctx, claim, ctrlclient.MergeFrom(base)); ctrlclient.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("releasing the claim's finalizer: %w", err)
 		}
@@ -334,6 +351,17 @@ func (c *Claims) services(ctx context.Context, namespace string) ([]primazav1alp
 	return list.Items, nil
 }
 
+// cached reads key into obj from the cache, or from the API server if the
+// cache does not have it (yet).
+func (c *Claims) cached(ctx context.Context, key types.NamespacedName, obj ctrlclient.Object) error {
+	if c.Cache != nil {
+		if err := c.Cache.Get(ctx, key, obj); !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return c.Client.Get(ctx, key, obj)
+}
+
 func (c *Claims) claim(ctx context.Context, t ClaimTarget) (*primazav1alpha1.ServiceClaim, error) {
 	var claim primazav1alpha1.ServiceClaim
 	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &claim); err != nil {
@@ -344,7 +372,7 @@ func (c *Claims) claim(ctx context.Context, t ClaimTarget) (*primazav1alpha1.Ser
 
 func (c *Claims) addFinalizer(ctx context.Context, claim *primazav1alpha1.ServiceClaim) error {
 	base := claim.DeepCopy()
-	if !controllerutil.AddFinalizer(claim, claimFinalizer) {
+	if !controllerutil.AddFinalizer(claim, primazav1alpha1.ClaimFinalizer) {
 		return nil
 	}
 	if err := c.Client.Patch(ctx, claim, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{})); err != nil {

@@ -98,7 +98,8 @@ func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
 }
 
 // Allocate hands services to the claims named, in name order, from what
-// the API server holds now (one list of claims and one of services): a
+// the API server holds now (one list of services; the claims, whose UIDs
+// and specs are all it needs of them, from the cache): a
 // claim that already holds one keeps it (an earlier try whose result was
 // lost); any other gets its first candidate no claim of this pass took,
 // marked Claimed under the resourceVersion read, so that a health check
@@ -107,7 +108,7 @@ func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
 // for a service.
 func (c *Claims) Allocate(ctx context.Context, namespace string, names []string) ([]Allocation, error) {
 	var claimList primazav1alpha1.ServiceClaimList
-	if err := c.Client.List(ctx, &claimList, ctrlclient.InNamespace(namespace)); err != nil {
+	if err := c.reader().List(ctx, &claimList, ctrlclient.InNamespace(namespace), ctrlclient.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing the ServiceClaims of %s: %w", namespace, err)
 	}
 	var serviceList primazav1alpha1.RegisteredServiceList
@@ -124,6 +125,19 @@ func (c *Claims) Allocate(ctx context.Context, namespace string, names []string)
 	byName := map[string]*primazav1alpha1.ServiceClaim{}
 	for i := range claimList.Items {
 		byName[claimList.Items[i].Name] = &claimList.Items[i]
+	}
+	for _, name := range names {
+		if byName[name] != nil {
+			continue
+		}
+		// A claim too new for the cache.
+		claim, err := c.claim(ctx, ClaimTarget{Namespace: namespace, Name: name})
+		if ctrlclient.IgnoreNotFound(err) != nil {
+			return nil, err
+		}
+		if err == nil {
+			byName[name] = claim
+		}
 	}
 	taken := map[string]bool{}
 	out := make([]Allocation, 0, len(names))

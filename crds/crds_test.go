@@ -27,6 +27,7 @@ import (
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -290,6 +291,11 @@ func TestAdmissionPoliciesAddFinalizersOnCreate(t *testing.T) {
 	require.NoError(t, kube.Client.Create(ctx, b))
 	assert.Equal(t, []string{osbv1alpha1.BindingFinalizer}, b.Finalizers)
 
+	claim := &primazav1alpha1.ServiceClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim", Namespace: ns}, Spec: primazav1alpha1.ServiceClaimSpec{
+		ServiceClassIdentity: []primazav1alpha1.ServiceClassIdentityItem{{Name: "type", Value: "psql"}}, ServiceEndpointDefinitionKeys: []string{"host"}, EnvironmentTag: "dev"}}
+	require.NoError(t, kube.Client.Create(ctx, claim))
+	assert.Equal(t, []string{primazav1alpha1.ClaimFinalizer}, claim.Finalizers)
+
 	// Only creates are mutated: the workflow that removes the finalizer
 	// must see it gone, or deletion would never finish.
 	patch := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))
@@ -310,5 +316,6 @@ func TestAdmissionPoliciesAreValid(t *testing.T) {
 	assert.ElementsMatch(t, []string{
 		"MutatingAdmissionPolicy/quartermaster-instance-finalizer", "MutatingAdmissionPolicyBinding/quartermaster-instance-finalizer",
 		"MutatingAdmissionPolicy/quartermaster-binding-finalizer", "MutatingAdmissionPolicyBinding/quartermaster-binding-finalizer",
+		"MutatingAdmissionPolicy/quartermaster-claim-finalizer", "MutatingAdmissionPolicyBinding/quartermaster-claim-finalizer",
 	}, names)
 }

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -169,6 +170,37 @@ func TestClaimUseCases(t *testing.T) {
 	allocator := s.History(runs.AllocatorID(s.Namespace), "")
 	assert.Contains(t, testenv.HistoryText(allocator), `"claim":"app"`, "the allocator's passes are read decoded")
 	recorded(t, allocator, "claim-allocator")
+}
+
+// TestClaimGetsItsFinalizerBack: the admission policy gives a claim its
+// finalizer at create; one that lost it (a cluster without the policies,
+// or a user's edit) gets it back from its workflow at its next
+// resolution, so that deleting it still releases its service.
+func TestClaimGetsItsFinalizerBack(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	ctx := context.Background()
+	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
+	dbService(t, s, "db-1", "psqlserver", "db-1.example")
+	waitService(t, s, "db-1", primazav1alpha1.ServiceAvailable, flipWithin)
+	dbClaim(t, s, "app")
+	claim := waitClaim(t, s, "app", primazav1alpha1.ClaimResolved, "db-1")
+	assert.Equal(t, []string{primazav1alpha1.ClaimFinalizer}, claim.Finalizers, "from the admission policy")
+
+	require.NoError(t, s.Kube.Client.Patch(ctx, claim, ctrlclient.RawPatch(types.JSONPatchType, []byte(`[{"op": "remove", "path": "/metadata/finalizers"}]`))))
+	require.Empty(t, claim.Finalizers)
+	svc := getService(t, s, "db-1")
+	base := svc.DeepCopy()
+	svc.Spec.ServiceEndpointDefinition[0].Value = new("db-1b.example")
+	require.NoError(t, s.Kube.Client.Patch(ctx, svc, ctrlclient.MergeFrom(base)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "db-1b.example", binding(c, s, "app")["host"])
+		assert.Equal(c, []string{primazav1alpha1.ClaimFinalizer}, getClaim(c, s, "app").Finalizers)
+	}, 15*time.Second, 50*time.Millisecond, "the next resolution adds the finalizer again")
+
+	require.NoError(t, s.Kube.Client.Delete(ctx, claim))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Nil(c, getService(c, s, "db-1").Status.ClaimRef)
+	}, 15*time.Second, 50*time.Millisecond, "the deleted claim released its service")
 }
 
 // TestClaimedServiceUnreachable: a claimed service that turns Unreachable

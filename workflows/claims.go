@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -29,6 +30,12 @@ const pendingRechecked = "pending-recheck"
 // from before it go on taking (Resolve).
 const allocated = "claim-allocator"
 
+// startSignalsRead is the change that has a claim's first look answer the
+// signal its start came with (the watcher's SignalWithStart); runs from
+// before it read that signal after their first look and looked again,
+// asking the allocator twice.
+const startSignalsRead = "start-signals-read"
+
 // ServiceClaim carries one ServiceClaim through its life, for as long as
 // the claim exists:
 //
@@ -46,6 +53,11 @@ func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
 	var a *activities.Claims
 	changed := workflow.GetSignalChannel(ctx, runs.SignalClaimChanged)
 	hint := ""
+	if workflow.GetVersion(ctx, startSignalsRead, workflow.DefaultVersion, 1) == 1 {
+		for _, v := range drain(changed, nil) {
+			hint = cmp.Or(v, hint)
+		}
+	}
 	for range resolutionsPerRun {
 		var res activities.Resolution
 		var look workflow.Future

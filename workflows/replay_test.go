@@ -65,6 +65,7 @@ var frozen = map[string]string{
 	"polling-timeout":           "before operator-view: a failed operation completed its run",
 	"claim":                     "before pending-recheck and claim-allocator: a Pending claim waited for a signal alone, and a claim took its service itself",
 	"claim-rechecked":           "before claim-allocator: a claim took its service itself",
+	"claim-allocated":           "before start-signals-read: a new claim read its start's signal after its first look, and looked and asked again",
 }
 
 // TestReplayRecordedHistories replays histories recorded on the real dev

@@ -29,6 +29,7 @@ import (
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/childproc"
 )
 
@@ -260,6 +261,9 @@ func InstallAdmissionPolicies(cfg *rest.Config) error {
 	checks := []wait.ConditionWithContextFunc{
 		probe(&osbv1alpha1.SFServiceInstance{ObjectMeta: probeMeta, Spec: osbv1alpha1.SFServiceInstanceSpec{ServiceID: "probe", PlanID: "probe"}}, osbv1alpha1.InstanceFinalizer),
 		probe(&osbv1alpha1.SFServiceBinding{ObjectMeta: probeMeta, Spec: osbv1alpha1.SFServiceBindingSpec{ID: "probe", InstanceID: "probe", ServiceID: "probe", PlanID: "probe"}}, osbv1alpha1.BindingFinalizer),
+		probe(&primazav1alpha1.ServiceClaim{ObjectMeta: probeMeta, Spec: primazav1alpha1.ServiceClaimSpec{
+			ServiceClassIdentity: []primazav1alpha1.ServiceClassIdentityItem{{Name: "type", Value: "probe"}}, ServiceEndpointDefinitionKeys: []string{"probe"}, EnvironmentTag: "probe"}},
+			primazav1alpha1.ClaimFinalizer),
 	}
 	for _, check := range checks {
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, check); err != nil {

@@ -5,6 +5,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// ClaimFinalizer holds a deleted claim until its workflow has released its
+// service. The admission policy in crds/policies sets it on create.
+const ClaimFinalizer = "primaza.io/claim"
+
 // ClaimState is where a ServiceClaim stands.
 // +kubebuilder:validation:Enum=Pending;Resolved;Invalid
 type ClaimState string
