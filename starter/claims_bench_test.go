@@ -3,19 +3,26 @@ package starter_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/crds"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
-// provisionThroughput is BenchmarkProvision's figure on the full cluster,
-// when it ran before in the same `make bench`, for comparison.
-var provisionThroughput float64
+// provisionThroughput and provisionCPU are BenchmarkProvision's figures on
+// the full cluster (instances/s, CPU per instance), when it ran before in
+// the same `make bench`, for comparison.
+var (
+	provisionThroughput float64
+	provisionCPU        time.Duration
+)
 
 // BenchmarkClaims measures claim resolution on the embedded default: N
 // registered services (no health check: Available at once) and N claims
@@ -35,15 +42,28 @@ func BenchmarkClaims(b *testing.B) {
 		svc.Spec.ServiceEndpointDefinition = []primazav1alpha1.ServiceEndpointDefinitionItem{{Name: "host", Value: new(svc.Name + ".example")}}
 		return s.Kube.Client.Create(ctx, svc)
 	})
+	// The benchmark watches what it waits for, as kubectl get -w would: a
+	// poll that lists a thousand claims five times a second would load the
+	// API server it measures.
+	watched, err := cache.New(s.Kube.Config, cache.Options{Scheme: crds.NewScheme(), DefaultNamespaces: map[string]cache.Config{s.Namespace: {}}})
+	require.NoError(b, err)
+	for _, obj := range []ctrlclient.Object{&primazav1alpha1.ServiceClaim{}, &primazav1alpha1.RegisteredService{}} {
+		_, err := watched.GetInformer(ctx, obj)
+		require.NoError(b, err)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = watched.Start(cctx) }()
+	require.True(b, watched.WaitForCacheSync(cctx))
 	count := func(what string, ok func(*primazav1alpha1.ServiceClaim, *primazav1alpha1.RegisteredService) bool, claims bool) {
 		deadline := time.Now().Add(10 * time.Minute)
 		for done := 0; done < n; {
 			require.True(b, time.Now().Before(deadline), "after 10 minutes %d of %d %s", done, n, what)
-			time.Sleep(200 * time.Millisecond) // a poll: the loop measures when all are done
+			time.Sleep(200 * time.Millisecond) // a poll of the watch's cache: the loop measures when all are done
 			done = 0
 			if claims {
 				var list primazav1alpha1.ServiceClaimList
-				require.NoError(b, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+				require.NoError(b, watched.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
 				for i := range list.Items {
 					if ok(&list.Items[i], nil) {
 						done++
@@ -52,7 +72,7 @@ func BenchmarkClaims(b *testing.B) {
 				continue
 			}
 			var list primazav1alpha1.RegisteredServiceList
-			require.NoError(b, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+			require.NoError(b, watched.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
 			for i := range list.Items {
 				if ok(nil, &list.Items[i]) {
 					done++
@@ -64,8 +84,13 @@ func BenchmarkClaims(b *testing.B) {
 		return svc.Status.State == primazav1alpha1.ServiceAvailable
 	}, false)
 
+	// The services' own writes (their state's Events, posted by a recorder
+	// that batches them) are over before the claims' are counted.
+	settleWrites(b, s.Kube)
+
 	b.ResetTimer()
 	cpuBefore, reqBefore := testenv.CPU(), apiRequests(b, s.Kube)
+	profiled := testenv.ProfileAPIServer(b, s.Kube, "claims-kube-apiserver", 15)
 	start := time.Now()
 	testenv.Parallel(b, n, func(i int) error {
 		claim := &primazav1alpha1.ServiceClaim{}
@@ -81,6 +106,7 @@ func BenchmarkClaims(b *testing.B) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpuAfter, reqAfter := testenv.CPU(), apiRequests(b, s.Kube)
+	profiled()
 
 	// Every claim holds its own service, and no service two claims.
 	var services primazav1alpha1.RegisteredServiceList
@@ -99,9 +125,42 @@ func BenchmarkClaims(b *testing.B) {
 		"  CPU per claim:%s\n  API requests per claim:\n", n, n, elapsed.Round(time.Millisecond), throughput,
 		testenv.CPUPer(cpuBefore, cpuAfter, n))
 	printRequestsPerInstance(reqBefore, reqAfter, n)
+	// The benchmark's own create of each claim is not Quartermaster's.
+	writes := writesPer(reqBefore, reqAfter, n) - 1
+	fmt.Print(testenv.BenchVerdict("API writes per claim (the claim's own create left out)", writes, 3, "", true))
 	if provisionThroughput > 0 {
 		fmt.Printf("  the same run's provision throughput (full cluster): %.1f instances/s; claims resolve at %.2fx that\n%s",
 			provisionThroughput, throughput/provisionThroughput,
 			testenv.BenchVerdict("claims/s over the same run's provisions/s", throughput/provisionThroughput, 0.5, "x", false))
+	}
+}
+
+// writesPer is the API writes (every verb but GET, LIST and WATCH) per n
+// between two readings of apiRequests.
+func writesPer(before, after map[string]float64, n int) float64 {
+	var sum float64
+	for k, v := range after {
+		switch verb, _, _ := strings.Cut(k, " "); verb {
+		case "GET", "LIST", "WATCH":
+		default:
+			sum += v - before[k]
+		}
+	}
+	return sum / float64(n)
+}
+
+// settleWrites waits until the API server has taken no write for a second
+// (at most 30 s), so that a measurement that follows counts none of what
+// came before it.
+func settleWrites(b *testing.B, kube *testenv.Cluster) {
+	last, quiet := writesPer(nil, apiRequests(b, kube), 1), 0
+	for deadline := time.Now().Add(30 * time.Second); quiet < 4 && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond) // a poll of the API server's counters
+		now := writesPer(nil, apiRequests(b, kube), 1)
+		if now == last {
+			quiet++
+		} else {
+			last, quiet = now, 0
+		}
 	}
 }

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/quartermaster/qm/internal/devserver"
 )
@@ -243,4 +245,31 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// ProfileAPIServer starts a CPU profile of kube-apiserver of seconds, when
+// QM_BENCH_PROFILE names a directory, and returns a function that waits
+// for it and writes it there as name.pprof (`go tool pprof -top` reads
+// it). Without QM_BENCH_PROFILE it does nothing.
+func ProfileAPIServer(t testing.TB, kube *Cluster, name string, seconds int) (wait func()) {
+	dir := os.Getenv("QM_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	cs, err := kubernetes.NewForConfig(kube.Config)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		raw, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).
+			Timeout(time.Duration(seconds+30) * time.Second).DoRaw(context.Background())
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+".pprof"), raw, 0o644)
+		}
+		done <- err
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			t.Errorf("profiling kube-apiserver: %v", err)
+		}
+	}
 }
