@@ -27,9 +27,9 @@ import (
 type Claims struct {
 	// Client reads what must be fresh and writes.
 	Client ctrlclient.Client
-	// Cache lists the candidate services and serves the reads that may be
-	// a moment old (the claim's spec and a held service's endpoint, for its
-	// Secret and its status); nil reads through Client.
+	// Cache lists the candidate services and serves the read that may be a
+	// moment old (a held service's endpoint, for the Secret); nil reads
+	// through Client.
 	Cache ctrlclient.Reader
 	// Temporal reaches the namespaces' allocators (Ask).
 	Temporal client.Client
@@ -139,11 +139,13 @@ func (c *Claims) take(ctx context.Context, claim *primazav1alpha1.ServiceClaim, 
 // by the claim, and returns its name ("" if the service is gone); an
 // unchanged Secret is not written.
 //
-// The claim and the service are read from the cache: a value a moment old
-// is rewritten when the change's own event wakes the claim again.
+// The service is read from the cache: a value a moment old is rewritten
+// when the change's own event wakes the claim again. The claim is read
+// afresh: the Secret's owner is its UID, and a claim deleted and made
+// again under its name must not own the Secret through the old one.
 func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (string, error) {
-	claim := &primazav1alpha1.ServiceClaim{}
-	if err := c.cached(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, claim); err != nil {
+	claim, err := c.claim(ctx, t)
+	if err != nil {
 		return "", ctrlclient.IgnoreNotFound(err)
 	}
 	var svc primazav1alpha1.RegisteredService
@@ -195,12 +197,9 @@ func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (strin
 // Record writes the claim's status from res and the binding's name; a
 // Pending claim loses its binding Secret, which spoke of a service it no
 // longer holds.
-//
-// The claim is read from the cache: every condition is worked out afresh,
-// so a copy a moment old at most costs a write that changes nothing.
 func (c *Claims) Record(ctx context.Context, t ClaimTarget, res Resolution, binding string) error {
-	claim := &primazav1alpha1.ServiceClaim{}
-	if err := c.cached(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, claim); err != nil {
+	claim, err := c.claim(ctx, t)
+	if err != nil {
 		return ctrlclient.IgnoreNotFound(err)
 	}
 	if res.State == primazav1alpha1.ClaimPending {

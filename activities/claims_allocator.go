@@ -98,8 +98,7 @@ func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
 }
 
 // Allocate hands services to the claims named, in name order, from what
-// the API server holds now (one list of services; the claims, whose UIDs
-// and specs are all it needs of them, from the cache): a
+// the API server holds now (one list of services, and each claim named): a
 // claim that already holds one keeps it (an earlier try whose result was
 // lost); any other gets its first candidate no claim of this pass took,
 // marked Claimed under the resourceVersion read, so that a health check
@@ -107,10 +106,6 @@ func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
 // allocator calls it, one pass at a time, so claims never race each other
 // for a service.
 func (c *Claims) Allocate(ctx context.Context, namespace string, names []string) ([]Allocation, error) {
-	var claimList primazav1alpha1.ServiceClaimList
-	if err := c.reader().List(ctx, &claimList, ctrlclient.InNamespace(namespace), ctrlclient.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing the ServiceClaims of %s: %w", namespace, err)
-	}
 	var serviceList primazav1alpha1.RegisteredServiceList
 	if err := c.Client.List(ctx, &serviceList, ctrlclient.InNamespace(namespace)); err != nil {
 		return nil, fmt.Errorf("listing the RegisteredServices of %s: %w", namespace, err)
@@ -122,18 +117,14 @@ func (c *Claims) Allocate(ctx context.Context, namespace string, names []string)
 			holder[string(ref.UID)] = svc.Name
 		}
 	}
+	// Each claim asked for is read afresh: a hold is written under its UID,
+	// and a copy a moment old could be of a claim deleted and made again
+	// under its name, whose hold no one would release.
 	byName := map[string]*primazav1alpha1.ServiceClaim{}
-	for i := range claimList.Items {
-		byName[claimList.Items[i].Name] = &claimList.Items[i]
-	}
 	for _, name := range names {
-		if byName[name] != nil {
-			continue
-		}
-		// A claim too new for the cache.
 		claim, err := c.claim(ctx, ClaimTarget{Namespace: namespace, Name: name})
 		if ctrlclient.IgnoreNotFound(err) != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading claim %s: %w", name, err)
 		}
 		if err == nil {
 			byName[name] = claim

@@ -56,9 +56,7 @@ func registeredServiceActivities(ctx context.Context, g *errgroup.Group, cfg *re
 	if err := c.IndexField(ctx, &primazav1alpha1.RegisteredService{}, claims.HolderField, claims.Holder); err != nil {
 		return nil, nil, fmt.Errorf("indexing RegisteredServices by their claim: %w", err)
 	}
-	// The claims too: their allocators list them, and a claim's Secret and
-	// status are written from its cached spec.
-	for _, obj := range []ctrlclient.Object{&primazav1alpha1.RegisteredService{}, &primazav1alpha1.ServiceClaim{}, &batchv1.Job{}, &corev1.Pod{}} {
+	for _, obj := range []ctrlclient.Object{&primazav1alpha1.RegisteredService{}, &batchv1.Job{}, &corev1.Pod{}} {
 		if _, err := c.GetInformer(ctx, obj); err != nil {
 			return nil, nil, fmt.Errorf("watching %T for the health checks: %w", obj, err)
 		}

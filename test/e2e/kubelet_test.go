@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -49,8 +51,11 @@ import (
 //   - KUBECONFIG, a kubeconfig holding a TokenRequest token of the pod's own
 //     service account (the projected token a kubelet mounts), so that every
 //     call is authorised by the chart's roles;
-//   - an address of its own, 127.0.0.<n>, as a pod has its own network:
-//     arguments listening on ":<port>" listen there;
+//   - an address of its own, 127.<a>.<b>.<n>, as a pod has its own network:
+//     arguments listening on ":<port>" listen there. The /24 is drawn at
+//     random per run and an address whose ports are taken is passed over,
+//     so that another run on the machine (or anything listening on a
+//     wildcard address) does not collide with it;
 //   - the user of its security context (runAsUser, runAsGroup, fsGroup,
 //     else the image's USER; runAsNonRoot refuses root), over the image's
 //     files owned by root and read-only for it, as readOnlyRootFilesystem
@@ -61,10 +66,12 @@ import (
 // It probes readiness and liveness as the container's probes say, and
 // restarts a container whose liveness fails or that exits.
 type kubelet struct {
-	t      *testing.T
-	kube   *testenv.Cluster
-	img    image
-	pods   []*pod
+	t    *testing.T
+	kube *testenv.Cluster
+	img  image
+	pods []*pod
+	// subnet is the run's 127.a.b; nextIP the last n given out.
+	subnet string
 	nextIP int
 }
 
@@ -102,7 +109,30 @@ const restartBackoff = 10 * time.Second
 var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 
 func newKubelet(t *testing.T, kube *testenv.Cluster, img image) *kubelet {
-	return &kubelet{t: t, kube: kube, img: img, nextIP: 10}
+	return &kubelet{t: t, kube: kube, img: img, nextIP: 10, subnet: fmt.Sprintf("127.%d.%d", 1+rand.IntN(254), 1+rand.IntN(254))}
+}
+
+// address gives out the next address of the run's subnet on which every
+// one of ports is free.
+func (k *kubelet) address(ports []corev1.ContainerPort) string {
+	for k.nextIP < 254 {
+		k.nextIP++
+		ip := fmt.Sprintf("%s.%d", k.subnet, k.nextIP)
+		free := true
+		for _, port := range ports {
+			ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(int(port.ContainerPort))))
+			if err != nil {
+				free = false
+				break
+			}
+			ln.Close()
+		}
+		if free {
+			return ip
+		}
+	}
+	k.t.Fatalf("no address in %s.0/24 with the ports %v free", k.subnet, ports)
+	return ""
 }
 
 // run starts the Deployment's replicas.
@@ -120,8 +150,7 @@ func (k *kubelet) start(d *appsv1.Deployment, name string) {
 	require.Len(t, spec.Containers, 1, "%s: one container per pod", d.Name)
 	require.Empty(t, spec.InitContainers, "%s: no init containers", d.Name)
 	c := spec.Containers[0]
-	k.nextIP++
-	p := &pod{name: name, labels: d.Spec.Template.Labels, ip: fmt.Sprintf("127.0.0.%d", k.nextIP), ports: map[string]int32{},
+	p := &pod{name: name, labels: d.Spec.Template.Labels, ip: k.address(c.Ports), ports: map[string]int32{},
 		container: c, log: &testenv.SyncBuffer{}, done: make(chan struct{}),
 		grace: time.Duration(ptr.Deref(spec.TerminationGracePeriodSeconds, 30)) * time.Second}
 	for _, port := range c.Ports {
