@@ -195,12 +195,21 @@ test: ## Run every test (race detector on) against the real API server and Tempo
 	  echo "make test: FAILED after $$(( $$(date +%s) - start )) s" >&2; exit 1; \
 	fi
 
-# The benchmarks run once each in smoke mode (QM_BENCH_SMOKE: N=20, short
-# windows) beside the tests, so that a benchmark that breaks fails here;
-# their figures come from `make bench`.
+# go test runs two packages' tests at a time, in the order it is given them:
+# starter and test/e2e, the longest, go first so that the others run beside
+# them. The benchmarks then run once each in smoke mode (QM_BENCH_SMOKE:
+# N=20, short windows), so that a benchmark that breaks fails here; their
+# figures come from `make bench`. They are a step of their own because with
+# -bench go test runs its packages one after the other, tests included
+# (that alone took make test past its bound), and only in the packages that
+# have benchmarks, because each test binary costs a link.
+TEST_PKG  = $(if $(filter ./...,$(PKG)),./starter ./test/e2e) $(PKG)
+BENCH_PKG = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git grep -l '^func Benchmark' -- '*_test.go' ':!hack')))),$(PKG))
+
 .PHONY: test-steps
 test-steps: tools check-generated vet lint
-	QM_BIN_DIR=$(BIN) QM_BENCH_SMOKE=1 go test -race -count=1 -timeout 30m -bench . -benchtime 1x -skip '^TestChartPods$$' $(TEST_FLAGS) $(PKG)
+	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m -skip '^TestChartPods$$' $(TEST_FLAGS) $(TEST_PKG)
+	QM_BIN_DIR=$(BIN) QM_BENCH_SMOKE=1 go test -race -count=1 -timeout 30m -run '^$$' -bench . -benchtime 1x $(TEST_FLAGS) $(BENCH_PKG)
 	cd hack && go test -count=1 ./image ./testlint/...
 	QM_BIN_DIR=$(BIN) go test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./api
 	go test -run '^$$' -fuzz '^FuzzGo$$' -fuzztime $(FUZZ_TIME_TEMPLATES) ./internal/plan
