@@ -3,6 +3,7 @@ package starter
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -28,6 +29,14 @@ import (
 // brought up to date.
 const catalogDelay = 500 * time.Millisecond
 
+// catalogInterval is the least time between two writes of a namespace's
+// catalogs. A catalog lists every service its environment can claim, a
+// thousand in a large namespace, and the API server decodes, coerces and
+// re-encodes all of it at each write: a burst of a thousand claims, each
+// taking a service off the list, had it written every catalogDelay, which
+// cost the API server as much as all the claims' own status writes.
+const catalogInterval = 5 * time.Second
+
 // catalogLabel marks the ServiceCatalogs Quartermaster keeps: it deletes
 // those whose environment no service or claim names any longer, and no
 // other.
@@ -38,14 +47,19 @@ const catalogLabel = "primaza.io/catalog-of"
 // that environment can claim now (claims.Catalog). Every change of a
 // service, a claim or a kept catalog recomputes its namespace's catalogs;
 // bursts of changes fold into one pass per namespace, and a catalog is
-// written only when what it lists changed.
+// written only when what it lists changed, and a namespace's catalogs at
+// most once every catalogInterval.
 type Catalogs struct {
 	Client ctrlclient.Client
+
+	mu sync.Mutex
+	// written is when each namespace's catalogs were last written.
+	written map[string]time.Time
 }
 
 // setupCatalogs registers the reconciler of the catalogs.
 func setupCatalogs(mgr ctrl.Manager, copts reconcilerOptions) error {
-	c := &Catalogs{Client: mgr.GetClient()}
+	c := &Catalogs{Client: mgr.GetClient(), written: map[string]time.Time{}}
 	// A change is seen after catalogDelay, so that a burst of changes in a
 	// namespace (a hundred claims resolving) writes its catalogs once.
 	later := func(o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -76,6 +90,12 @@ func setupCatalogs(mgr ctrl.Manager, copts reconcilerOptions) error {
 // Reconcile brings the catalogs of one namespace (the request's) up to
 // date.
 func (c *Catalogs) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c.mu.Lock()
+	wait := time.Until(c.written[req.Namespace].Add(catalogInterval))
+	c.mu.Unlock()
+	if wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	ns := ctrlclient.InNamespace(req.Namespace)
 	var services primazav1alpha1.RegisteredServiceList
 	var claimList primazav1alpha1.ServiceClaimList
@@ -96,7 +116,13 @@ func (c *Catalogs) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 			continue
 		}
 		kept[env] = true
-		if err := c.write(ctx, req.Namespace, env, claims.Catalog(env, services.Items)); err != nil {
+		wrote, err := c.write(ctx, req.Namespace, env, claims.Catalog(env, services.Items))
+		if wrote {
+			c.mu.Lock()
+			c.written[req.Namespace] = time.Now()
+			c.mu.Unlock()
+		}
+		if err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -111,8 +137,9 @@ func (c *Catalogs) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 }
 
 // write creates or updates the catalog of env to list services, and its
-// status to count them, each only if it changed.
-func (c *Catalogs) write(ctx context.Context, namespace, env string, services []primazav1alpha1.ServiceCatalogService) error {
+// status to count them, each only if it changed, and says whether it sent
+// a write (a write refused costs the API server the decoding all the same).
+func (c *Catalogs) write(ctx context.Context, namespace, env string, services []primazav1alpha1.ServiceCatalogService) (bool, error) {
 	var cat primazav1alpha1.ServiceCatalog
 	err := c.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: env}, &cat)
 	switch {
@@ -122,17 +149,17 @@ func (c *Catalogs) write(ctx context.Context, namespace, env string, services []
 			Spec:       primazav1alpha1.ServiceCatalogSpec{Services: services},
 		}
 		if err := c.Client.Create(ctx, &cat); err != nil {
-			return fmt.Errorf("creating the catalog of %s: %w", env, err)
+			return true, fmt.Errorf("creating the catalog of %s: %w", env, err)
 		}
 	case err != nil:
-		return err
+		return false, err
 	case cat.Labels[catalogLabel] != env:
 		// Someone else's catalog of that name: leave it alone.
-		return nil
+		return false, nil
 	case !equality.Semantic.DeepEqual(cat.Spec.Services, services):
 		cat.Spec.Services = services
 		if err := c.Client.Update(ctx, &cat); err != nil {
-			return fmt.Errorf("updating the catalog of %s: %w", env, err)
+			return true, fmt.Errorf("updating the catalog of %s: %w", env, err)
 		}
 	}
 	status := *cat.Status.DeepCopy()
@@ -143,11 +170,14 @@ func (c *Catalogs) write(ctx context.Context, namespace, env string, services []
 		Message: fmt.Sprintf("%d services can be claimed from %s", len(services), env),
 	})
 	if equality.Semantic.DeepEqual(cat.Status, status) {
-		return nil
+		return false, nil
 	}
+	// A patch of the status alone: an update would send the whole list
+	// again, for the API server to decode once more.
+	base := cat.DeepCopy()
 	cat.Status = status
-	if err := c.Client.Status().Update(ctx, &cat); err != nil {
-		return fmt.Errorf("writing the status of the catalog of %s: %w", env, err)
+	if err := c.Client.Status().Patch(ctx, &cat, ctrlclient.MergeFrom(base)); err != nil {
+		return true, fmt.Errorf("writing the status of the catalog of %s: %w", env, err)
 	}
-	return nil
+	return true, nil
 }
