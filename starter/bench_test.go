@@ -240,7 +240,7 @@ func printRequestsPerInstance(before, after map[string]float64, n int) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if per := (after[k] - before[k]) / float64(n); per >= 0.05 {
+		if per := (after[k] - before[k]) / float64(n); per >= 0.005 {
 			fmt.Printf("    %-40s %.2f\n", k, per)
 		}
 	}
