@@ -57,7 +57,8 @@ type Resolution struct {
 	// Reason says why the claim is Pending.
 	Reason string `json:"reason,omitempty"`
 	// Wants: the claim holds nothing and services it could take look
-	// Available; the namespace's allocator decides which it gets (Look).
+	// Available; the namespace's allocator decides which it gets (Look;
+	// Settle has asked it).
 	Wants bool `json:"wants,omitempty"`
 }
 
@@ -154,9 +155,15 @@ func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (strin
 		// workflow resolves again.
 		return "", ctrlclient.IgnoreNotFound(err)
 	}
-	data, err := claims.Binding(claim, &svc, func(ref *primazav1alpha1.SecretKeyRef) ([]byte, error) {
+	return c.bind(ctx, claim, &svc)
+}
+
+// bind writes the binding Secret of claim, as read afresh, from svc, the
+// service it holds, and returns its name.
+func (c *Claims) bind(ctx context.Context, claim *primazav1alpha1.ServiceClaim, svc *primazav1alpha1.RegisteredService) (string, error) {
+	data, err := claims.Binding(claim, svc, func(ref *primazav1alpha1.SecretKeyRef) ([]byte, error) {
 		var s corev1.Secret
-		if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: ref.Name}, &s); err != nil {
+		if err := c.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: ref.Name}, &s); err != nil {
 			return nil, fmt.Errorf("reading Secret %s: %w", ref.Name, err)
 		}
 		v, ok := s.Data[ref.Key]
@@ -202,6 +209,12 @@ func (c *Claims) Record(ctx context.Context, t ClaimTarget, res Resolution, bind
 	if err != nil {
 		return ctrlclient.IgnoreNotFound(err)
 	}
+	return c.record(ctx, claim, res, binding)
+}
+
+// record writes the status of claim, as read afresh, from res and the
+// binding's name (Record).
+func (c *Claims) record(ctx context.Context, claim *primazav1alpha1.ServiceClaim, res Resolution, binding string) error {
 	if res.State == primazav1alpha1.ClaimPending {
 		if err := c.deleteBinding(ctx, claim); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -17,6 +18,8 @@ import (
 type Allocation struct {
 	Claim   string `json:"claim"`
 	Service string `json:"service,omitempty"`
+	// gone: the claim is deleted or being deleted (Give wakes it not).
+	gone bool
 }
 
 // current reads the claim and the service it holds and may keep: one
@@ -87,15 +90,19 @@ func (c *Claims) Look(ctx context.Context, t ClaimTarget, hint string) (Resoluti
 // Ask asks the namespace's allocator for a service for the claim,
 // starting the allocator if it does not run.
 func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
-	id := runs.AllocatorID(t.Namespace)
-	_, err := c.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalClaimWants, t.Name, runs.LoopOptions(id,
-		"claim allocator of "+t.Namespace, "kubectl get serviceclaims,registeredservices -n "+t.Namespace,
-	), runs.AllocatorType, t.Namespace, []string(nil))
+	_, err := c.Temporal.SignalWithStartWorkflow(ctx, runs.AllocatorID(t.Namespace), runs.SignalClaimWants, t.Name,
+		runs.AllocatorOptions(t.Namespace), runs.AllocatorType, t.Namespace, []string(nil))
 	if err != nil {
 		return fmt.Errorf("asking the allocator of %s for a service for claim %s: %w", t.Namespace, t.Name, err)
 	}
 	return nil
 }
+
+// passInFlight bounds the API calls (and wakes) of one allocator pass in
+// flight at once: a pass may name hundreds of claims, and made one after
+// the other their calls had the pass, which is the namespace's one, set
+// the pace of a burst.
+const passInFlight = 64
 
 // Allocate hands services to the claims named, in name order, from what
 // the API server holds now (one list of services, and each claim named): a
@@ -104,8 +111,16 @@ func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
 // marked Claimed under the resourceVersion read, so that a health check
 // writing the service meanwhile is not overwritten. Only the namespace's
 // allocator calls it, one pass at a time, so claims never race each other
-// for a service.
+// for a service. Who gets what is decided in order, in memory; the reads
+// and the holds are written passInFlight at a time.
 func (c *Claims) Allocate(ctx context.Context, namespace string, names []string) ([]Allocation, error) {
+	return c.allocate(ctx, namespace, names, func(context.Context, Allocation) error { return nil })
+}
+
+// allocate is Allocate, calling then with each claim's allocation as soon
+// as it is written, so that a pass of hundreds of claims wakes the first
+// before it has written the last.
+func (c *Claims) allocate(ctx context.Context, namespace string, names []string, then func(context.Context, Allocation) error) ([]Allocation, error) {
 	var serviceList primazav1alpha1.RegisteredServiceList
 	if err := c.Client.List(ctx, &serviceList, ctrlclient.InNamespace(namespace)); err != nil {
 		return nil, fmt.Errorf("listing the RegisteredServices of %s: %w", namespace, err)
@@ -117,44 +132,88 @@ func (c *Claims) Allocate(ctx context.Context, namespace string, names []string)
 			holder[string(ref.UID)] = svc.Name
 		}
 	}
+	names = slices.Sorted(slices.Values(names))
 	// Each claim asked for is read afresh: a hold is written under its UID,
 	// and a copy a moment old could be of a claim deleted and made again
 	// under its name, whose hold no one would release.
-	byName := map[string]*primazav1alpha1.ServiceClaim{}
-	for _, name := range names {
-		claim, err := c.claim(ctx, ClaimTarget{Namespace: namespace, Name: name})
+	read := make([]*primazav1alpha1.ServiceClaim, len(names))
+	if err := inParallel(ctx, len(names), func(ctx context.Context, i int) error {
+		claim, err := c.claim(ctx, ClaimTarget{Namespace: namespace, Name: names[i]})
 		if ctrlclient.IgnoreNotFound(err) != nil {
-			return nil, fmt.Errorf("reading claim %s: %w", name, err)
+			return fmt.Errorf("reading claim %s: %w", names[i], err)
 		}
-		if err == nil {
-			byName[name] = claim
-		}
+		read[i] = claim
+		return nil
+	}); err != nil {
+		return nil, err
 	}
+	out := make([]Allocation, len(names))
+	planned := make([]*primazav1alpha1.RegisteredService, len(names))
 	taken := map[string]bool{}
-	out := make([]Allocation, 0, len(names))
-	for _, name := range slices.Sorted(slices.Values(names)) {
-		a := Allocation{Claim: name}
-		claim := byName[name]
+	isTaken := func(name string) bool { return taken[name] }
+	for i, name := range names {
+		out[i] = Allocation{Claim: name}
+		claim := read[i]
 		switch {
 		case claim == nil || !claim.DeletionTimestamp.IsZero():
+			out[i].gone = true
 		case holder[string(claim.UID)] != "":
-			a.Service = holder[string(claim.UID)]
+			out[i].Service = holder[string(claim.UID)]
 		default:
-			for _, candidate := range claims.Candidates(claim, services) {
-				if taken[candidate.Name] {
-					continue
-				}
-				svc, ok, err := c.take(ctx, claim, candidate)
-				if err != nil {
-					return nil, err
-				}
-				if ok {
-					taken[svc.Name], a.Service = true, svc.Name
-					break
-				}
+			if planned[i] = claims.Best(claim, services, isTaken); planned[i] != nil {
+				taken[planned[i].Name] = true
 			}
 		}
-		out = append(out, a)
+	}
+	refused := make([]bool, len(names))
+	if err := inParallel(ctx, len(names), func(ctx context.Context, i int) error {
+		if planned[i] != nil {
+			svc, ok, err := c.take(ctx, read[i], planned[i])
+			if err != nil {
+				return err
+			}
+			if refused[i] = !ok; ok {
+				out[i].Service = svc.Name
+			}
+		}
+		if refused[i] {
+			return nil
+		}
+		return then(ctx, out[i])
+	}); err != nil {
+		return nil, err
+	}
+	// A hold refused (the service deleted or unhealthy since the list) has
+	// its claim try its other candidates, one after the other.
+	for i := range names {
+		if !refused[i] {
+			continue
+		}
+		for candidate := claims.Best(read[i], services, isTaken); candidate != nil; candidate = claims.Best(read[i], services, isTaken) {
+			taken[candidate.Name] = true
+			svc, ok, err := c.take(ctx, read[i], candidate)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out[i].Service = svc.Name
+				break
+			}
+		}
+		if err := then(ctx, out[i]); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// inParallel calls f for 0..n-1, passInFlight at a time, and returns the
+// first error.
+func inParallel(ctx context.Context, n int, f func(context.Context, int) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(passInFlight)
+	for i := range n {
+		g.Go(func() error { return f(ctx, i) })
+	}
+	return g.Wait()
 }

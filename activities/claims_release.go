@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -18,8 +17,22 @@ import (
 // Release lets go of every service the claim (by its UID) holds, deletes
 // its binding Secret and its finalizer: the claim is deleted.
 func (c *Claims) Release(ctx context.Context, t ClaimTarget, claimUID types.UID) error {
+	return c.letGo(ctx, t, claimUID, "")
+}
+
+// letGo is Release; given names a service the allocator may just have
+// given the claim, which the cache may not show held yet.
+func (c *Claims) letGo(ctx context.Context, t ClaimTarget, claimUID types.UID, given string) error {
+	if claimUID == "" && given != "" {
+		// A claim gone before its workflow ever read it (the allocator's
+		// answer started it): the service given, if held under the claim's
+		// name, is held for a claim that no longer exists.
+		if err := c.takeBack(ctx, t, given); err != nil {
+			return err
+		}
+	}
 	if claimUID != "" {
-		held, err := c.held(ctx, t.Namespace, claimUID, "")
+		held, err := c.held(ctx, t.Namespace, claimUID, given)
 		if err != nil {
 			return err
 		}
@@ -51,6 +64,18 @@ func (c *Claims) Release(ctx context.Context, t ClaimTarget, claimUID types.UID)
 	return nil
 }
 
+// takeBack lets go of service if a claim of t's name holds it.
+func (c *Claims) takeBack(ctx context.Context, t ClaimTarget, service string) error {
+	var svc primazav1alpha1.RegisteredService
+	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: service}, &svc); err != nil {
+		return ctrlclient.IgnoreNotFound(err)
+	}
+	if ref := svc.Status.ClaimRef; ref != nil && ref.Name == t.Name {
+		return c.release(ctx, &svc, ref.UID)
+	}
+	return nil
+}
+
 // release clears the claim of uid from svc: a Claimed service is
 // Available again; an unhealthy one keeps its state.
 func (c *Claims) release(ctx context.Context, svc *primazav1alpha1.RegisteredService, uid types.UID) error {
@@ -78,29 +103,35 @@ func (c *Claims) release(ctx context.Context, svc *primazav1alpha1.RegisteredSer
 	}
 }
 
-// held lists the services that the claim uid holds: from the cache's
-// index, then each read afresh. A hold the cache has not seen yet is found
-// by the next resolution, which the hold's own event brings.
+// held lists the services that the claim uid holds, as the cache's index
+// shows them, and hint, a service the allocator may just have given it:
+// read afresh when the cache does not show it held yet. Only the claim
+// lets go of its holds, and any other change to a service it holds wakes
+// it again, so a cached copy that shows the hold is as good as a fresh
+// one here (a write to it is under its resourceVersion all the same).
 func (c *Claims) held(ctx context.Context, namespace string, uid types.UID, hint string) ([]primazav1alpha1.RegisteredService, error) {
 	var list primazav1alpha1.RegisteredServiceList
 	if err := c.reader().List(ctx, &list, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{claims.HolderField: string(uid)}); err != nil {
 		return nil, fmt.Errorf("listing the services the claim holds: %w", err)
 	}
-	if hint != "" && !slices.ContainsFunc(list.Items, func(s primazav1alpha1.RegisteredService) bool { return s.Name == hint }) {
-		list.Items = append(list.Items, primazav1alpha1.RegisteredService{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: hint}})
+	out := slices.DeleteFunc(list.Items, func(s primazav1alpha1.RegisteredService) bool { return !heldBy(&s, uid) })
+	if hint == "" || slices.ContainsFunc(out, func(s primazav1alpha1.RegisteredService) bool { return s.Name == hint }) {
+		return out, nil
 	}
-	var out []primazav1alpha1.RegisteredService
-	for _, cached := range list.Items {
-		var svc primazav1alpha1.RegisteredService
-		if err := c.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&cached), &svc); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return nil, fmt.Errorf("reading service %s: %w", cached.Name, err)
+	var svc primazav1alpha1.RegisteredService
+	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: hint}, &svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return out, nil
 		}
-		if svc.Status.ClaimRef != nil && svc.Status.ClaimRef.UID == uid {
-			out = append(out, svc)
-		}
+		return nil, fmt.Errorf("reading service %s: %w", hint, err)
+	}
+	if heldBy(&svc, uid) {
+		out = append(out, svc)
 	}
 	return out, nil
+}
+
+// heldBy says whether svc is held by the claim uid.
+func heldBy(svc *primazav1alpha1.RegisteredService, uid types.UID) bool {
+	return svc.Status.ClaimRef != nil && svc.Status.ClaimRef.UID == uid
 }

@@ -3,6 +3,7 @@ package starter
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -30,20 +31,27 @@ type claimTarget struct {
 	Name      string `json:"name"`
 }
 
-// Claims starts each ServiceClaim's workflow and signals it when there is
-// something to look at again: the claim is new, changed or deleted; a
-// service it holds changed or went; a service it could take became
-// Available. The workflow decides what that means; the watcher only wakes
-// it.
+// newClaimRecheck is how long after it asked the allocator for a new
+// claim the watcher looks whether the claim has been settled.
+const newClaimRecheck = 5 * time.Minute
+
+// Claims wakes each ServiceClaim's workflow when there is something to
+// look at again: the claim is changed or deleted; a service it holds
+// changed or went; a service it could take became Available. A new claim
+// is asked for instead: its namespace's allocator starts its workflow
+// with what it gave it. The workflow decides what a wake means; the
+// watcher only wakes it.
 type Claims struct {
 	Client   ctrlclient.Client
 	Temporal client.Client
+
+	asks *asks
 }
 
 // setupClaims registers the two reconcilers: one for the claims' own
 // events, one for the services' events, mapped to the claims they concern.
 func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
-	c := &Claims{Client: mgr.GetClient(), Temporal: tc}
+	c := &Claims{Client: mgr.GetClient(), Temporal: tc, asks: newAsks(tc)}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &primazav1alpha1.RegisteredService{}, claims.HolderField, claims.Holder); err != nil {
 		return fmt.Errorf("indexing RegisteredServices by their claim: %w", err)
 	}
@@ -86,14 +94,24 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) er
 	return nil
 }
 
-// ReconcileClaim wakes the workflow of a claim that is new, changed or
-// deleted: one whose status does not speak of its generation yet.
+// ReconcileClaim wakes the workflow of a claim that is changed or
+// deleted: one whose status does not speak of its generation yet. A claim
+// never settled (no state yet) asks its namespace's allocator itself
+// instead, which starts the claim's workflow with its answer: the
+// workflow's first step then resolves the claim with the service given,
+// where it would otherwise ask and wait for the answer in a second one. It
+// is looked at again after newClaimRecheck, and asks again if it is still
+// not settled: the safety net for an ask that was lost.
 func (c *Claims) ReconcileClaim(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var claim primazav1alpha1.ServiceClaim
 	if err := c.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
-	if claim.DeletionTimestamp.IsZero() && claim.Status.ObservedGeneration == claim.Generation {
+	switch {
+	case !claim.DeletionTimestamp.IsZero():
+	case claim.Status.State == "":
+		return ctrl.Result{RequeueAfter: newClaimRecheck}, c.asks.ask(ctx, req.Namespace, req.Name)
+	case claim.Status.ObservedGeneration == claim.Generation:
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, c.signal(ctx, req.NamespacedName)
@@ -159,11 +177,8 @@ func (c *Claims) claimsOf(ctx context.Context, o ctrlclient.Object) []reconcile.
 
 // signal wakes the claim's workflow, starting it if it does not run.
 func (c *Claims) signal(ctx context.Context, claim types.NamespacedName) error {
-	id := runs.ClaimID(claim.Namespace, claim.Name)
-	_, err := c.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalClaimChanged, "", runs.LoopOptions(id,
-		fmt.Sprintf("claim %s/%s", claim.Namespace, claim.Name),
-		fmt.Sprintf("kubectl get serviceclaim %s -n %s -o yaml", claim.Name, claim.Namespace),
-	), runs.ClaimType, claimTarget{Namespace: claim.Namespace, Name: claim.Name})
+	_, err := c.Temporal.SignalWithStartWorkflow(ctx, runs.ClaimID(claim.Namespace, claim.Name), runs.SignalClaimChanged, "",
+		runs.ClaimOptions(claim.Namespace, claim.Name), runs.ClaimType, claimTarget{Namespace: claim.Namespace, Name: claim.Name})
 	if err != nil {
 		return fmt.Errorf("signalling the workflow of claim %s: %w", claim, err)
 	}

@@ -168,7 +168,7 @@ func TestClaimUseCases(t *testing.T) {
 	// The namespace's allocator, still running: each of the claim's asks
 	// was a pass that handed it a service.
 	allocator := s.History(runs.AllocatorID(s.Namespace), "")
-	assert.Contains(t, testenv.HistoryText(allocator), `"claim":"app"`, "the allocator's passes are read decoded")
+	assert.Contains(t, testenv.HistoryText(allocator), `["app"]`, "the allocator's passes name their claims, read decoded")
 	recorded(t, allocator, "claim-allocator")
 }
 

@@ -36,75 +36,71 @@ const allocated = "claim-allocator"
 // asking the allocator twice.
 const startSignalsRead = "start-signals-read"
 
+// settledInOneStep is the change that has a claim settle in one step that
+// reads the claim once (Settle); runs from before it go on in the steps of
+// serviceClaimInSteps, which read the claim up to three times a
+// resolution and record a marker each.
+const settledInOneStep = "settled-in-one-step"
+
 // ServiceClaim carries one ServiceClaim through its life, for as long as
 // the claim exists:
 //
-//  1. resolve it: keep the service it holds while that still matches, or
-//     ask the namespace's allocator for one and look again when it answers
-//     (or stay Pending, saying why);
-//  2. write its binding Secret from that service;
-//  3. record the outcome on the claim;
-//  4. wait until the claim, its service or a service it could take
-//     changes (the watcher signals), or, while Pending, pendingRecheck at
-//     most, and go back to 1;
-//  5. once the claim is deleted, release its service and its Secret.
+//  1. settle it (Settle, one step): keep the service it holds while that
+//     still matches and write its binding Secret and status from it; or
+//     ask the namespace's allocator for one; or record it Pending, saying
+//     why;
+//  2. wait until the claim, its service or a service it could take
+//     changes (the watcher signals), or the allocator answers, naming what
+//     it gave; while Pending or asking, pendingRecheck at most; and go
+//     back to 1;
+//  3. once the claim is deleted, step 1 lets go of its services, its
+//     Secret and its finalizer, and the workflow ends.
 func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
+	if workflow.GetVersion(ctx, settledInOneStep, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return serviceClaimInSteps(ctx, t)
+	}
 	ctx = retriedUntilDone(ctx)
 	var a *activities.Claims
 	changed := workflow.GetSignalChannel(ctx, runs.SignalClaimChanged)
-	hint := ""
-	if workflow.GetVersion(ctx, startSignalsRead, workflow.DefaultVersion, 1) == 1 {
-		for _, v := range drain(changed, nil) {
-			hint = cmp.Or(v, hint)
-		}
-	}
+	step := activities.Settling{Claim: t, Given: latest(changed)}
 	for range resolutionsPerRun {
 		var res activities.Resolution
-		var look workflow.Future
-		if workflow.GetVersion(ctx, allocated, workflow.DefaultVersion, 1) == 1 {
-			look = workflow.ExecuteLocalActivity(ctx, a.Look, t, hint)
-		} else {
-			look = workflow.ExecuteLocalActivity(ctx, a.Resolve, t)
-		}
-		if err := look.Get(ctx, &res); err != nil {
+		if err := workflow.ExecuteLocalActivity(ctx, a.Settle, step).Get(ctx, &res); err != nil {
 			return err
 		}
+		step.UID = cmp.Or(res.ClaimUID, step.UID)
 		if res.Gone {
-			return workflow.ExecuteLocalActivity(ctx, a.Release, t, res.ClaimUID).Get(ctx, nil)
-		}
-		if res.Wants {
-			if err := workflow.ExecuteLocalActivity(ctx, a.Ask, t).Get(ctx, nil); err != nil {
-				return err
-			}
-			workflow.SetCurrentDetails(ctx, "asked the allocator of "+t.Namespace+" for a service")
-			hint = waitForChange(ctx, changed, pendingRecheck)
-			continue
-		}
-		binding := ""
-		if res.State == primazav1alpha1.ClaimResolved {
-			if err := workflow.ExecuteLocalActivity(ctx, a.Bind, t, res.Service).Get(ctx, &binding); err != nil {
-				return err
-			}
-			if binding == "" {
-				// The service went between the two steps: resolve again.
+			// A service given while the claim went is let go of too.
+			if step.Given = latest(changed); step.Given != "" {
 				continue
 			}
+			return nil
 		}
-		if err := workflow.ExecuteLocalActivity(ctx, a.Record, t, res, binding).Get(ctx, nil); err != nil {
-			return err
+		workflow.SetCurrentDetails(ctx, claimDetails(t, res))
+		recheck := pendingRecheck
+		if res.State == primazav1alpha1.ClaimResolved {
+			recheck = 0
 		}
-		workflow.SetCurrentDetails(ctx, claimDetails(res))
-		recheck := time.Duration(0)
-		if res.State == primazav1alpha1.ClaimPending && workflow.GetVersion(ctx, pendingRechecked, workflow.DefaultVersion, 1) == 1 {
-			recheck = pendingRecheck
-		}
-		hint = waitForChange(ctx, changed, recheck)
+		step.Given = waitForChange(ctx, changed, recheck)
 	}
 	return workflow.NewContinueAsNewError(ctx, ServiceClaim, t)
 }
 
+// latest is the last service named by the signals received so far ("" if
+// none named one).
+func latest(changed workflow.ReceiveChannel) string {
+	given := ""
+	for _, v := range drain(changed, nil) {
+		given = cmp.Or(v, given)
+	}
+	return given
+}
+
 // claimDetails is what the UI shows of a claim's workflow while it waits.
-func claimDetails(res activities.Resolution) string {
+func claimDetails(t activities.ClaimTarget, res activities.Resolution) string {
+	if res.Wants {
+		return "asked the allocator of " + t.Namespace + " for a service"
+	}
 	if res.State == primazav1alpha1.ClaimResolved {
 		return fmt.Sprintf("holds service %s (%s); waiting for a change", res.Service, res.ServiceState)
 	}

@@ -19,9 +19,14 @@ import (
 
 var claims *activities.Claims
 
-// TestClaimLooksAgainWhenPending: a Pending claim resolves again after five
+// settling is Settle's input for target, with the service given.
+func settling(target activities.ClaimTarget, given string) any {
+	return mock.MatchedBy(func(s activities.Settling) bool { return s.Claim == target && s.Given == given })
+}
+
+// TestClaimLooksAgainWhenPending: a Pending claim settles again after five
 // minutes without a signal (the safety net for a missed one); a Resolved
-// claim waits for a signal alone.
+// claim waits for a signal alone; a deleted one ends its workflow.
 func TestClaimLooksAgainWhenPending(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
@@ -30,7 +35,7 @@ func TestClaimLooksAgainWhenPending(t *testing.T) {
 	start := env.Now()
 	var mu sync.Mutex
 	var at []time.Duration
-	env.OnActivity(claims.Look, mock.Anything, target, mock.Anything).Return(func(context.Context, activities.ClaimTarget, string) (activities.Resolution, error) {
+	env.OnActivity(claims.Settle, mock.Anything, settling(target, "")).Return(func(context.Context, activities.Settling) (activities.Resolution, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		at = append(at, env.Now().Sub(start))
@@ -42,10 +47,7 @@ func TestClaimLooksAgainWhenPending(t *testing.T) {
 		default:
 			return activities.Resolution{Gone: true, ClaimUID: "c-1"}, nil
 		}
-	})
-	env.OnActivity(claims.Bind, mock.Anything, target, "db-1").Return("shop-db", nil).Once()
-	env.OnActivity(claims.Record, mock.Anything, target, mock.Anything, mock.Anything).Return(nil).Twice()
-	env.OnActivity(claims.Release, mock.Anything, target, mock.Anything).Return(nil).Once()
+	}).Times(3)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimChanged, "") }, time.Hour)
 
 	env.ExecuteWorkflow(workflows.ServiceClaim, target)
@@ -58,23 +60,42 @@ func TestClaimLooksAgainWhenPending(t *testing.T) {
 }
 
 // TestClaimAsksTheAllocator: a claim that could take a service asks its
-// namespace's allocator, and looks again when the allocator answers,
-// naming the service it gave.
+// namespace's allocator (in its step), and settles again when the
+// allocator answers, naming the service it gave; the UID it saw goes with
+// each step, for a claim that is gone before its workflow sees it again.
 func TestClaimAsksTheAllocator(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Claims{})
 	target := activities.ClaimTarget{Namespace: "apps", Name: "shop-db"}
-	env.OnActivity(claims.Look, mock.Anything, target, "").Return(activities.Resolution{ClaimUID: "c-1", Wants: true}, nil).Once()
-	env.OnActivity(claims.Ask, mock.Anything, target).Return(nil).Once()
-	env.OnActivity(claims.Look, mock.Anything, target, "db-1").
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target}).Return(activities.Resolution{ClaimUID: "c-1", Wants: true}, nil).Once()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target, Given: "db-1", UID: "c-1"}).
 		Return(activities.Resolution{State: primazav1alpha1.ClaimResolved, ClaimUID: "c-1", Service: "db-1"}, nil).Once()
-	env.OnActivity(claims.Bind, mock.Anything, target, "db-1").Return("shop-db", nil).Once()
-	env.OnActivity(claims.Record, mock.Anything, target, mock.Anything, "shop-db").Return(nil).Once()
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimChanged, "db-1") }, time.Second)
-	env.OnActivity(claims.Look, mock.Anything, target, "").Return(activities.Resolution{Gone: true, ClaimUID: "c-1"}, nil).Once()
-	env.OnActivity(claims.Release, mock.Anything, target, mock.Anything).Return(nil).Once()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target, UID: "c-1"}).Return(activities.Resolution{Gone: true}, nil).Once()
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimChanged, "") }, time.Minute)
+
+	env.ExecuteWorkflow(workflows.ServiceClaim, target)
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// TestClaimLetsGoOfAServiceGivenAsItWent: the allocator's answer that came
+// while the claim's last step let go of its services has that service let
+// go of too, before the workflow ends.
+func TestClaimLetsGoOfAServiceGivenAsItWent(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Claims{})
+	target := activities.ClaimTarget{Namespace: "apps", Name: "shop-db"}
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target}).Return(activities.Resolution{ClaimUID: "c-1", Wants: true}, nil).Once()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target, UID: "c-1"}).Return(func(context.Context, activities.Settling) (activities.Resolution, error) {
+		env.SignalWorkflow(runs.SignalClaimChanged, "db-1")
+		return activities.Resolution{Gone: true, ClaimUID: "c-1"}, nil
+	}).Once()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target, Given: "db-1", UID: "c-1"}).Return(activities.Resolution{Gone: true}, nil).Once()
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimChanged, "") }, time.Second)
 
 	env.ExecuteWorkflow(workflows.ServiceClaim, target)
 	require.True(t, env.IsWorkflowCompleted())
@@ -84,40 +105,33 @@ func TestClaimAsksTheAllocator(t *testing.T) {
 
 // TestClaimAllocatorPassesTakeEveryRequest: the first request starts a
 // pass; those that came meanwhile go together in the next, each claim once
-// and in name order; and each claim is woken with what it got.
+// and in name order, whether a claim asked or the watcher asked for a list
+// of new ones. (Give wakes each claim with what it got:
+// TestAllocatorWakesItsClaims.)
 func TestClaimAllocatorPassesTakeEveryRequest(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Claims{})
 	var mu sync.Mutex
 	var passes [][]string
-	env.OnActivity(claims.Allocate, mock.Anything, "apps", mock.Anything).Return(func(_ context.Context, _ string, names []string) ([]activities.Allocation, error) {
+	env.OnActivity(claims.Give, mock.Anything, "apps", mock.Anything).Return(func(_ context.Context, _ string, names []string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		passes = append(passes, names)
-		out := make([]activities.Allocation, len(names))
-		for i, n := range names {
-			out[i] = activities.Allocation{Claim: n, Service: "db-for-" + n}
-		}
-		return out, nil
+		return nil
 	})
-	woken := map[string]string{}
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", runs.SignalClaimChanged, mock.Anything).Return(
-		func(_, workflowID, _, _ string, arg any) error {
-			mu.Lock()
-			defer mu.Unlock()
-			woken[workflowID] = arg.(string)
-			return nil
-		})
 	env.RegisterDelayedCallback(func() {
 		for _, name := range []string{"b", "a", "b"} {
 			env.SignalWorkflow(runs.SignalClaimWants, name)
 		}
 	}, time.Second)
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimWants, "c") }, time.Minute)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(runs.SignalClaimWants, "c")
+		env.SignalWorkflow(runs.SignalClaimsWant, []string{"e", "c"})
+	}, time.Minute)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimsWant, []string{"g", "f"}) }, 2*time.Minute)
 	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, time.Hour)
 
 	env.ExecuteWorkflow(workflows.ClaimAllocator, "apps", []string(nil))
-	assert.Equal(t, [][]string{{"b"}, {"a", "b"}, {"c"}}, passes)
-	assert.Equal(t, map[string]string{runs.ClaimID("apps", "a"): "db-for-a", runs.ClaimID("apps", "b"): "db-for-b", runs.ClaimID("apps", "c"): "db-for-c"}, woken)
+	assert.Equal(t, [][]string{{"b"}, {"a", "b"}, {"c"}, {"c", "e"}, {"f", "g"}}, passes)
 }

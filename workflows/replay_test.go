@@ -66,6 +66,8 @@ var frozen = map[string]string{
 	"claim":                     "before pending-recheck and claim-allocator: a Pending claim waited for a signal alone, and a claim took its service itself",
 	"claim-rechecked":           "before claim-allocator: a claim took its service itself",
 	"claim-allocated":           "before start-signals-read: a new claim read its start's signal after its first look, and looked and asked again",
+	"claim-steps":               "before settled-in-one-step: a claim looked, bound and recorded in a step each, reading the claim in each",
+	"claim-allocator":           "before allocator-wakes-from-give: a pass woke its claims with a signal each from the workflow",
 }
 
 // TestReplayRecordedHistories replays histories recorded on the real dev

@@ -82,6 +82,36 @@ func TestCandidatesOrder(t *testing.T) {
 	assert.Len(t, firsts, 3, "claims spread over the gold services: %v", firsts)
 }
 
+// TestBestIsTheFirstCandidate: Best is the first of Candidates that is not
+// skipped, for any claim and whatever is skipped.
+func TestBestIsTheFirstCandidate(t *testing.T) {
+	var services []primazav1alpha1.RegisteredService
+	for i, sla := range []string{"", "gold", "gold", "silver", "gold", "", "platinum", "bronze", "gold", "custom"} {
+		s := service(fmt.Sprint("db-", i), primazav1alpha1.ServiceAvailable)
+		s.Spec.SLA = sla
+		services = append(services, s)
+	}
+	services[6].Status.State = primazav1alpha1.ServiceUnreachable
+	for i := range 20 {
+		c := claim("dev", []string{"host"}, "type", "db")
+		c.UID = types.UID(fmt.Sprint("claim-", i))
+		candidates := Candidates(c, services)
+		for skipped := range len(candidates) + 1 {
+			skip := map[string]bool{}
+			for _, s := range candidates[:skipped] {
+				skip[s.Name] = true
+			}
+			got := Best(c, services, func(name string) bool { return skip[name] })
+			if skipped == len(candidates) {
+				assert.Nil(t, got, "claim %d, every candidate skipped", i)
+				continue
+			}
+			require.NotNil(t, got, "claim %d, %d skipped", i, skipped)
+			assert.Equal(t, candidates[skipped].Name, got.Name, "claim %d, %d skipped", i, skipped)
+		}
+	}
+}
+
 func TestWhyPending(t *testing.T) {
 	taken := service("taken", primazav1alpha1.ServiceClaimed)
 	taken.Status.ClaimRef = &primazav1alpha1.ClaimReference{Name: "c", UID: "u"}

@@ -80,6 +80,19 @@ func LoopOptions(id, summary, details string) client.StartWorkflowOptions {
 	}
 }
 
+// ClaimOptions start, or signal into, the workflow of the claim
+// namespace/name (the watcher's wakes and the allocator's answers).
+func ClaimOptions(namespace, name string) client.StartWorkflowOptions {
+	return LoopOptions(ClaimID(namespace, name), fmt.Sprintf("claim %s/%s", namespace, name),
+		fmt.Sprintf("kubectl get serviceclaim %s -n %s -o yaml", name, namespace))
+}
+
+// AllocatorOptions start, or signal into, the claim allocator of
+// namespace (a claim's ask, or the watcher's for a new claim).
+func AllocatorOptions(namespace string) client.StartWorkflowOptions {
+	return LoopOptions(AllocatorID(namespace), "claim allocator of "+namespace, "kubectl get serviceclaims,registeredservices -n "+namespace)
+}
+
 // AllocatorType is the registered name of a namespace's claim allocator:
 // the one workflow that hands the namespace's services to its claims.
 const AllocatorType = "ClaimAllocator"
@@ -87,6 +100,12 @@ const AllocatorType = "ClaimAllocator"
 // SignalClaimWants asks a namespace's allocator for a service for the
 // claim the signal names.
 const SignalClaimWants = "claim-wants"
+
+// SignalClaimsWant asks a namespace's allocator for a service for each
+// claim the signal names (a list): the watcher's asks for new claims,
+// gathered, as a burst would otherwise send the one allocator a signal per
+// claim, more than one workflow should take.
+const SignalClaimsWant = "claims-want"
 
 // AllocatorID is the ID of the claim allocator of namespace, e.g.
 // "claimallocator/apps".
