@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,15 +105,16 @@ func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
 // the pace of a burst.
 const passInFlight = 64
 
-// Allocate hands services to the claims named, in name order, from what
-// the API server holds now (one list of services, and each claim named): a
-// claim that already holds one keeps it (an earlier try whose result was
-// lost); any other gets its first candidate no claim of this pass took,
-// marked Claimed under the resourceVersion read, so that a health check
-// writing the service meanwhile is not overwritten. Only the namespace's
-// allocator calls it, one pass at a time, so claims never race each other
-// for a service. Who gets what is decided in order, in memory; the reads
-// and the holds are written passInFlight at a time.
+// Allocate hands services to the claims named, from what the API server
+// holds now (one list of services, and each claim named): a claim that
+// already holds one keeps it (an earlier try whose result was lost); any
+// other gets its first candidate no claim of this pass took, marked
+// Claimed under the resourceVersion read, so that a health check writing
+// the service meanwhile is not overwritten. Only the namespace's allocator
+// calls it, one pass at a time, so claims never race each other for a
+// service. The claims are read, given a service and their holds written
+// passInFlight at a time: each claim's service is decided in memory as
+// soon as it is read, one claim at a time.
 func (c *Claims) Allocate(ctx context.Context, namespace string, names []string) ([]Allocation, error) {
 	return c.allocate(ctx, namespace, names, func(context.Context, Allocation) error { return nil })
 }
@@ -133,42 +135,36 @@ func (c *Claims) allocate(ctx context.Context, namespace string, names []string,
 		}
 	}
 	names = slices.Sorted(slices.Values(names))
-	// Each claim asked for is read afresh: a hold is written under its UID,
-	// and a copy a moment old could be of a claim deleted and made again
-	// under its name, whose hold no one would release.
+	out := make([]Allocation, len(names))
 	read := make([]*primazav1alpha1.ServiceClaim, len(names))
+	refused := make([]bool, len(names))
+	taken := map[string]bool{}
+	isTaken := func(name string) bool { return taken[name] }
+	var mu sync.Mutex // over taken, while a claim's service is decided
 	if err := inParallel(ctx, len(names), func(ctx context.Context, i int) error {
+		// Each claim asked for is read afresh: a hold is written under its
+		// UID, and a copy a moment old could be of a claim deleted and made
+		// again under its name, whose hold no one would release.
 		claim, err := c.claim(ctx, ClaimTarget{Namespace: namespace, Name: names[i]})
 		if ctrlclient.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("reading claim %s: %w", names[i], err)
 		}
-		read[i] = claim
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	out := make([]Allocation, len(names))
-	planned := make([]*primazav1alpha1.RegisteredService, len(names))
-	taken := map[string]bool{}
-	isTaken := func(name string) bool { return taken[name] }
-	for i, name := range names {
-		out[i] = Allocation{Claim: name}
-		claim := read[i]
+		read[i], out[i] = claim, Allocation{Claim: names[i]}
+		var planned *primazav1alpha1.RegisteredService
 		switch {
 		case claim == nil || !claim.DeletionTimestamp.IsZero():
 			out[i].gone = true
 		case holder[string(claim.UID)] != "":
 			out[i].Service = holder[string(claim.UID)]
 		default:
-			if planned[i] = claims.Best(claim, services, isTaken); planned[i] != nil {
-				taken[planned[i].Name] = true
+			mu.Lock()
+			if planned = claims.Best(claim, services, isTaken); planned != nil {
+				taken[planned.Name] = true
 			}
+			mu.Unlock()
 		}
-	}
-	refused := make([]bool, len(names))
-	if err := inParallel(ctx, len(names), func(ctx context.Context, i int) error {
-		if planned[i] != nil {
-			svc, ok, err := c.take(ctx, read[i], planned[i])
+		if planned != nil {
+			svc, ok, err := c.take(ctx, claim, planned)
 			if err != nil {
 				return err
 			}

@@ -57,7 +57,7 @@ func (c *Claims) Settle(ctx context.Context, s Settling) (Resolution, error) {
 	if err != nil {
 		return res, err
 	}
-	if len(claims.Candidates(claim, services)) > 0 {
+	if claims.Best(claim, services, func(string) bool { return false }) != nil {
 		res.Wants = true
 		return res, c.Ask(ctx, s.Claim)
 	}
