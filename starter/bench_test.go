@@ -240,8 +240,10 @@ func printRequestsPerInstance(before, after map[string]float64, n int) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if per := (after[k] - before[k]) / float64(n); per >= 0.005 {
-			fmt.Printf("    %-40s %.2f\n", k, per)
+		// Every write is printed, however rare; reads from 0.005 up.
+		verb, _, _ := strings.Cut(k, " ")
+		if per := (after[k] - before[k]) / float64(n); per >= 0.005 || (verb != "GET" && verb != "LIST" && verb != "WATCH") {
+			fmt.Printf("    %-40s %.3f\n", k, per)
 		}
 	}
 }
