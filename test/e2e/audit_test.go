@@ -287,6 +287,7 @@ var keptUnused = map[string]string{
 	"watcher primaza.io servicecatalogs update":                    "a ServiceCatalog whose services change",
 	"watcher primaza.io servicecatalogs delete":                    "a ServiceCatalog of an environment no service or claim names any more",
 	"watcher core events patch":                                    "the event recorder patches the count of a repeated event",
+	"worker primaza.io registeredservices get":                     "a service just given to a claim, read afresh when the worker's cache does not show the hold yet; a hold that met a conflict; a hold let go of for a claim already gone",
 	"worker core events patch":                                     "the event recorder patches the count of a repeated event",
 }
 
