@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.temporal.io/sdk/activity"
 	"k8s.io/apimachinery/pkg/types"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -77,6 +78,10 @@ func (c *Claims) Settle(ctx context.Context, s Settling) (Resolution, error) {
 // more.
 func (c *Claims) Give(ctx context.Context, namespace string, names []string) error {
 	_, err := c.allocate(ctx, namespace, names, func(ctx context.Context, g Allocation) error {
+		if activity.IsActivity(ctx) {
+			// The SDK sends at most one heartbeat per throttle interval.
+			activity.RecordHeartbeat(ctx)
+		}
 		if g.gone {
 			return nil
 		}

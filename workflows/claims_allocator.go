@@ -21,9 +21,15 @@ const allocatorPassesPerRun = 500
 // the workflow (allocateThenWake).
 const wakesFromGive = "allocator-wakes-from-give"
 
-// allocateTimeout bounds one pass of Allocate: a worker that dies in the
-// middle of one has it retried elsewhere this soon.
-const allocateTimeout = 30 * time.Second
+// passHeartbeat is how soon a pass whose worker died in the middle of it
+// is retried elsewhere: Give heartbeats as it hands out services (Allocate,
+// from before wakesFromGive, does not, and is bounded by it as a whole).
+const passHeartbeat = 30 * time.Second
+
+// passTimeout bounds one pass as a whole: a burst of ten thousand claims
+// may take one pass longer than a heartbeat, and a pass cut short would
+// start again from the beginning.
+const passTimeout = 10 * time.Minute
 
 // ClaimAllocator hands a namespace's services to its claims, so that
 // claims made together do not race for the same services:
@@ -41,7 +47,8 @@ const allocateTimeout = 30 * time.Second
 // death finds what it had already taken, held by the same claims.
 func ClaimAllocator(ctx workflow.Context, namespace string, waiting []string) error {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: allocateTimeout,
+		StartToCloseTimeout: passTimeout,
+		HeartbeatTimeout:    passHeartbeat,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second},
 	})
 	var a *activities.Claims
