@@ -19,7 +19,7 @@ import (
 type Allocation struct {
 	Claim   string `json:"claim"`
 	Service string `json:"service,omitempty"`
-	// gone: the claim is deleted or being deleted (Give wakes it not).
+	// gone: the claim is deleted or being deleted (Give does not wake it).
 	gone bool
 }
 
