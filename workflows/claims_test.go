@@ -19,23 +19,31 @@ import (
 
 var claims *activities.Claims
 
-// settling is Settle's input for target, with the service given.
-func settling(target activities.ClaimTarget, given string) any {
-	return mock.MatchedBy(func(s activities.Settling) bool { return s.Claim == target && s.Given == given })
+// shopDB is the claim the claim tests follow.
+var shopDB = activities.ClaimTarget{Namespace: "apps", Name: "shop-db"}
+
+// claimEnv is a test environment with the claims' activities registered.
+func claimEnv() *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Claims{})
+	return env
+}
+
+// settling is Settle's input for shopDB, with the service given.
+func settling(given string) any {
+	return mock.MatchedBy(func(s activities.Settling) bool { return s.Claim == shopDB && s.Given == given })
 }
 
 // TestClaimLooksAgainWhenPending: a Pending claim settles again after five
 // minutes without a signal (the safety net for a missed one); a Resolved
 // claim waits for a signal alone; a deleted one ends its workflow.
 func TestClaimLooksAgainWhenPending(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Claims{})
-	target := activities.ClaimTarget{Namespace: "apps", Name: "shop-db"}
+	env := claimEnv()
 	start := env.Now()
 	var mu sync.Mutex
 	var at []time.Duration
-	env.OnActivity(claims.Settle, mock.Anything, settling(target, "")).Return(func(context.Context, activities.Settling) (activities.Resolution, error) {
+	env.OnActivity(claims.Settle, mock.Anything, settling("")).Return(func(context.Context, activities.Settling) (activities.Resolution, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		at = append(at, env.Now().Sub(start))
@@ -50,7 +58,7 @@ func TestClaimLooksAgainWhenPending(t *testing.T) {
 	}).Times(3)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimChanged, "") }, time.Hour)
 
-	env.ExecuteWorkflow(workflows.ServiceClaim, target)
+	env.ExecuteWorkflow(workflows.ServiceClaim, shopDB)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -64,18 +72,15 @@ func TestClaimLooksAgainWhenPending(t *testing.T) {
 // allocator answers, naming the service it gave; the UID it saw goes with
 // each step, for a claim that is gone before its workflow sees it again.
 func TestClaimAsksTheAllocator(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Claims{})
-	target := activities.ClaimTarget{Namespace: "apps", Name: "shop-db"}
-	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target}).Return(activities.Resolution{ClaimUID: "c-1", Wants: true}, nil).Once()
-	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target, Given: "db-1", UID: "c-1"}).
+	env := claimEnv()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: shopDB}).Return(activities.Resolution{ClaimUID: "c-1", Wants: true}, nil).Once()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: shopDB, Given: "db-1", UID: "c-1"}).
 		Return(activities.Resolution{State: primazav1alpha1.ClaimResolved, ClaimUID: "c-1", Service: "db-1"}, nil).Once()
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimChanged, "db-1") }, time.Second)
-	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target, UID: "c-1"}).Return(activities.Resolution{Gone: true}, nil).Once()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: shopDB, UID: "c-1"}).Return(activities.Resolution{Gone: true}, nil).Once()
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimChanged, "") }, time.Minute)
 
-	env.ExecuteWorkflow(workflows.ServiceClaim, target)
+	env.ExecuteWorkflow(workflows.ServiceClaim, shopDB)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -85,19 +90,16 @@ func TestClaimAsksTheAllocator(t *testing.T) {
 // while the claim's last step let go of its services has that service let
 // go of too, before the workflow ends.
 func TestClaimLetsGoOfAServiceGivenAsItWent(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Claims{})
-	target := activities.ClaimTarget{Namespace: "apps", Name: "shop-db"}
-	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target}).Return(activities.Resolution{ClaimUID: "c-1", Wants: true}, nil).Once()
-	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target, UID: "c-1"}).Return(func(context.Context, activities.Settling) (activities.Resolution, error) {
+	env := claimEnv()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: shopDB}).Return(activities.Resolution{ClaimUID: "c-1", Wants: true}, nil).Once()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: shopDB, UID: "c-1"}).Return(func(context.Context, activities.Settling) (activities.Resolution, error) {
 		env.SignalWorkflow(runs.SignalClaimChanged, "db-1")
 		return activities.Resolution{Gone: true, ClaimUID: "c-1"}, nil
 	}).Once()
-	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: target, Given: "db-1", UID: "c-1"}).Return(activities.Resolution{Gone: true}, nil).Once()
+	env.OnActivity(claims.Settle, mock.Anything, activities.Settling{Claim: shopDB, Given: "db-1", UID: "c-1"}).Return(activities.Resolution{Gone: true}, nil).Once()
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalClaimChanged, "") }, time.Second)
 
-	env.ExecuteWorkflow(workflows.ServiceClaim, target)
+	env.ExecuteWorkflow(workflows.ServiceClaim, shopDB)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -109,9 +111,7 @@ func TestClaimLetsGoOfAServiceGivenAsItWent(t *testing.T) {
 // of new ones. (Give wakes each claim with what it got:
 // TestAllocatorWakesItsClaims.)
 func TestClaimAllocatorPassesTakeEveryRequest(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Claims{})
+	env := claimEnv()
 	var mu sync.Mutex
 	var passes [][]string
 	env.OnActivity(claims.Give, mock.Anything, "apps", mock.Anything).Return(func(_ context.Context, _ string, names []string) error {
