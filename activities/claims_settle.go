@@ -78,10 +78,8 @@ func (c *Claims) Settle(ctx context.Context, s Settling) (Resolution, error) {
 // more.
 func (c *Claims) Give(ctx context.Context, namespace string, names []string) error {
 	_, err := c.allocate(ctx, namespace, names, func(ctx context.Context, g Allocation) error {
-		if activity.IsActivity(ctx) {
-			// The SDK sends at most one heartbeat per throttle interval.
-			activity.RecordHeartbeat(ctx)
-		}
+		// The SDK sends at most one heartbeat per throttle interval.
+		activity.RecordHeartbeat(ctx)
 		if g.gone {
 			return nil
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/activities"
@@ -37,7 +38,11 @@ func TestAllocatorWakesItsClaims(t *testing.T) {
 	// A new claim, with no workflow yet: the pass gives it a service and
 	// starts its workflow, which resolves it.
 	dbClaim(t, s, "app")
-	require.NoError(t, claims.Give(ctx, s.Namespace, []string{"app"}))
+	var suite testsuite.WorkflowTestSuite
+	pass := suite.NewTestActivityEnvironment()
+	pass.RegisterActivity(claims)
+	_, err := pass.ExecuteActivity(claims.Give, s.Namespace, []string{"app"})
+	require.NoError(t, err)
 	claim := waitClaim(t, s, "app", primazav1alpha1.ClaimResolved, getClaimService(t, s, "app"))
 	held := getService(t, s, claim.Status.RegisteredService)
 	assert.Equal(t, &primazav1alpha1.ClaimReference{Name: "app", UID: claim.UID}, held.Status.ClaimRef)
