@@ -220,7 +220,9 @@ func runKey(ctx context.Context, tg lifecycle.Target) string {
 // copyObjects copies the target's objects, and only those: the
 // offerings cache serves the plan and service again each time.
 func (t *target) copyObjects() *target {
-	c := &target{Target: t.Target, observed: t.observed, renderedPlan: t.renderedPlan, kube: t.kube, remote: t.remote}
+	// The SFCluster is read only, as the clients' cache that reach took
+	// it from keeps it: shared, not copied.
+	c := &target{Target: t.Target, observed: t.observed, renderedPlan: t.renderedPlan, kube: t.kube, remote: t.remote, cluster: t.cluster}
 	if t.instance != nil {
 		c.instance = t.instance.DeepCopy()
 	}

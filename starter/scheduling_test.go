@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/activities"
@@ -171,6 +172,16 @@ func TestProvisionIntoSisterClusters(t *testing.T) {
 	placed := s.WaitInstance("where-1", "provisioned", testenv.Succeeded(2)).Spec.ClusterID
 	var cm corev1.ConfigMap
 	require.NoError(t, sis[placed].Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "where-1-where"}, &cm))
+	assert.Equal(t, map[string]string{"cluster": placed, "region": placed + "-region", "secret": placed + "-kubeconfig"}, cm.Data)
+	// So do they when the instance's creator named the cluster, and
+	// nothing was scheduled.
+	named := &osbv1alpha1.SFServiceInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "where-2", Namespace: s.Namespace},
+		Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: "where-2", ServiceID: s.ServiceID, PlanID: where, ClusterID: placed},
+	}
+	require.NoError(t, s.Kube.Client.Create(ctx, named))
+	s.WaitInstance("where-2", "provisioned", testenv.Succeeded(1))
+	require.NoError(t, sis[placed].Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "where-2-where"}, &cm))
 	assert.Equal(t, map[string]string{"cluster": placed, "region": placed + "-region", "secret": placed + "-kubeconfig"}, cm.Data)
 }
 
