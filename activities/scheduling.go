@@ -54,6 +54,11 @@ type Scheduling struct {
 	Bounds plan.Bounds
 	// Events records each decision on its instance (nil: none).
 	Events record.EventRecorder
+	// Runs are the operations whose copies of a run's instance the step
+	// shares: it decides from the copy Begin read and leaves the instance
+	// it wrote for the apply step, so that a scheduled provision reads its
+	// instance once, as any other does (nil: the step reads it).
+	Runs *Operations
 
 	turns sync.Map // namespace: *turn
 }
@@ -71,9 +76,9 @@ const maxLedgerConflicts = 50
 // generation) and writes it into the instance; with none qualifying it
 // returns no cluster and why, for the workflow to wait and ask again.
 func (s *Scheduling) Schedule(ctx context.Context, tg lifecycle.Target, generation int64) (Scheduled, error) {
-	var inst osbv1alpha1.SFServiceInstance
-	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: tg.Namespace, Name: tg.Name}, &inst); err != nil {
-		return Scheduled{}, gone(err, tg)
+	inst, err := s.instance(ctx, tg)
+	if err != nil {
+		return Scheduled{}, err
 	}
 	if inst.DeletionTimestamp != nil { // deleted while it waited: the deprovision takes over
 		return Scheduled{}, temporal.NewNonRetryableApplicationError(
@@ -89,27 +94,59 @@ func (s *Scheduling) Schedule(ctx context.Context, tg lifecycle.Target, generati
 		}
 		return Scheduled{}, err
 	}
-	req, err := s.request(&inst, p)
+	req, err := s.request(inst, p)
 	if err != nil {
 		return Scheduled{}, err
 	}
-	d, err := s.decideInTurn(ctx, &inst, req)
+	d, err := s.decideInTurn(ctx, inst, req)
 	if err != nil {
 		return Scheduled{}, err
 	}
 	explanation := d.Explain()
 	if d.Cluster == "" {
-		return Scheduled{Explanation: explanation}, s.explain(ctx, &inst, metav1.ConditionFalse, "NoClusterQualifies", explanation)
+		// Kept as written, so that the step asked again finds what it
+		// explained and does not write it again.
+		if err := s.explain(ctx, inst, metav1.ConditionFalse, "NoClusterQualifies", explanation); err != nil {
+			return Scheduled{}, err
+		}
+		s.remember(ctx, tg, inst)
+		return Scheduled{Explanation: explanation}, nil
 	}
-	gen, err := s.assign(ctx, &inst, d.Cluster, generation)
+	gen, err := s.assign(ctx, inst, d.Cluster, generation)
 	if err != nil {
 		return Scheduled{}, err
 	}
 	if s.Events != nil {
-		s.Events.Event(&inst, corev1.EventTypeNormal, "Scheduled", explanation)
+		s.Events.Event(inst, corev1.EventTypeNormal, "Scheduled", explanation)
 	}
-	return Scheduled{Cluster: d.Cluster, Explanation: explanation, Generation: gen},
-		s.explain(ctx, &inst, metav1.ConditionTrue, "Scheduled", explanation)
+	if err := s.explain(ctx, inst, metav1.ConditionTrue, "Scheduled", explanation); err != nil {
+		return Scheduled{}, err
+	}
+	s.remember(ctx, tg, inst)
+	return Scheduled{Cluster: d.Cluster, Explanation: explanation, Generation: gen}, nil
+}
+
+// remember keeps inst, as the step wrote it, for the run's next steps.
+func (s *Scheduling) remember(ctx context.Context, tg lifecycle.Target, inst *osbv1alpha1.SFServiceInstance) {
+	if s.Runs != nil {
+		s.Runs.rememberInstance(ctx, tg, inst)
+	}
+}
+
+// instance is the instance to schedule: the copy the run's Begin read,
+// or else read now. A copy outdated since costs a conflict when the
+// cluster is written, and a read then (assign).
+func (s *Scheduling) instance(ctx context.Context, tg lifecycle.Target) (*osbv1alpha1.SFServiceInstance, error) {
+	if s.Runs != nil {
+		if inst := s.Runs.recallInstance(ctx, tg); inst != nil {
+			return inst, nil
+		}
+	}
+	inst := &osbv1alpha1.SFServiceInstance{}
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: tg.Namespace, Name: tg.Name}, inst); err != nil {
+		return nil, gone(err, tg)
+	}
+	return inst, nil
 }
 
 // request is what the scheduler needs of the instance's plan.

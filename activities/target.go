@@ -251,6 +251,31 @@ func (a *Operations) recalled(ctx context.Context, tg lifecycle.Target) *target 
 	return v.(*target).copyObjects()
 }
 
+// recallInstance is a copy of the instance the run's earlier steps read,
+// or nil (for Scheduling).
+func (a *Operations) recallInstance(ctx context.Context, tg lifecycle.Target) *osbv1alpha1.SFServiceInstance {
+	if t := a.recalled(ctx, tg); t != nil && t.binding == nil {
+		return t.instance
+	}
+	return nil
+}
+
+// rememberInstance keeps the instance as the scheduling step wrote it for
+// the run's next steps, with the cluster it is now scheduled on.
+// A cluster it cannot reach yet leaves nothing kept: the next step reads
+// the instance and reaches the cluster itself.
+func (a *Operations) rememberInstance(ctx context.Context, tg lifecycle.Target, inst *osbv1alpha1.SFServiceInstance) {
+	t := &target{Target: tg, instance: inst}
+	if before := a.recalled(ctx, tg); before != nil {
+		t.observed, t.renderedPlan = before.observed, before.renderedPlan
+	}
+	if err := a.reach(ctx, t); err != nil {
+		a.forget(ctx, tg)
+		return
+	}
+	a.remember(ctx, t)
+}
+
 // forget drops the run's copies once its outcome is written.
 func (a *Operations) forget(ctx context.Context, tg lifecycle.Target) {
 	if key := runKey(ctx, tg); key != "" {

@@ -79,9 +79,11 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
-	w.RegisterActivity(&activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds,
-		Clusters: a.Clusters, Schedules: a.Scheduler.Schedules(), Events: a.Events})
-	w.RegisterActivity(&activities.Scheduling{Client: a.Kube, Instances: a.Instances, Offerings: a.Offerings, Scheduler: a.Scheduler, Bounds: a.Bounds, Events: a.Events})
+	ops := &activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds,
+		Clusters: a.Clusters, Schedules: a.Scheduler.Schedules(), Events: a.Events}
+	w.RegisterActivity(ops)
+	w.RegisterActivity(&activities.Scheduling{Client: a.Kube, Instances: a.Instances, Offerings: a.Offerings, Scheduler: a.Scheduler, Bounds: a.Bounds,
+		Events: a.Events, Runs: ops})
 	if a.HealthChecks == nil {
 		a.HealthChecks = &activities.HealthChecks{Client: a.Kube}
 	}
