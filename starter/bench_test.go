@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -70,7 +69,7 @@ func BenchmarkProvision(b *testing.B) {
 			onCluster.p99.Seconds(), full.p99.Seconds(),
 			onCluster.cpuPer.Seconds()*1000, full.cpuPer.Seconds()*1000, onCluster.cpuPer.Seconds()/full.cpuPer.Seconds())
 	}
-	provisionThroughput, provisionCPU = full.throughput, full.cpuPer
+	provisionThroughput, provisionCPU, provisionBareCPU = full.throughput, full.cpuPer, bare.cpuPer
 	if bare.throughput > 0 && full.throughput > 0 {
 		fmt.Printf("\nprovision, full cluster vs bare API server (one run):\n"+
 			"  throughput       %7.1f vs %7.1f instances/s (%.2fx)\n"+
@@ -246,68 +245,4 @@ func printRequestsPerInstance(before, after map[string]float64, n int) {
 			fmt.Printf("    %-40s %.3f\n", k, per)
 		}
 	}
-}
-
-// BenchmarkKubernetesFloor makes, with no Temporal and no logic in between,
-// the API calls that BenchmarkProvision's pipeline makes per instance: the
-// user's create, the worker's read of the instance, its registry Secret, the
-// applied ConfigMap and the final status patch, from the same 16 clients
-// while two informers watch the instances (the watcher's and the
-// benchmark's). Its CPU per set is what the API server, etcd and their
-// clients cost at the least for one provision of the one-ConfigMap plan;
-// BenchmarkTemporalFloor (workflows) gives Temporal's share.
-func BenchmarkKubernetesFloor(b *testing.B) {
-	n := testenv.BenchN()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	kube, ns := watchedNamespace(ctx, b, 2)
-
-	c := kube.Client
-	cpuBefore := testenv.CPU()
-	b.ResetTimer()
-	start := time.Now()
-	testenv.Parallel(b, n, func(i int) error { return provisionFloorSet(ctx, c, ns, fmt.Sprintf("floor-%05d", i)) })
-	elapsed := time.Since(start)
-	b.StopTimer()
-	cpuAfter := testenv.CPU()
-	rate := float64(n) / elapsed.Seconds()
-	b.ReportMetric(rate, "sets/s")
-	fmt.Printf("\nKubernetes floor of a provision, N=%d, %d clients (create, get, Secret, apply, status patch):\n"+
-		"  %7.1f sets/s\n  CPU per set:%s\n", n, testenv.BenchClients, rate, testenv.CPUPer(cpuBefore, cpuAfter, n))
-}
-
-// provisionFloorSet makes the API calls of one provision of the
-// one-configmap plan, for instance name in ns, with no logic in between.
-func provisionFloorSet(ctx context.Context, c ctrlclient.Client, ns, name string) error {
-	inst := &osbv1alpha1.SFServiceInstance{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: "bench", PlanID: "one-configmap"},
-	}
-	if err := c.Create(ctx, inst); err != nil {
-		return err
-	}
-	if err := c.Get(ctx, ctrlclient.ObjectKeyFromObject(inst), inst); err != nil {
-		return err
-	}
-	registry := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "qm-instance-" + name, Namespace: ns},
-		Data:       map[string][]byte{"instance-id": []byte(`"` + name + `"`)},
-	}
-	if err := c.Create(ctx, registry); err != nil {
-		return err
-	}
-	cm := &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Data:       map[string]string{"plan": "one-configmap"},
-	}
-	if err := c.Patch(ctx, cm, ctrlclient.Apply, ctrlclient.FieldOwner("qm"), ctrlclient.ForceOwnership); err != nil {
-		return err
-	}
-	base := inst.DeepCopy()
-	inst.Status.State = osbv1alpha1.StateSucceeded
-	inst.Status.ObservedGeneration = inst.Generation
-	inst.Status.Resources = []osbv1alpha1.Source{{APIVersion: "v1", Kind: "ConfigMap", Name: name, Namespace: ns}}
-	inst.Status.AppliedSpec = inst.Spec.DeepCopy()
-	return c.Status().Patch(ctx, inst, ctrlclient.MergeFrom(base))
 }
