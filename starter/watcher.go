@@ -85,7 +85,10 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	cfg.QPS = -1
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  crds.NewScheme(),
-		Cache:                   cache.Options{NewInformer: informers.New},
+		// Without managedFields: nothing here reads them, and they are
+		// most of what the caches would hold of the tens of thousands of
+		// objects (Secrets among them) the watcher watches.
+		Cache: cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields()},
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "qm-watcher.quartermaster.io",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
