@@ -179,13 +179,17 @@ func (c *Claims) bind(ctx context.Context, claim *primazav1alpha1.ServiceClaim, 
 	if err := controllerutil.SetControllerReference(claim, secret, c.Client.Scheme()); err != nil {
 		return "", err
 	}
-	// Most claims bind once: a create, and only if the Secret is there
-	// already, a read and an update.
-	if err := c.Client.Create(ctx, secret); !apierrors.IsAlreadyExists(err) {
-		if err != nil {
-			return "", fmt.Errorf("writing the binding Secret %s: %w", claim.Name, err)
+	// A claim's first binding is a create. A claim whose status names its
+	// Secret already is settled again (its service changed, a worker
+	// restarted): a read, and a write only if the values changed, so that
+	// a claim at rest writes nothing.
+	if claim.Status.Binding == nil {
+		if err := c.Client.Create(ctx, secret); !apierrors.IsAlreadyExists(err) {
+			if err != nil {
+				return "", fmt.Errorf("writing the binding Secret %s: %w", claim.Name, err)
+			}
+			return secret.Name, nil
 		}
-		return secret.Name, nil
 	}
 	secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: claim.Name, Namespace: claim.Namespace}}
 	_, err = controllerutil.CreateOrUpdate(ctx, c.Client, secret, func() error {

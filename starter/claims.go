@@ -70,6 +70,9 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) er
 			enqueue(ctx, e.Object, q)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if o, n := e.ObjectOld.(*primazav1alpha1.RegisteredService), e.ObjectNew.(*primazav1alpha1.RegisteredService); claims.CheckedOnly(o, n) {
+				return
+			}
 			if !ownWrite(e.ObjectOld, e.ObjectNew) || c.holdsMore(ctx, e.ObjectNew) {
 				enqueue(ctx, e.ObjectNew, q)
 			}

@@ -1,9 +1,11 @@
 package claims
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -26,6 +28,17 @@ func Holder(o client.Object) []string {
 // claimed, Unreachable or Unknown service is not) and held by no claim.
 func Claimable(svc *primazav1alpha1.RegisteredService) bool {
 	return svc.DeletionTimestamp.IsZero() && svc.Status.State == primazav1alpha1.ServiceAvailable && svc.Status.ClaimRef == nil
+}
+
+// CheckedOnly says whether a service's update is its health check's
+// bookkeeping alone (the last result, its message and time, the counters,
+// the Healthy condition) with its state as it was: nothing a claim reads,
+// so that services checked at rest wake no claim.
+func CheckedOnly(before, after *primazav1alpha1.RegisteredService) bool {
+	b, a := before.Status.DeepCopy(), after.Status.DeepCopy()
+	b.HealthCheck, a.HealthCheck, b.Conditions, a.Conditions = nil, nil, nil, nil
+	return before.Generation == after.Generation && after.DeletionTimestamp.IsZero() && maps.Equal(before.Labels, after.Labels) &&
+		equality.Semantic.DeepEqual(b, a)
 }
 
 // Catalog lists what environment env can claim among services: every

@@ -2,6 +2,7 @@ package claims
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,4 +93,39 @@ func TestEnvironments(t *testing.T) {
 	claims := []primazav1alpha1.ServiceClaim{{Spec: primazav1alpha1.ServiceClaimSpec{EnvironmentTag: "stage"}}, {}}
 	assert.Equal(t, []string{"dev", "prod", "stage"}, Environments(services, claims))
 	assert.Empty(t, Environments(nil, nil))
+}
+
+// TestCheckedOnly: a health check's bookkeeping wakes no claim; a change
+// of state, of hold, of spec, of labels or a deletion does.
+func TestCheckedOnly(t *testing.T) {
+	t0 := metav1.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	base := primazav1alpha1.RegisteredService{ObjectMeta: metav1.ObjectMeta{Generation: 1, Labels: map[string]string{"tier": "db"}}}
+	base.Status = primazav1alpha1.RegisteredServiceStatus{State: primazav1alpha1.ServiceClaimed, ObservedGeneration: 1,
+		ClaimRef:    &primazav1alpha1.ClaimReference{Name: "app", UID: "u-1"},
+		HealthCheck: &primazav1alpha1.HealthCheckStatus{LastResult: primazav1alpha1.CheckSucceeded, LastCheckTime: &t0, ConsecutiveSuccesses: 1},
+		Conditions:  []metav1.Condition{{Type: "Healthy", Status: metav1.ConditionTrue, Reason: "CheckSucceeded", LastTransitionTime: t0}},
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*primazav1alpha1.RegisteredService)
+		only   bool
+	}{
+		{"nothing", func(*primazav1alpha1.RegisteredService) {}, true},
+		{"the check time refreshed", func(s *primazav1alpha1.RegisteredService) {
+			s.Status.HealthCheck.LastCheckTime = &metav1.Time{Time: t0.Add(10 * time.Minute)}
+		}, true},
+		{"a failure counted, the state kept", func(s *primazav1alpha1.RegisteredService) {
+			s.Status.HealthCheck.LastResult, s.Status.HealthCheck.ConsecutiveFailures = primazav1alpha1.CheckFailed, 1
+			s.Status.Conditions[0].Message = "refused"
+		}, true},
+		{"the state changed", func(s *primazav1alpha1.RegisteredService) { s.Status.State = primazav1alpha1.ServiceUnreachable }, false},
+		{"the hold let go", func(s *primazav1alpha1.RegisteredService) { s.Status.ClaimRef = nil }, false},
+		{"the spec changed", func(s *primazav1alpha1.RegisteredService) { s.Generation = 2 }, false},
+		{"a label changed", func(s *primazav1alpha1.RegisteredService) { s.Labels = map[string]string{"tier": "cache"} }, false},
+		{"deleted", func(s *primazav1alpha1.RegisteredService) { s.DeletionTimestamp = &t0 }, false},
+	} {
+		after := base.DeepCopy()
+		tc.change(after)
+		assert.Equal(t, tc.only, CheckedOnly(&base, after), tc.name)
+	}
 }
