@@ -179,7 +179,7 @@ type Starter struct {
 	Live ctrlclient.Reader
 
 	startedOnce sync.Once
-	started     *utilcache.LRUExpireCache // operations started, by resource UID, generation and operation
+	started     *utilcache.LRUExpireCache // operations started, by startedKey
 }
 
 // A resource reads the same while its operation runs (the workflow writes
@@ -198,7 +198,16 @@ func (s *Starter) memo() *utilcache.LRUExpireCache {
 	return s.started
 }
 
+// startedKey names an operation started for obj. An instance is
+// provisioned once, whatever its generation: the scheduler's own write of
+// spec.clusterId raises it while the provision runs, and would otherwise
+// have the watcher try to start the provision again (a start refused as
+// already running, a describe of the run, and a look every 2 s until it
+// ends).
 func startedKey(obj ctrlclient.Object, op lifecycle.Operation) string {
+	if op == lifecycle.OpProvision {
+		return fmt.Sprintf("%s/%s", obj.GetUID(), op)
+	}
 	return fmt.Sprintf("%s/%d/%s", obj.GetUID(), obj.GetGeneration(), op)
 }
 
