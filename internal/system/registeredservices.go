@@ -65,7 +65,13 @@ func registeredServiceActivities(ctx context.Context, g *errgroup.Group, cfg *re
 	if !c.WaitForCacheSync(ctx) {
 		return nil, nil, errors.New("the health checks' cache did not sync")
 	}
-	clientset, err := kubernetes.NewForConfig(cfg)
+	// Events at the kubelet's rate (50/s, bursts of 100), not client-go's
+	// default of 5/s: a thousand services checked for the first time, or
+	// turned Unreachable together, would otherwise have their Events
+	// written over minutes, each long after its change.
+	events := rest.CopyConfig(cfg)
+	events.QPS, events.Burst = 50, 100
+	clientset, err := kubernetes.NewForConfig(events)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the Events client: %w", err)
 	}
