@@ -143,7 +143,11 @@ func Start(opts Options) (*ControlPlane, error) {
 			Set("audit-log-format", "json").
 			// Written as requests end, not batched, so that a test reads
 			// the requests it made as soon as they are answered.
-			Set("audit-log-mode", "blocking")
+			Set("audit-log-mode", "blocking").
+			// One file, never rotated (0 would rotate at 100 MB): the
+			// tests read it whole, and a benchmark of ten thousand
+			// instances writes hundreds of MB.
+			Set("audit-log-maxsize", "1000000")
 	}
 	// etcd and kube-apiserver die with this process even on SIGKILL, and
 	// whatever a crashed run left holding their ports goes first.

@@ -21,8 +21,8 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// freeAddr is a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
+// FreeAddr is a loopback address nothing listens on.
+func FreeAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -71,7 +71,7 @@ func TestWorkerProbesFollowTemporal(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			health, metricsAddr := freeAddr(t), freeAddr(t)
+			health, metricsAddr := FreeAddr(t), FreeAddr(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			srv := &telemetry.Server{HealthAddr: health, MetricsAddr: metricsAddr, Gatherer: reg,
 				Ready: telemetry.TemporalReachable(c.tc, c.address), Logger: slog.Default()}
@@ -96,7 +96,7 @@ func TestWorkerProbesFollowTemporal(t *testing.T) {
 	// A call through the client shows in the served metrics.
 	_, err = up.DescribeWorkflowExecution(context.Background(), "no-such-workflow", "")
 	require.Error(t, err)
-	addr := freeAddr(t)
+	addr := FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = (&telemetry.Server{MetricsAddr: addr, Gatherer: reg}).Run(ctx) }()

@@ -154,12 +154,25 @@ func CPUPer(before, after map[string]time.Duration, n int) string {
 // the embedded default; it stops when the test ends.
 func FileTemporal(t testing.TB) client.Client {
 	t.Helper()
-	return ownTemporal(t, devserver.Options{DBFile: filepath.Join(t.TempDir(), "temporal.db")})
+	return FileTemporalServer(t).Client()
+}
+
+// FileTemporalServer is FileTemporal's server, for a test that runs qm as
+// processes and gives them its address.
+func FileTemporalServer(t testing.TB) TemporalServer {
+	t.Helper()
+	return devTemporal{ownServer(t, devserver.Options{DBFile: filepath.Join(t.TempDir(), "temporal.db")})}
 }
 
 // ownTemporal starts a dev server of the test's own with opts (its path
 // filled in); it stops when the test ends.
 func ownTemporal(t testing.TB, opts devserver.Options) client.Client {
+	t.Helper()
+	return ownServer(t, opts).Client()
+}
+
+// ownServer is ownTemporal's server.
+func ownServer(t testing.TB, opts devserver.Options) *devserver.Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -169,7 +182,7 @@ func ownTemporal(t testing.TB, opts devserver.Options) client.Client {
 		t.Fatalf("starting a Temporal dev server of the test's own: %v", err)
 	}
 	t.Cleanup(func() { srv.Client().Close(); _ = srv.Stop() })
-	return srv.Client()
+	return srv
 }
 
 // BenchSmokeN is every benchmark's size in a smoke run (QM_BENCH_SMOKE,

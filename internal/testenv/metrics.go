@@ -18,9 +18,9 @@ import (
 // Metrics are the metric families of one scrape, by name.
 type Metrics map[string]*dto.MetricFamily
 
-// freeAddr is a loopback address no one listens on now, for a component
+// FreeAddr is a loopback address no one listens on now, for a component
 // that takes an address rather than a listener.
-func freeAddr(t testing.TB) string {
+func FreeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()

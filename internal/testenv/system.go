@@ -172,7 +172,7 @@ spec:
 	if parts.Watcher {
 		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency, ClusterProbePeriod: parts.ClusterProbePeriod}
 		if parts.Metrics {
-			o.Watcher.MetricsAddr = freeAddr(t)
+			o.Watcher.MetricsAddr = FreeAddr(t)
 			s.WatcherMetrics = "http://" + o.Watcher.MetricsAddr + "/metrics"
 		}
 	}
@@ -241,7 +241,7 @@ func (s *System) serveWorkerMetrics() {
 	tc, err := client.NewClientFromExisting(s.Temporal, client.Options{MetricsHandler: handler, Logger: log.NewStructuredLogger(slog.Default())})
 	require.NoError(s.t, err)
 	s.t.Cleanup(tc.Close)
-	addr := freeAddr(s.t)
+	addr := FreeAddr(s.t)
 	s.workerTemporal = tc
 	s.workerProbes = &telemetry.Server{MetricsAddr: addr, Gatherer: prometheus.Gatherers{ctrlmetrics.Registry, reg}}
 	s.WorkerMetrics = "http://" + addr + "/metrics"

@@ -171,7 +171,7 @@ func TestHighAvailability(t *testing.T) {
 
 // start runs qm with args until the test ends; env is added to the test's
 // environment. Its output is shown if the test fails.
-func start(t *testing.T, qm, name string, env []string, args ...string) *process {
+func start(t testing.TB, qm, name string, env []string, args ...string) *process {
 	t.Helper()
 	p, err := startLogged(t, qm, name, env, &testenv.SyncBuffer{}, args...)
 	require.NoError(t, err)
@@ -180,7 +180,7 @@ func start(t *testing.T, qm, name string, env []string, args ...string) *process
 
 // startLogged is start, writing to log (a restarted process adds to the
 // log of the one before), returning its error.
-func startLogged(t *testing.T, qm, name string, env []string, log *testenv.SyncBuffer, args ...string) (*process, error) {
+func startLogged(t testing.TB, qm, name string, env []string, log *testenv.SyncBuffer, args ...string) (*process, error) {
 	p, err := launch(qm, name, env, log, args...)
 	if err != nil {
 		return nil, err
@@ -205,7 +205,7 @@ func launch(qm, name string, env []string, log *testenv.SyncBuffer, args ...stri
 
 // stop ends the process with SIGTERM (SIGKILL after 20 s) and, if the test
 // failed, shows the end of its output. It runs from a cleanup.
-func (p *process) stop(t *testing.T) {
+func (p *process) stop(t testing.TB) {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:

@@ -30,7 +30,7 @@ var (
 // buildQM builds qm from the module's root once for every suite of the
 // package, with the race detector when the tests have it (so that the
 // packages compiled for them are reused), and returns its path.
-func buildQM(t *testing.T) string {
+func buildQM(t testing.TB) string {
 	t.Helper()
 	qmOnce.Do(func() {
 		if qmDir, qmErr = os.MkdirTemp("", "qm-e2e-"); qmErr != nil {

@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// restSize is what BenchmarkAtRest keeps: instances with a binding each,
+// registered services with a health check, claims of some of them, and
+// how long it then watches nothing happen.
+type restSize struct {
+	instances, services, claims int
+	idle                        time.Duration
+}
+
+// restComponents are the processes of a release, one of each.
+var restComponents = []string{"worker", "watcher", "api"}
+
+// BenchmarkAtRest measures what Quartermaster costs when nothing happens,
+// with its components as the chart runs them: one worker, one watcher and
+// one API, each a process of qm under a service account of its own, on the
+// embedded default (the full cluster, file-backed Temporal). It keeps
+// QM_BENCH_REST_INSTANCES instances (default 10,000) with a binding each,
+// QM_BENCH_REST_SERVICES registered services (default 1,000) with a tcp
+// health check every 5 minutes, and QM_BENCH_REST_CLAIMS claims (default
+// 500) of them; once they have settled (no write from Quartermaster for
+// 15 s) it watches 10 minutes of rest. It prints each process's resident
+// memory and CPU, the API requests per minute of each component by verb
+// and resource (from the API server's audit log), and the memory each
+// process spends per object its caches hold. The smoke run fails if a
+// component writes at rest anything but a health check's change or its
+// leader-election lease.
+func BenchmarkAtRest(b *testing.B) {
+	size := restSize{
+		instances: testenv.BenchSize("QM_BENCH_REST_INSTANCES", 10000),
+		services:  testenv.BenchSize("QM_BENCH_REST_SERVICES", 1000),
+		claims:    testenv.BenchSize("QM_BENCH_REST_CLAIMS", 500),
+		idle:      10 * time.Minute,
+	}
+	if testenv.BenchSmoke() {
+		size.services, size.claims, size.idle = 10, 5, 15*time.Second
+	}
+	kube := testenv.Kubernetes(b)
+	s := testenv.Start(b, testenv.Parts{})
+	ns := s.Namespace
+	planID := s.Plan("instant", "", testenv.Templates("instant"))
+	rel := startRelease(b, kube, ns)
+	empty := rel.sample(b)
+	listeners := listen(b, 100)
+
+	setupStart := time.Now()
+	makeRest(b, kube.Client, s, planID, size, listeners)
+	setup := time.Since(setupStart)
+	settled := rel.settle(b, 5*time.Minute)
+
+	b.ResetTimer()
+	before, peak := rel.sample(b), map[string]int64{}
+	for end := time.Now().Add(size.idle); time.Now().Before(end); {
+		// Resident memory is read every 10 s through the window, for its
+		// highest: a poll, not a wait before an assertion.
+		time.Sleep(min(10*time.Second, time.Until(end)))
+		for _, c := range restComponents {
+			peak[c] = max(peak[c], rssOf(rel.procs[c]))
+		}
+	}
+	after := rel.sample(b)
+	b.StopTimer()
+
+	requests := rel.audit.since(b, before.auditOffset)
+	objects := rel.audit.cached(b, kube)
+	report := restReport{size: size, setup: setup, settled: settled, empty: empty, before: before, after: after, peak: peak,
+		requests: requests, objects: objects, events: eventsSince(b, kube.Client, ns, before.at)}
+	fmt.Print(report.String())
+	for _, w := range requests.unexpectedWrites() {
+		b.Errorf("at rest, %s", w)
+	}
+}
+
+// makeRest creates what BenchmarkAtRest keeps and waits until it is
+// ready: the instances succeeded, their bindings too, the services
+// checked, the claims resolved.
+func makeRest(b *testing.B, c ctrlclient.Client, s *testenv.System, planID string, size restSize, listeners []int) {
+	ctx, ns := context.Background(), s.Namespace
+	name := func(prefix string, i int) string { return fmt.Sprintf("%s-%05d", prefix, i) }
+	testenv.Parallel(b, size.instances, func(i int) error {
+		return c.Create(ctx, &osbv1alpha1.SFServiceInstance{
+			ObjectMeta: metav1.ObjectMeta{Name: name("rest", i), Namespace: ns},
+			Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: name("rest", i), ServiceID: s.ServiceID, PlanID: planID},
+		})
+	})
+	waitCount(b, c, ns, &osbv1alpha1.SFServiceInstanceList{}, size.instances, "instances succeeded", func(o ctrlclient.Object) bool {
+		return o.(*osbv1alpha1.SFServiceInstance).Status.State == osbv1alpha1.StateSucceeded
+	})
+	testenv.Parallel(b, size.instances, func(i int) error {
+		return c.Create(ctx, &osbv1alpha1.SFServiceBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name("bind", i), Namespace: ns},
+			Spec:       osbv1alpha1.SFServiceBindingSpec{ID: name("bind", i), InstanceID: name("rest", i), ServiceID: s.ServiceID, PlanID: planID},
+		})
+	})
+	waitCount(b, c, ns, &osbv1alpha1.SFServiceBindingList{}, size.instances, "bindings succeeded", func(o ctrlclient.Object) bool {
+		return o.(*osbv1alpha1.SFServiceBinding).Status.State == osbv1alpha1.StateSucceeded
+	})
+	testenv.Parallel(b, size.services, func(i int) error {
+		port := listeners[i%len(listeners)]
+		svc := &primazav1alpha1.RegisteredService{ObjectMeta: metav1.ObjectMeta{Name: name("db", i), Namespace: ns}}
+		svc.Spec = primazav1alpha1.RegisteredServiceSpec{
+			ServiceClassIdentity:      []primazav1alpha1.ServiceClassIdentityItem{{Name: "type", Value: "psqlserver"}},
+			ServiceEndpointDefinition: []primazav1alpha1.ServiceEndpointDefinitionItem{{Name: "host", Value: new("127.0.0.1:" + strconv.Itoa(port))}},
+			HealthCheck:               &primazav1alpha1.HealthCheck{TCP: &primazav1alpha1.TCPCheck{Host: "127.0.0.1", Port: int32(port), Minutes: 5, TimeoutSeconds: 1}},
+		}
+		return c.Create(ctx, svc)
+	})
+	waitCount(b, c, ns, &primazav1alpha1.RegisteredServiceList{}, size.services, "services checked and Available", func(o ctrlclient.Object) bool {
+		return o.(*primazav1alpha1.RegisteredService).Status.State == primazav1alpha1.ServiceAvailable
+	})
+	testenv.Parallel(b, size.claims, func(i int) error {
+		claim := &primazav1alpha1.ServiceClaim{ObjectMeta: metav1.ObjectMeta{Name: name("claim", i), Namespace: ns}}
+		claim.Spec.ServiceClassIdentity = []primazav1alpha1.ServiceClassIdentityItem{{Name: "type", Value: "psqlserver"}}
+		claim.Spec.ServiceEndpointDefinitionKeys = []string{"host"}
+		claim.Spec.EnvironmentTag = "dev"
+		return c.Create(ctx, claim)
+	})
+	waitCount(b, c, ns, &primazav1alpha1.ServiceClaimList{}, size.claims, "claims resolved", func(o ctrlclient.Object) bool {
+		return o.(*primazav1alpha1.ServiceClaim).Status.State == primazav1alpha1.ClaimResolved
+	})
+}
+
+// waitCount lists ns every 5 s until want of list's items satisfy ok.
+func waitCount(b *testing.B, c ctrlclient.Client, ns string, list ctrlclient.ObjectList, want int, what string, ok func(ctrlclient.Object) bool) {
+	b.Helper()
+	deadline := time.Now().Add(20 * time.Minute)
+	for {
+		require.NoError(b, c.List(context.Background(), list, ctrlclient.InNamespace(ns)))
+		objs, err := metaItems(list)
+		require.NoError(b, err)
+		n := 0
+		for _, o := range objs {
+			if ok(o) {
+				n++
+			}
+		}
+		if n >= want {
+			return
+		}
+		require.True(b, time.Now().Before(deadline), "after 20 minutes %d of %d %s", n, want, what)
+		time.Sleep(5 * time.Second) // a poll: listing ten thousand objects more often would load the machine being set up
+	}
+}
+
+// eventsSince counts the Events of ns recorded since at, by who recorded
+// them, on what kind, and why.
+func eventsSince(b *testing.B, c ctrlclient.Client, ns string, at time.Time) map[string]int {
+	var list corev1.EventList
+	require.NoError(b, c.List(context.Background(), &list, ctrlclient.InNamespace(ns)))
+	out := map[string]int{}
+	for _, e := range list.Items {
+		// Created in the window, by the API server's clock: an Event's own
+		// times are when it happened, which may be long before it is
+		// written.
+		if e.CreationTimestamp.Time.Before(at) {
+			continue
+		}
+		out[fmt.Sprintf("%s %s %s", e.Source.Component+e.ReportingController, e.InvolvedObject.Kind, e.Reason)] += max(int(e.Count), 1)
+	}
+	return out
+}
+
+// listen starts n local listeners that accept and close every connection:
+// what the services' tcp checks reach. It returns their ports.
+func listen(b *testing.B, n int) []int {
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(b, err)
+		b.Cleanup(func() { _ = ln.Close() })
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.Close()
+			}
+		}()
+	}
+	return ports
+}
+
+// release is one worker, one watcher and one API, each a qm process under
+// the service account qm-<component> of ns, bound to cluster-admin (what
+// the benchmark measures is their cost, not their roles: TestChartPods
+// checks those).
+type release struct {
+	ns      string
+	procs   map[string]*process
+	metrics map[string]string
+	audit   auditLog
+}
+
+// startRelease starts the release's processes on the test binary's
+// cluster and a file-backed dev server of the benchmark's own, and waits
+// until each serves its metrics.
+func startRelease(b *testing.B, kube *testenv.Cluster, ns string) *release {
+	qm := buildQM(b)
+	temporal := testenv.FileTemporalServer(b)
+	rel := &release{ns: ns, procs: map[string]*process{}, metrics: map[string]string{}, audit: auditLog{path: kube.AuditLog, ns: ns}}
+	for _, c := range restComponents {
+		account := "qm-" + c
+		require.NoError(b, kube.Client.Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account, Namespace: ns}}))
+		require.NoError(b, kube.Client.Create(context.Background(), &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + account},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: ns}},
+		}))
+		cfg := clientcmdapi.NewConfig()
+		cfg.Clusters["cluster"] = &clientcmdapi.Cluster{Server: kube.Config.Host, CertificateAuthorityData: kube.Config.CAData}
+		cfg.AuthInfos["pod"] = &clientcmdapi.AuthInfo{Token: kube.ServiceAccountToken(b, ns, account)}
+		cfg.Contexts["pod"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "pod", Namespace: ns}
+		cfg.CurrentContext = "pod"
+		kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
+		require.NoError(b, clientcmd.WriteToFile(*cfg, kubeconfig))
+
+		addr := testenv.FreeAddr(b)
+		args := []string{c, "--kubeconfig", kubeconfig, "--temporal-address", temporal.FrontendHostPort(), "--log-level", "warn"}
+		var env []string
+		switch c {
+		case "worker":
+			args = append(args, "--health-addr", "0", "--metrics-addr", addr)
+		case "watcher":
+			args = append(args, "--leader-election-namespace", ns, "--health-addr", "0", "--metrics-addr", addr)
+		case "api":
+			args = append(args, "--namespace", ns, "--listen", addr)
+			env = []string{"QM_OSB_USERNAME=" + testenv.OSBCredentials.Username, "QM_OSB_PASSWORD=" + testenv.OSBCredentials.Password}
+		}
+		rel.metrics[c] = "http://" + addr + "/metrics"
+		rel.procs[c] = start(b, qm, c, env, args...)
+	}
+	for _, c := range restComponents {
+		require.EventuallyWithT(b, func(t *assert.CollectT) { heapOf(t, rel.metrics[c]) }, time.Minute, 100*time.Millisecond,
+			"the %s serves its metrics", c)
+	}
+	return rel
+}
+
+// settle waits until no component has written anything but its lease for
+// 15 s (the Events of the set-up's changes of state included, which are
+// written after them), and returns how long that took.
+func (r *release) settle(b *testing.B, within time.Duration) time.Duration {
+	begun := time.Now()
+	quiet := 15 * time.Second
+	for offset := r.audit.size(b); ; {
+		time.Sleep(quiet) // a measuring window: were there writes in it?
+		next := r.audit.size(b)
+		if len(r.audit.between(b, offset, next).writes(true)) == 0 {
+			return time.Since(begun) - quiet
+		}
+		offset = next
+		require.Less(b, time.Since(begun), within, "Quartermaster still writes %s after the workload is ready", within)
+	}
+}
+
+// restSample is what the benchmark reads of the release at one moment.
+type restSample struct {
+	cpu         map[string]time.Duration
+	rss, heap   map[string]int64
+	others      map[string]time.Duration
+	auditOffset int64
+	at          time.Time
+}
+
+// sample reads each process's CPU, resident memory and Go heap in use, the
+// CPU of the other processes (testenv.CPU, the test's own left out) and
+// where the audit log ends.
+func (r *release) sample(b *testing.B) restSample {
+	s := restSample{cpu: map[string]time.Duration{}, rss: map[string]int64{}, heap: map[string]int64{}, others: testenv.CPU(),
+		auditOffset: r.audit.size(b), at: time.Now()}
+	delete(s.others, "qm") // the benchmark's process and, below its name, the release's: they are read one by one
+	for _, c := range restComponents {
+		s.cpu[c], s.rss[c] = cpuOf(r.procs[c]), rssOf(r.procs[c])
+		s.heap[c] = heapOf(b, r.metrics[c])
+	}
+	return s
+}
