@@ -84,11 +84,11 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS = -1
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  crds.NewScheme(),
+		Scheme: crds.NewScheme(),
 		// Without managedFields: nothing here reads them, and they are
 		// most of what the caches would hold of the tens of thousands of
 		// objects (Secrets among them) the watcher watches.
-		Cache: cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:                   cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields()},
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "qm-watcher.quartermaster.io",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
