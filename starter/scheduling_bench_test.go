@@ -191,8 +191,9 @@ func BenchmarkSchedulingFloor(b *testing.B) {
 	fmt.Printf("\nscheduling floor, N=%d, %d clients (spec patch, status patch, Event; no decision, no Temporal):\n"+
 		"  %7.1f sets/s\n  CPU per set:%s\n", n, testenv.BenchClients, float64(n)/elapsed.Seconds(), testenv.CPUPer(cpuBefore, cpuAfter, n))
 	if scheduledCPU > 0 {
-		fmt.Printf("  that is %.1f%% of a scheduled provision's %.1fms (BenchmarkProvisionClusters, this run); the step itself cost %.1fms\n",
-			100*floor.Seconds()/scheduledCPU.Seconds(), scheduledCPU.Seconds()*1000, schedulingStep.Seconds()*1000)
+		fmt.Printf("  that is %.1f%% of a scheduled provision's %.1fms (BenchmarkProvisionClusters, this run); the step itself cost %.1fms\n%s",
+			100*floor.Seconds()/scheduledCPU.Seconds(), scheduledCPU.Seconds()*1000, schedulingStep.Seconds()*1000,
+			testenv.BenchVerdict("the scheduling step over its floor", schedulingStep.Seconds()/floor.Seconds(), 1.5, "x", true))
 	}
 }
 
