@@ -105,8 +105,13 @@ func benchProvision(b *testing.B, bare, temporalCluster bool) provisionFigures {
 
 	// 2. A burst of N instances.
 	requestsBefore := apiRequests(b, s.Kube)
+	profiled := func() {}
+	if bare { // with QM_BENCH_PROFILE; BenchmarkKubernetesFloor profiles its calls alone
+		profiled = testenv.ProfileAPIServer(b, s.Kube, "provision-kube-apiserver", 8)
+	}
 	burst := tr.burst(b, direct, n, "burst", newInstance)
 	requestsAfter := apiRequests(b, s.Kube)
+	profiled()
 	throughput := burst.throughput
 
 	// 3. A steady 20 creates/s for 10 seconds.
