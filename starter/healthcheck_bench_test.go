@@ -3,7 +3,6 @@ package starter_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,23 +38,7 @@ func BenchmarkHealthChecks(b *testing.B) {
 	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, FileTemporal: true, HealthCheckMinute: minute})
 	ctx := context.Background()
 	var accepted atomic.Int64
-	ports := make([]int, benchListeners)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(b, err)
-		b.Cleanup(func() { _ = ln.Close() })
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				accepted.Add(1)
-				_ = c.Close()
-			}
-		}()
-	}
+	ports := testenv.Listeners(b, benchListeners, &accepted)
 
 	b.ResetTimer()
 	created := time.Now()

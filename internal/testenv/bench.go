@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -285,4 +286,30 @@ func ProfileAPIServer(t testing.TB, kube *Cluster, name string, seconds int) (wa
 			t.Errorf("profiling kube-apiserver: %v", err)
 		}
 	}
+}
+
+// Listeners starts n loopback listeners that accept every connection and
+// close it at once, counting them in accepted: what the health checks'
+// tcp probes reach in the benchmarks. It returns their ports; they close
+// when the test ends.
+func Listeners(t testing.TB, n int, accepted *atomic.Int64) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ln.Close() })
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				_ = c.Close()
+			}
+		}()
+	}
+	return ports
 }

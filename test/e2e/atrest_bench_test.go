@@ -3,9 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,7 +64,7 @@ func BenchmarkAtRest(b *testing.B) {
 	planID := s.Plan("instant", "", testenv.Templates("instant"))
 	rel := startRelease(b, kube, ns)
 	empty := rel.sample(b)
-	listeners := listen(b, 100)
+	listeners := testenv.Listeners(b, 100, new(atomic.Int64))
 
 	setupStart := time.Now()
 	makeRest(b, kube.Client, s, planID, size, listeners)
@@ -181,28 +181,6 @@ func eventsSince(b *testing.B, c ctrlclient.Client, ns string, at time.Time) map
 		out[fmt.Sprintf("%s %s %s", e.Source.Component+e.ReportingController, e.InvolvedObject.Kind, e.Reason)] += max(int(e.Count), 1)
 	}
 	return out
-}
-
-// listen starts n local listeners that accept and close every connection:
-// what the services' tcp checks reach. It returns their ports.
-func listen(b *testing.B, n int) []int {
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(b, err)
-		b.Cleanup(func() { _ = ln.Close() })
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				_ = c.Close()
-			}
-		}()
-	}
-	return ports
 }
 
 // release is one worker, one watcher and one API, each a qm process under
