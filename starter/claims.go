@@ -70,7 +70,7 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) er
 			enqueue(ctx, e.Object, q)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if o, n := e.ObjectOld.(*primazav1alpha1.RegisteredService), e.ObjectNew.(*primazav1alpha1.RegisteredService); claims.CheckedOnly(o, n) {
+			if checkedOnly(e.ObjectOld, e.ObjectNew) {
 				return
 			}
 			if !ownWrite(e.ObjectOld, e.ObjectNew) || c.holdsMore(ctx, e.ObjectNew) {
@@ -137,6 +137,13 @@ func ownWrite(oldObj, newObj ctrlclient.Object) bool {
 	n, ok2 := newObj.(*primazav1alpha1.RegisteredService)
 	return ok1 && ok2 && o.Generation == n.Generation && o.Status.ClaimRef == nil && n.Status.ClaimRef != nil &&
 		n.Status.State == primazav1alpha1.ServiceClaimed && n.DeletionTimestamp.IsZero()
+}
+
+// checkedOnly is claims.CheckedOnly of two RegisteredServices.
+func checkedOnly(oldObj, newObj ctrlclient.Object) bool {
+	o, ok1 := oldObj.(*primazav1alpha1.RegisteredService)
+	n, ok2 := newObj.(*primazav1alpha1.RegisteredService)
+	return ok1 && ok2 && claims.CheckedOnly(o, n)
 }
 
 // holdsMore says whether the claim that holds svc holds another service
