@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -158,8 +160,13 @@ func BenchmarkTemporalFloor(b *testing.B) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	// The server records each closed run in its visibility store after the
-	// run ends; that work is part of the cost.
-	time.Sleep(2 * time.Second) // part of the measured window, not a wait before an assertion
+	// run ends; that work is part of the cost, so the window closes once
+	// every run is found there.
+	closed := fmt.Sprintf("WorkflowType = 'ProvisionShape' AND ExecutionStatus = 'Completed' AND TaskQueue = %q", floorTaskQueue)
+	require.Eventually(b, func() bool {
+		resp, err := tc.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{Query: closed})
+		return err == nil && resp.GetCount() >= int64(n)
+	}, time.Minute, 50*time.Millisecond, "visibility records the %d closed runs", n)
 	cpuAfter := testenv.CPU()
 	rate := float64(n) / elapsed.Seconds()
 	b.ReportMetric(rate, "runs/s")

@@ -73,10 +73,16 @@ func BenchmarkAtRest(b *testing.B) {
 
 	b.ResetTimer()
 	before, peak := rel.sample(b), map[string]int64{}
-	for end := time.Now().Add(size.idle); time.Now().Before(end); {
-		// Resident memory is read every 10 s through the window, for its
-		// highest: a poll, not a wait before an assertion.
-		time.Sleep(min(10*time.Second, time.Until(end)))
+	// Resident memory is read every 10 s through the window, and at its
+	// end, for its highest.
+	tick, window := time.NewTicker(10*time.Second), time.NewTimer(size.idle)
+	defer tick.Stop()
+	for open := true; open; {
+		select {
+		case <-tick.C:
+		case <-window.C:
+			open = false
+		}
 		for _, c := range restComponents {
 			peak[c] = max(peak[c], rssOf(rel.procs[c]))
 		}
@@ -147,6 +153,10 @@ func makeRest(b *testing.B, c ctrlclient.Client, s *testenv.System, planID strin
 func waitCount(b *testing.B, c ctrlclient.Client, ns string, list ctrlclient.ObjectList, want int, what string, ok func(ctrlclient.Object) bool) {
 	b.Helper()
 	deadline := time.Now().Add(20 * time.Minute)
+	// Every 5 s: listing ten thousand objects more often would load the
+	// machine being set up.
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
 	for {
 		require.NoError(b, c.List(context.Background(), list, ctrlclient.InNamespace(ns)))
 		objs, err := metaItems(list)
@@ -161,7 +171,7 @@ func waitCount(b *testing.B, c ctrlclient.Client, ns string, list ctrlclient.Obj
 			return
 		}
 		require.True(b, time.Now().Before(deadline), "after 20 minutes %d of %d %s", n, want, what)
-		time.Sleep(5 * time.Second) // a poll: listing ten thousand objects more often would load the machine being set up
+		<-tick.C
 	}
 }
 
@@ -245,8 +255,11 @@ func startRelease(b *testing.B, kube *testenv.Cluster, ns string) *release {
 func (r *release) settle(b *testing.B, within time.Duration) time.Duration {
 	begun := time.Now()
 	quiet := 15 * time.Second
+	// Each tick ends a window of quiet length: were there writes in it?
+	tick := time.NewTicker(quiet)
+	defer tick.Stop()
 	for offset := r.audit.size(b); ; {
-		time.Sleep(quiet) // a measuring window: were there writes in it?
+		<-tick.C
 		next := r.audit.size(b)
 		if len(r.audit.between(b, offset, next).writes(true)) == 0 {
 			return time.Since(begun) - quiet
