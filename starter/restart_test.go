@@ -41,7 +41,9 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Create(ctx, gate))
 	opened := time.Now()
 	// The run's next poll comes due after the gate opened: its timer fires
-	// and a workflow task waits, which no worker takes.
+	// and a workflow task waits, which no worker takes. The poll's backoff
+	// grows to 30 s, so how long to wait is read from the pending timer in
+	// the run's history, with room for a loaded machine.
 	id := runs.WorkflowID(lifecycle.InstanceTarget(inst))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		h, err := s.ReadHistory(id, "")
@@ -58,7 +60,7 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 			assert.NotEqual(c, enums.EVENT_TYPE_WORKFLOW_TASK_STARTED, ev.GetEventType(), "no worker took the task")
 		}
 		assert.Equal(c, enums.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, events[len(events)-1].GetEventType())
-	}, 30*time.Second, 200*time.Millisecond)
+	}, time.Until(nextPoll(t, s, id))+30*time.Second, 200*time.Millisecond)
 	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(inst), inst))
 	assert.Equal(t, osbv1alpha1.StateInProgress, inst.Status.State, "nothing moves without a worker")
 
@@ -74,6 +76,21 @@ func TestWorkerRestartMidProvision(t *testing.T) {
 	assert.Equal(t, 1, s.Runs(t, id), "one run carried over the restart")
 
 	recorded(t, s.History(id, ""), "provision-restart")
+}
+
+// nextPoll reads when the run's latest poll timer comes due.
+func nextPoll(t *testing.T, s *testenv.System, id string) time.Time {
+	t.Helper()
+	h, err := s.ReadHistory(id, "")
+	require.NoError(t, err)
+	var due time.Time
+	for _, ev := range h.Events {
+		if attrs := ev.GetTimerStartedEventAttributes(); attrs != nil {
+			due = ev.GetEventTime().AsTime().Add(attrs.GetStartToFireTimeout().AsDuration())
+		}
+	}
+	require.False(t, due.IsZero(), "the provision polls the gate on a timer")
+	return due
 }
 
 // TestConcurrentOperationIsRefused: the workflow ID is the lock. A second
