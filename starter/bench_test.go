@@ -1,11 +1,9 @@
 package starter_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -104,13 +101,13 @@ func benchProvision(b *testing.B, bare, temporalCluster bool) provisionFigures {
 	rawRate := float64(n) / time.Since(rawStart).Seconds()
 
 	// 2. A burst of N instances.
-	requestsBefore := apiRequests(b, s.Kube)
+	requestsBefore, eventsBefore := apiRequests(b, s.Kube), watchEvents(b, s.Kube)
 	profiled := func() {}
 	if bare { // with QM_BENCH_PROFILE; BenchmarkKubernetesFloor profiles its calls alone
 		profiled = testenv.ProfileAPIServer(b, s.Kube, "provision-kube-apiserver", 8)
 	}
 	burst := tr.burst(b, direct, n, "burst", newInstance)
-	requestsAfter := apiRequests(b, s.Kube)
+	requestsAfter, eventsAfter := apiRequests(b, s.Kube), watchEvents(b, s.Kube)
 	profiled()
 	throughput := burst.throughput
 
@@ -158,6 +155,8 @@ func benchProvision(b *testing.B, bare, temporalCluster bool) provisionFigures {
 		pct(steady, 50).Round(time.Millisecond), pct(steady, 99).Round(time.Millisecond), rawRate)
 	fmt.Println("  API requests per instance in the burst (the benchmark's own create included):")
 	printRequestsPerInstance(requestsBefore, requestsAfter, n)
+	fmt.Println("  watch events sent per instance in the burst, by resource:")
+	printRequestsPerInstance(eventsBefore, eventsAfter, n)
 	fmt.Printf("  CPU per instance in the burst:%s\n", testenv.CPUPer(burst.cpuBefore, burst.cpuAfter, n))
 	figures := burst.provisionFigures
 	figures.p99 = pct(burst.latencies, 99)
@@ -200,35 +199,20 @@ func pct(sorted []time.Duration, p int) time.Duration {
 // apiRequests reads the API server's request counters, by verb, resource
 // and subresource, from its /metrics.
 func apiRequests(t testing.TB, kube *testenv.Cluster) map[string]float64 {
-	cs := kubernetes.NewForConfigOrDie(kube.Config)
-	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
-	sc.Buffer(make([]byte, 1<<20), 1<<22)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, "apiserver_request_total{") {
-			continue
-		}
-		i := strings.LastIndex(l, " ")
-		v, _ := strconv.ParseFloat(l[i+1:], 64)
-		lab := l[:i]
-		var verb, res, sub string
-		for _, kv := range strings.Split(lab[strings.Index(lab, "{")+1:len(lab)-1], ",") {
-			p := strings.SplitN(kv, "=", 2)
-			switch p[0] {
-			case "verb":
-				verb = strings.Trim(p[1], `"`)
-			case "resource":
-				res = strings.Trim(p[1], `"`)
-			case "subresource":
-				sub = strings.Trim(p[1], `"`)
-			}
-		}
-		out[verb+" "+res+"/"+sub] += v
+	for _, s := range testenv.ScrapeAPIServer(t, kube)["apiserver_request_total"].GetMetric() {
+		out[testenv.Label(s, "verb")+" "+testenv.Label(s, "resource")+"/"+testenv.Label(s, "subresource")] += s.GetCounter().GetValue()
+	}
+	return out
+}
+
+// watchEvents reads how many watch events the API server has sent to its
+// watchers, by resource: each write's cost grows with the watchers it
+// reaches.
+func watchEvents(t testing.TB, kube *testenv.Cluster) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range testenv.ScrapeAPIServer(t, kube)["apiserver_watch_events_total"].GetMetric() {
+		out["events "+testenv.Label(s, "resource")] += s.GetCounter().GetValue()
 	}
 	return out
 }

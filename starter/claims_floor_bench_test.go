@@ -61,7 +61,7 @@ func BenchmarkClaimsFloor(b *testing.B) {
 		return float64(n) / elapsed.Seconds(), testenv.CPUUsed(cpuBefore, testenv.CPU(), n)
 	}
 	b.ResetTimer()
-	provRate, provCPU := measure(func(i int) error { return provisionFloorSet(ctx, c, ns, fmt.Sprintf("floor-%05d", i)) })
+	provRate, provCPU := measure(func(i int) error { return provisionFloorSet(ctx, c, ns, fmt.Sprintf("floor-%05d", i), false) })
 	claimRate, claimCPU := measure(func(i int) error { return claimFloorSet(ctx, c, services[i], fmt.Sprintf("claim-%05d", i)) })
 	b.StopTimer()
 

@@ -13,6 +13,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,8 +31,9 @@ var (
 	// provisionBareCPU is BenchmarkProvision's CPU per instance on the bare
 	// API server, the floors' own.
 	provisionBareCPU time.Duration
-	// kubernetesFloorCPU is BenchmarkKubernetesFloor's CPU per set.
-	kubernetesFloorCPU time.Duration
+	// kubernetesFloorCPU is BenchmarkKubernetesFloor's CPU per set, and
+	// kubernetesFencedCPU its CPU per set with the fence's read.
+	kubernetesFloorCPU, kubernetesFencedCPU time.Duration
 )
 
 // floorTaskQueue keeps BenchmarkTemporalFloor's runs apart from any worker
@@ -45,7 +47,10 @@ const floorTaskQueue = "temporal-floor"
 // while two informers watch the instances (the watcher's and the
 // benchmark's). Its CPU per set is what the API server, etcd and their
 // clients cost at the least for one provision of the one-ConfigMap plan;
-// BenchmarkTemporalFloor, below, gives Temporal's share.
+// BenchmarkTemporalFloor, below, gives Temporal's share. It then makes the
+// same calls with the one a provision may not skip beyond them: the
+// fence's read of the object before its apply (a 404 on a first apply),
+// without which a resumed worker would write a stale render over a newer one.
 func BenchmarkKubernetesFloor(b *testing.B) {
 	n := testenv.BenchN()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -53,25 +58,35 @@ func BenchmarkKubernetesFloor(b *testing.B) {
 	kube, ns := watchedNamespace(ctx, b, 2)
 
 	c := kube.Client
-	cpuBefore := testenv.CPU()
+	cpuBefore, eventsBefore := testenv.CPU(), watchEvents(b, kube)
 	b.ResetTimer()
 	start := time.Now()
 	profiled := testenv.ProfileAPIServer(b, kube, "floor-kube-apiserver", 3)
-	testenv.Parallel(b, n, func(i int) error { return provisionFloorSet(ctx, c, ns, fmt.Sprintf("floor-%05d", i)) })
+	testenv.Parallel(b, n, func(i int) error { return provisionFloorSet(ctx, c, ns, fmt.Sprintf("floor-%05d", i), false) })
 	elapsed := time.Since(start)
 	b.StopTimer()
 	profiled()
-	cpuAfter := testenv.CPU()
+	cpuAfter, eventsAfter := testenv.CPU(), watchEvents(b, kube)
 	rate := float64(n) / elapsed.Seconds()
 	kubernetesFloorCPU = testenv.CPUUsed(cpuBefore, cpuAfter, n)
 	b.ReportMetric(rate, "sets/s")
 	fmt.Printf("\nKubernetes floor of a provision, N=%d, %d clients (create, get, Secret, apply, status patch):\n"+
-		"  %7.1f sets/s\n  CPU per set:%s\n", n, testenv.BenchClients, rate, testenv.CPUPer(cpuBefore, cpuAfter, n))
+		"  %7.1f sets/s\n  CPU per set:%s\n  watch events sent per set, by resource:\n", n, testenv.BenchClients, rate, testenv.CPUPer(cpuBefore, cpuAfter, n))
+	printRequestsPerInstance(eventsBefore, eventsAfter, n)
+
+	cpuBefore = testenv.CPU()
+	start = time.Now()
+	testenv.Parallel(b, n, func(i int) error { return provisionFloorSet(ctx, c, ns, fmt.Sprintf("fenced-%05d", i), true) })
+	rate = float64(n) / time.Since(start).Seconds()
+	cpuAfter = testenv.CPU()
+	kubernetesFencedCPU = testenv.CPUUsed(cpuBefore, cpuAfter, n)
+	fmt.Printf("  with the fence's read before the apply: %7.1f sets/s\n  CPU per set:%s\n", rate, testenv.CPUPer(cpuBefore, cpuAfter, n))
 }
 
 // provisionFloorSet makes the API calls of one provision of the
-// one-configmap plan, for instance name in ns, with no logic in between.
-func provisionFloorSet(ctx context.Context, c ctrlclient.Client, ns, name string) error {
+// one-configmap plan, for instance name in ns, with no logic in between;
+// fenced adds the fence's metadata read of the ConfigMap before its apply.
+func provisionFloorSet(ctx context.Context, c ctrlclient.Client, ns, name string, fenced bool) error {
 	inst := &osbv1alpha1.SFServiceInstance{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: "bench", PlanID: "one-configmap"},
@@ -93,6 +108,12 @@ func provisionFloorSet(ctx context.Context, c ctrlclient.Client, ns, name string
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Data:       map[string]string{"plan": "one-configmap"},
+	}
+	if fenced {
+		live := &metav1.PartialObjectMetadata{TypeMeta: cm.TypeMeta}
+		if err := c.Get(ctx, ctrlclient.ObjectKeyFromObject(cm), live); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the fence's read of a new ConfigMap: want a 404, got %v", err)
+		}
 	}
 	if err := c.Patch(ctx, cm, ctrlclient.Apply, ctrlclient.FieldOwner("qm"), ctrlclient.ForceOwnership); err != nil {
 		return err
@@ -117,6 +138,20 @@ func provisionShape(ctx workflow.Context, t lifecycle.Target) error {
 	return nil
 }
 
+// provisionShapeVersioned adds to provisionShape what Provision's last
+// step may not skip: the operator view's version marker (with the SDK's
+// TemporalChangeVersion upsert) and the QmState search attribute that the
+// Temporal UI's lists filter on.
+func provisionShapeVersioned(ctx workflow.Context, t lifecycle.Target) error {
+	if err := provisionShape(ctx, t); err != nil {
+		return err
+	}
+	if workflow.GetVersion(ctx, "operator-view", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	return workflow.UpsertTypedSearchAttributes(ctx, runs.AttrState.ValueSet(string(osbv1alpha1.StateSucceeded)))
+}
+
 func noop(context.Context, lifecycle.Target) error { return nil }
 
 // BenchmarkTemporalFloor measures what Temporal alone costs per provision on
@@ -124,24 +159,56 @@ func noop(context.Context, lifecycle.Target) error { return nil }
 // workflow of Provision's shape, eagerly started from 16 clients with
 // Provision's search attributes, each awaited to its end. Its CPU per run is
 // Temporal's least share of BenchmarkProvision's, as
-// BenchmarkKubernetesFloor gives the API server's; with both, it prints
-// BenchmarkProvision's CPU per instance on the bare API server against
-// their sum.
+// BenchmarkKubernetesFloor gives the API server's. It then runs the shape
+// with what Provision's last step may not skip (provisionShapeVersioned).
+// With both floors, it prints BenchmarkProvision's CPU per instance on the
+// bare API server against their sum: the floors, and the floors with
+// the mandated parts.
 func BenchmarkTemporalFloor(b *testing.B) {
 	n := testenv.BenchN()
 	tc := testenv.FileTemporal(b)
 	w := sdkworker.New(tc, floorTaskQueue, sdkworker.Options{})
 	w.RegisterWorkflowWithOptions(provisionShape, workflow.RegisterOptions{Name: "ProvisionShape"})
+	w.RegisterWorkflowWithOptions(provisionShapeVersioned, workflow.RegisterOptions{Name: "ProvisionShapeVersioned"})
 	if err := w.Start(); err != nil {
 		b.Fatal(err)
 	}
 	defer w.Stop()
 
-	cpuBefore := testenv.CPU()
+	// A round of warm-up, so that neither measured shape pays for the
+	// server's first runs.
+	temporalFloor(b, tc, "ProvisionShapeVersioned", "warm-up", testenv.BenchClients)
 	b.ResetTimer()
+	rate, temporalCPU, per := temporalFloor(b, tc, "ProvisionShape", "shape", n)
+	b.StopTimer()
+	b.ReportMetric(rate, "runs/s")
+	fmt.Printf("\nTemporal floor of a provision, N=%d, %d clients (eager start, 4 empty local activities):\n"+
+		"  %7.1f runs/s\n  CPU per run:%s\n", n, testenv.BenchClients, rate, per)
+	rate, versionedCPU, versionedPer := temporalFloor(b, tc, "ProvisionShapeVersioned", "versioned", n)
+	fmt.Printf("  with the operator view's version marker and QmState upsert: %7.1f runs/s\n  CPU per run:%s\n", rate, versionedPer)
+	if provisionBareCPU > 0 && kubernetesFloorCPU > 0 {
+		floors, mandated := kubernetesFloorCPU+temporalCPU, kubernetesFencedCPU+versionedCPU
+		ms := func(d time.Duration) float64 { return d.Seconds() * 1000 }
+		fmt.Printf("  provision on the bare API server (BenchmarkProvision, this run): %.1fms per instance\n"+
+			"  the issue's floors, Kubernetes %.1fms + Temporal %.1fms = %.1fms\n%s"+
+			"  the floors with the parts a provision may not skip (the fence's read; the version marker and QmState), %.1fms + %.1fms = %.1fms: %.2fx\n",
+			ms(provisionBareCPU), ms(kubernetesFloorCPU), ms(temporalCPU), ms(floors),
+			testenv.BenchVerdict("a provision's CPU over the sum of its floors", provisionBareCPU.Seconds()/floors.Seconds(), 1.15, "x", true),
+			ms(kubernetesFencedCPU), ms(versionedCPU), ms(mandated), provisionBareCPU.Seconds()/mandated.Seconds())
+	}
+}
+
+// temporalFloor runs n workflows of workflowType, named from prefix,
+// eagerly started from 16 clients with Provision's search attributes and
+// each awaited to its end. It returns their rate and the machine's CPU per
+// run, visibility's work on the closed runs included, in all and by process.
+func temporalFloor(b *testing.B, tc client.Client, workflowType, prefix string, n int) (float64, time.Duration, string) {
+	before, err := closedRuns(tc, workflowType)
+	require.NoError(b, err)
+	cpuBefore := testenv.CPU()
 	start := time.Now()
 	testenv.Parallel(b, n, func(i int) error {
-		t := lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: "bench", Name: fmt.Sprintf("floor-%05d", i)}
+		t := lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: "bench", Name: fmt.Sprintf("%s-%05d", prefix, i)}
 		run, err := tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
 			ID:               runs.WorkflowID(t),
 			TaskQueue:        floorTaskQueue,
@@ -151,31 +218,29 @@ func BenchmarkTemporalFloor(b *testing.B) {
 				runs.AttrName.ValueSet(t.Name), runs.AttrOperation.ValueSet(string(lifecycle.OpProvision)),
 				runs.AttrInstance.ValueSet(t.Name), runs.AttrService.ValueSet("bench"),
 				runs.AttrPlan.ValueSet("one-configmap")),
-		}, "ProvisionShape", t)
+		}, workflowType, t)
 		if err != nil {
 			return err
 		}
 		return run.Get(context.Background(), nil)
 	})
-	elapsed := time.Since(start)
-	b.StopTimer()
+	rate := float64(n) / time.Since(start).Seconds()
 	// The server records each closed run in its visibility store after the
 	// run ends; that work is part of the cost, so the window closes once
 	// every run is found there.
-	closed := fmt.Sprintf("WorkflowType = 'ProvisionShape' AND ExecutionStatus = 'Completed' AND TaskQueue = %q", floorTaskQueue)
 	require.Eventually(b, func() bool {
-		resp, err := tc.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{Query: closed})
-		return err == nil && resp.GetCount() >= int64(n)
-	}, time.Minute, 200*time.Millisecond, "visibility records the %d closed runs", n)
+		count, err := closedRuns(tc, workflowType)
+		return err == nil && count >= before+int64(n)
+	}, time.Minute, 200*time.Millisecond, "visibility records the %d closed runs of %s", n, workflowType)
 	cpuAfter := testenv.CPU()
-	rate := float64(n) / elapsed.Seconds()
-	b.ReportMetric(rate, "runs/s")
-	fmt.Printf("\nTemporal floor of a provision, N=%d, %d clients (eager start, 4 empty local activities):\n"+
-		"  %7.1f runs/s\n  CPU per run:%s\n", n, testenv.BenchClients, rate, testenv.CPUPer(cpuBefore, cpuAfter, n))
-	if provisionBareCPU > 0 && kubernetesFloorCPU > 0 {
-		floors := kubernetesFloorCPU + testenv.CPUUsed(cpuBefore, cpuAfter, n)
-		fmt.Printf("  provision on the bare API server (BenchmarkProvision, this run): %.1fms per instance; the floors, Kubernetes %.1fms + Temporal %.1fms = %.1fms\n%s",
-			provisionBareCPU.Seconds()*1000, kubernetesFloorCPU.Seconds()*1000, (floors-kubernetesFloorCPU).Seconds()*1000, floors.Seconds()*1000,
-			testenv.BenchVerdict("a provision's CPU over the sum of its floors", provisionBareCPU.Seconds()/floors.Seconds(), 1.15, "x", true))
-	}
+	return rate, testenv.CPUUsed(cpuBefore, cpuAfter, n), testenv.CPUPer(cpuBefore, cpuAfter, n)
+}
+
+// closedRuns counts the completed runs of workflowType that visibility has
+// recorded.
+func closedRuns(tc client.Client, workflowType string) (int64, error) {
+	resp, err := tc.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowType = %q AND ExecutionStatus = 'Completed' AND TaskQueue = %q", workflowType, floorTaskQueue),
+	})
+	return resp.GetCount(), err
 }

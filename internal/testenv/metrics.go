@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Metrics are the metric families of one scrape, by name.
@@ -37,10 +39,34 @@ func Scrape(t require.TestingT, url string) Metrics {
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err, "scraping %s", url)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "scraping %s: %s", url, body)
+	return ParseMetrics(t, url, body)
+}
+
+// ScrapeAPIServer reads the API server's /metrics, as its admin.
+func ScrapeAPIServer(t require.TestingT, kube *Cluster) Metrics {
+	cs, err := kubernetes.NewForConfig(kube.Config)
+	require.NoError(t, err)
+	body, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	require.NoError(t, err, "scraping the API server's metrics")
+	return ParseMetrics(t, "the API server", body)
+}
+
+// ParseMetrics parses a scrape of from, in Prometheus's text format.
+func ParseMetrics(t require.TestingT, from string, body []byte) Metrics {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	require.NoError(t, err, "parsing the metrics of %s", url)
+	require.NoError(t, err, "parsing the metrics of %s", from)
 	return Metrics(families)
+}
+
+// Label is the value of a series' label name, "" if it has none.
+func Label(s *dto.Metric, name string) string {
+	for _, l := range s.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 // Value is the value of the series of name whose labels include these
