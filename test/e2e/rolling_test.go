@@ -26,10 +26,13 @@ import (
 
 // The rolling update's size: rollingProvisions provisions at rollingRate a
 // second while every process is replaced, and as many before, at the same
-// pace, without restarts, for the baseline.
+// pace, without restarts, for the baseline. The baseline is the same
+// workload so that its slowest provision carries the same load: on a busy
+// machine 200 provisions of 20 objects queue where 40 did not, and a
+// shorter baseline counted that queue as the restarts' stall.
 const (
 	rollingProvisions  = 200
-	baselineProvisions = 40
+	baselineProvisions = rollingProvisions
 	rollingRate        = 5
 	// rollingEvery paces the six replacements over the provisions.
 	rollingEvery = rollingProvisions / rollingRate * time.Second / 7
