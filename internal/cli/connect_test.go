@@ -83,6 +83,7 @@ client_key_path = %q
 		flags              globals
 		address, namespace string
 		mtls, apiKey       bool
+		gzip               bool
 		err                string
 	}{
 		{name: "the default profile", env: mapEnv{"TEMPORAL_CONFIG_FILE": file}, address: "temporal.internal:7233", namespace: "brokers"},
@@ -95,6 +96,9 @@ client_key_path = %q
 		{name: "mTLS from variables", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233", "TEMPORAL_TLS_CLIENT_CERT_PATH": certPath, "TEMPORAL_TLS_CLIENT_KEY_PATH": keyPath},
 			address: "env:7233", namespace: "default", mtls: true},
 		{name: "an API key", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233", "TEMPORAL_API_KEY": "key-kept-out-of-logs"}, address: "env:7233", namespace: "default", apiKey: true},
+		{name: "gzip asked for", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233"}, flags: globals{temporalCompression: "gzip"}, address: "env:7233", namespace: "default", gzip: true},
+		{name: "a compression that is not known", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233"}, flags: globals{temporalCompression: "zstd"},
+			err: `--temporal-grpc-compression: "zstd" is neither "none" nor "gzip"`},
 		{name: "a profile that is not in the file", env: mapEnv{"TEMPORAL_CONFIG_FILE": file, "TEMPORAL_PROFILE": "staging"}, err: `loading the Temporal client configuration from ` + file + `: unable to find profile staging in config data`},
 		{name: "a file that is not TOML", env: mapEnv{"TEMPORAL_CONFIG_FILE": malformed},
 			err: `loading the Temporal client configuration from ` + malformed + `: failed parsing config: toml: line 3 (last key "profile.default"): expected '.' or '=', but got '\n' instead`},
@@ -119,6 +123,11 @@ client_key_path = %q
 				assert.Nil(t, opts.ConnectionOptions.TLS)
 			}
 			assert.Equal(t, tc.apiKey, opts.Credentials != nil)
+			if tc.gzip {
+				assert.IsType(t, &client.GrpcCompressionGzip{}, opts.ConnectionOptions.GrpcCompression)
+			} else {
+				assert.IsType(t, &client.GrpcCompressionNone{}, opts.ConnectionOptions.GrpcCompression, "uncompressed unless asked")
+			}
 			if tc.apiKey {
 				assert.NotNil(t, opts.ConnectionOptions.TLS, "an API key goes over TLS")
 			}

@@ -26,8 +26,11 @@ type globals struct {
 	temporalAddress   string
 	temporalNamespace string
 	temporalProfile   string
-	logLevel          string
-	logger            *slog.Logger
+	// temporalCompression is how requests to Temporal are compressed:
+	// "none" or "gzip".
+	temporalCompression string
+	logLevel            string
+	logger              *slog.Logger
 	// env is where the Temporal client configuration's variables are
 	// looked up (nil: the process's environment).
 	env envconfig.EnvLookup
@@ -75,6 +78,7 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 	pf.StringVar(&g.temporalAddress, "temporal-address", "", "host:port of the Temporal frontend (over TEMPORAL_ADDRESS and the profile)")
 	pf.StringVar(&g.temporalNamespace, "temporal-namespace", "", `Temporal namespace (over TEMPORAL_NAMESPACE and the profile; default "default")`)
 	pf.StringVar(&g.temporalProfile, "temporal-profile", "", "profile of the Temporal client configuration file, temporal.toml (over TEMPORAL_PROFILE)")
+	pf.StringVar(&g.temporalCompression, "temporal-grpc-compression", "none", `compression of requests to Temporal: "none", or "gzip" where the network costs more than the CPU (over a WAN, to Temporal Cloud)`)
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 
 	root.AddCommand(

@@ -109,6 +109,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			HostPort:  opts.Address,
 			Namespace: opts.Namespace,
 			Logger:    log.NewStructuredLogger(opts.Logger),
+			// On loopback gzip is CPU spent for nothing (qm's clients
+			// of Temporal are uncompressed unless told otherwise).
+			ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}},
 		},
 		DBFilename:       opts.DBFile,
 		EnableUI:         opts.UIPort != 0,
