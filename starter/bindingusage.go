@@ -86,8 +86,7 @@ func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOpti
 	}
 	u.usages = c
 	bindingChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return secretOf(e.ObjectOld) != secretOf(e.ObjectNew) }}
-	secrets := &metav1.PartialObjectMetadata{}
-	secrets.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Secret"})
+	secrets := secretsMetadata()
 	sources := []source.Source{
 		source.Kind[ctrlclient.Object](u.cache, &sc.ServiceBindingUsage{}, &handler.EnqueueRequestForObject{}, specOrDeletion),
 		source.Kind[ctrlclient.Object](u.cache, &osbv1alpha1.SFServiceBinding{}, u.by(usageBindingField, bindingOf), bindingChanged),

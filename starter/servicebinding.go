@@ -83,8 +83,7 @@ func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOp
 	}
 	s.bindings = c
 	secretChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return secretOf(e.ObjectOld) != secretOf(e.ObjectNew) }}
-	secrets := &metav1.PartialObjectMetadata{}
-	secrets.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Secret"})
+	secrets := secretsMetadata()
 	serviceKey := func(o ctrlclient.Object) string {
 		switch o.(type) {
 		case *osbv1alpha1.SFServiceBinding:
@@ -166,4 +165,12 @@ func (s *ServiceBindings) wake(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("signalling the workflow of ServiceBinding %s: %w", req.NamespacedName, err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// secretsMetadata is what the watcher watches of Secrets: their metadata,
+// registries left out (NewWatcher).
+func secretsMetadata() *metav1.PartialObjectMetadata {
+	secrets := &metav1.PartialObjectMetadata{}
+	secrets.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Secret"})
+	return secrets
 }

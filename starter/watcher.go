@@ -13,6 +13,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -32,6 +34,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/informers"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/registry"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -83,12 +86,22 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	// (crds.NewClient).
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS = -1
+	// The registry Secrets stay out of the cache of Secrets (their
+	// metadata, which servicebinding.io and binding usages watch): they are
+	// Quartermaster's own, never a binding's, and one comes with every
+	// instance and binding, so that watching them cost a watch event per
+	// provision and most of the Secrets the cache held at rest.
+	notRegistry, err := labels.NewRequirement(registry.Label, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, fmt.Errorf("the selector of Secrets that are not registries: %w", err)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: crds.NewScheme(),
 		// Without managedFields: nothing here reads them, and they are
 		// most of what the caches would hold of the tens of thousands of
 		// objects (Secrets among them) the watcher watches.
-		Cache:                   cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields()},
+		Cache: cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[ctrlclient.Object]cache.ByObject{secretsMetadata(): {Label: labels.NewSelector().Add(*notRegistry)}}},
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "qm-watcher.quartermaster.io",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,

@@ -16,6 +16,10 @@ import (
 // apart from the Secrets they sit beside.
 const SecretType corev1.SecretType = "quartermaster.io/registry"
 
+// Label marks registry Secrets, with their kind as its value: caches of
+// Secrets that are not the registry's leave them out by it.
+const Label = "quartermaster.io/registry"
+
 // Key names the registry of one instance or binding: its kind, and the
 // namespace and name of the resource.
 type Key struct {
@@ -58,7 +62,7 @@ func (s Store) Create(ctx context.Context, key Key, reg *Registry) (*Registry, *
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      key.SecretName(),
 			Namespace: key.Namespace,
-			Labels:    map[string]string{"quartermaster.io/registry": string(key.Kind), "quartermaster.io/" + string(key.Kind): key.Name},
+			Labels:    map[string]string{Label: string(key.Kind), "quartermaster.io/" + string(key.Kind): key.Name},
 		},
 		Type: SecretType,
 		Data: data,
