@@ -102,11 +102,13 @@ func benchProvision(b *testing.B, bare, temporalCluster bool) provisionFigures {
 
 	// 2. A burst of N instances.
 	requestsBefore, eventsBefore := apiRequests(b, s.Kube), watchEvents(b, s.Kube)
-	profiled := func() {}
+	profiled, selfProfiled := func() {}, func() {}
 	if bare { // with QM_BENCH_PROFILE; BenchmarkKubernetesFloor profiles its calls alone
 		profiled = testenv.ProfileAPIServer(b, s.Kube, "provision-kube-apiserver", 8)
+		selfProfiled = testenv.ProfileSelf(b, "provision-qm")
 	}
 	burst := tr.burst(b, direct, n, "burst", newInstance)
+	selfProfiled()
 	requestsAfter, eventsAfter := apiRequests(b, s.Kube), watchEvents(b, s.Kube)
 	profiled()
 	throughput := burst.throughput

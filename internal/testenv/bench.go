@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -284,6 +285,32 @@ func ProfileAPIServer(t testing.TB, kube *Cluster, name string, seconds int) (wa
 	return func() {
 		if err := <-done; err != nil {
 			t.Errorf("profiling kube-apiserver: %v", err)
+		}
+	}
+}
+
+// ProfileSelf starts a CPU profile of this process (qm's worker and
+// watcher in the benchmarks, with the benchmark's own clients), when
+// QM_BENCH_PROFILE names a directory, and returns a function that stops it
+// and writes it there as name.pprof. Without QM_BENCH_PROFILE, or under
+// go test -cpuprofile (a process has one CPU profile at a time), it does
+// nothing.
+func ProfileSelf(t testing.TB, name string) (stop func()) {
+	dir := os.Getenv("QM_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	require.NoError(t, err)
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Logf("no CPU profile of %s: %v", name, err)
+		_ = f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			t.Errorf("writing the CPU profile of %s: %v", name, err)
 		}
 	}
 }
