@@ -183,11 +183,16 @@ func watchInstances(ctx context.Context, b *testing.B, cfg *rest.Config, ns stri
 // writes into.
 func watchedNamespace(ctx context.Context, b *testing.B, informers int) (*testenv.Cluster, string) {
 	kube := testenv.BareKubernetes(b)
+	return kube, watchedNamespaceOf(ctx, b, kube, informers)
+}
+
+// watchedNamespaceOf is watchedNamespace on kube.
+func watchedNamespaceOf(ctx context.Context, b *testing.B, kube *testenv.Cluster, informers int) string {
 	ns := kube.Namespace(b)
 	for range informers {
 		watchInstances(ctx, b, kube.Config, ns, toolscache.ResourceEventHandlerFuncs{})
 	}
-	return kube, ns
+	return ns
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -230,9 +235,10 @@ func printRequestsPerInstance(before, after map[string]float64, n int) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		// Every write is printed, however rare; reads from 0.005 up.
+		// Every write is printed, however rare; reads and watch events
+		// from 0.005 up.
 		verb, _, _ := strings.Cut(k, " ")
-		if per := (after[k] - before[k]) / float64(n); per >= 0.005 || (verb != "GET" && verb != "LIST" && verb != "WATCH") {
+		if per := (after[k] - before[k]) / float64(n); per >= 0.005 || (verb != "GET" && verb != "LIST" && verb != "WATCH" && verb != "events") {
 			fmt.Printf("    %-40s %.3f\n", k, per)
 		}
 	}

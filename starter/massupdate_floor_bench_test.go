@@ -85,7 +85,7 @@ func BenchmarkMassUpdateFloor(b *testing.B) {
 	defer w.Stop()
 
 	b.ResetTimer()
-	direct, directCPU, per := temporalFloor(b, tc, "ProvisionShape", "direct", n, nil)
+	direct, directCPU, per := temporalFloor(b, tc, floorRuns{workflowType: "ProvisionShape", prefix: "direct", n: n, await: true})
 	fmt.Printf("\nmass update floor, N=%d: empty runs of Provision's shape (eager start, 4 empty local activities)\n"+
 		"  started one by one by %d clients: %7.1f runs/s, CPU per run:%s\n", n, testenv.BenchClients, direct, per)
 	for _, concurrency := range []int{massupdate.DefaultConcurrency, 50} {
