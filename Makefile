@@ -187,7 +187,7 @@ lint: $(BIN)/testlint ## Check the tests: testifylint, and no test handle off th
 	$(BIN)/testlint ./...
 
 .PHONY: test
-test: ## Run every test (race detector on) against the real API server and Temporal, every benchmark once at a tiny N, then the fuzz tests; prints the wall time.
+test: ## Run every test (race detector on) against the real API server and Temporal, then every benchmark once at a tiny N beside the fuzz tests; prints the wall time.
 	@start=$$(date +%s); \
 	if $(MAKE) --no-print-directory test-steps; then \
 	  echo "make test: passed in $$(( $$(date +%s) - start )) s"; \
@@ -209,7 +209,18 @@ BENCH_PKG = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git 
 .PHONY: test-steps
 test-steps: tools check-generated vet lint
 	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m -skip '^TestChartPods$$' $(TEST_FLAGS) $(TEST_PKG)
+	$(MAKE) --no-print-directory -j2 test-smoke test-beside
+
+# The smoke runs wait on servers far more than they compute; beside them
+# run the hack module's tests (mostly a compile of the image's static qm)
+# and the fuzzing, which together took as long as the smoke runs when they
+# followed them.
+.PHONY: test-smoke
+test-smoke: tools
 	QM_BIN_DIR=$(BIN) QM_BENCH_SMOKE=1 go test -race -count=1 -timeout 30m -run '^$$' -bench . -benchtime 1x $(TEST_FLAGS) $(BENCH_PKG)
+
+.PHONY: test-beside
+test-beside: tools
 	cd hack && go test -count=1 ./image ./testlint/...
 	QM_BIN_DIR=$(BIN) go test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZ_TIME) ./api
 	go test -run '^$$' -fuzz '^FuzzGo$$' -fuzztime $(FUZZ_TIME_TEMPLATES) ./internal/plan
@@ -271,7 +282,7 @@ chaos: tools ## Run Quartermaster as processes under seeded faults and check its
 .PHONY: bench
 # -p 1: one benchmark binary at a time, or they share the machine's two cores.
 bench: tools ## Run the benchmarks and print their figures (QM_BENCH_N sets the provision count, default 1000).
-	QM_BIN_DIR=$(BIN) go test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKG)
+	QM_BIN_DIR=$(BIN) go test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 90m $(PKG)
 
 .PHONY: clean
 clean: ## Remove bin/ and the state of `make run` (.qm/).
