@@ -65,6 +65,7 @@ var variations = []variation{
 		spread := pod["topologySpreadConstraints"].([]any)
 		assert.Equal(t, "topology.kubernetes.io/zone", spread[0].(map[string]any)["topologyKey"])
 		assert.Contains(t, envOf(c), "TEMPORAL_ADDRESS=temporal-frontend.temporal:7233")
+		assert.Contains(t, envOf(c), "QM_TEMPORAL_GRPC_COMPRESSION=none")
 		assert.Contains(t, c["args"], "--scheduler=default")
 		api := objs["Deployment/qm-quartermaster-api"]
 		assert.Contains(t, envOf(podSpec(t, api)["containers"].([]any)[0].(map[string]any)), "QM_OSB_PASSWORD<-qm-quartermaster-osb/password")
@@ -77,7 +78,7 @@ var variations = []variation{
 	}},
 	{name: "existing secrets and mTLS", set: "credentials.osb.existingSecret=platform-creds,credentials.admin.existingSecret=operator-creds," +
 		"temporal.address=temporal.example.com:7233,temporal.namespace=prod,temporal.tls.enabled=true,temporal.tls.secretName=temporal-client," +
-		"temporal.apiKey.secretName=temporal-key",
+		"temporal.apiKey.secretName=temporal-key,temporal.grpcCompression=gzip",
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
 			assert.NotContains(t, objs, "Secret/qm-quartermaster-osb", "no generated Secret")
 			assert.NotContains(t, objs, "Secret/qm-quartermaster-admin")
@@ -88,7 +89,7 @@ var variations = []variation{
 			worker := podSpec(t, objs["Deployment/qm-quartermaster-worker"])
 			env = envOf(worker["containers"].([]any)[0].(map[string]any))
 			for _, want := range []string{"TEMPORAL_ADDRESS=temporal.example.com:7233", "TEMPORAL_NAMESPACE=prod", "TEMPORAL_TLS=true",
-				"TEMPORAL_TLS_CLIENT_CERT_PATH=/etc/temporal-tls/tls.crt", "TEMPORAL_API_KEY<-temporal-key/api-key"} {
+				"TEMPORAL_TLS_CLIENT_CERT_PATH=/etc/temporal-tls/tls.crt", "TEMPORAL_API_KEY<-temporal-key/api-key", "QM_TEMPORAL_GRPC_COMPRESSION=gzip"} {
 				assert.Contains(t, env, want)
 			}
 			assert.Contains(t, worker["volumes"], map[string]any{"name": "temporal-tls", "secret": map[string]any{"secretName": "temporal-client"}})

@@ -135,6 +135,15 @@ client_key_path = %q
 	}
 }
 
+// TestCompressionFromTheEnvironment: QM_TEMPORAL_GRPC_COMPRESSION, which
+// the chart sets, is the flag's default.
+func TestCompressionFromTheEnvironment(t *testing.T) {
+	t.Setenv("QM_TEMPORAL_GRPC_COMPRESSION", "gzip")
+	flag := NewRootCommand().PersistentFlags().Lookup("temporal-grpc-compression")
+	require.NotNil(t, flag)
+	assert.Equal(t, "gzip", flag.Value.String())
+}
+
 // TestWorkerConnectsThroughAProfile runs `qm worker` with nothing but a
 // profile file naming the dev server, and has it run a workflow.
 func TestWorkerConnectsThroughAProfile(t *testing.T) {

@@ -78,7 +78,7 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 	pf.StringVar(&g.temporalAddress, "temporal-address", "", "host:port of the Temporal frontend (over TEMPORAL_ADDRESS and the profile)")
 	pf.StringVar(&g.temporalNamespace, "temporal-namespace", "", `Temporal namespace (over TEMPORAL_NAMESPACE and the profile; default "default")`)
 	pf.StringVar(&g.temporalProfile, "temporal-profile", "", "profile of the Temporal client configuration file, temporal.toml (over TEMPORAL_PROFILE)")
-	pf.StringVar(&g.temporalCompression, "temporal-grpc-compression", "none", `compression of requests to Temporal: "none", or "gzip" where the network costs more than the CPU (over a WAN, to Temporal Cloud)`)
+	pf.StringVar(&g.temporalCompression, "temporal-grpc-compression", envOr("QM_TEMPORAL_GRPC_COMPRESSION", "none"), `compression of requests to Temporal: "none", or "gzip" where the network costs more than the CPU, as to a Temporal across a WAN (env QM_TEMPORAL_GRPC_COMPRESSION)`)
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 
 	root.AddCommand(

@@ -73,6 +73,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ required "temporal.address is required" .Values.temporal.address | quote }}
 - name: TEMPORAL_NAMESPACE
   value: {{ .Values.temporal.namespace | quote }}
+- name: QM_TEMPORAL_GRPC_COMPRESSION
+  value: {{ .Values.temporal.grpcCompression | quote }}
 {{- with .Values.temporal.tls }}
 {{- if .enabled }}
 - name: TEMPORAL_TLS
