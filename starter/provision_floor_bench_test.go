@@ -117,7 +117,7 @@ func BenchmarkProvisionFloor(b *testing.B) {
 
 	fmt.Printf("\nprovision against its floor run together (create; a run of Provision's shape whose local activities make the\n"+
 		"worker's API calls, with the contents a provision writes; the operator view), N=%d, %d clients, %d rounds;\n"+
-		"the four idle servers cost %.3f cores, counted in every window:\n", n, testenv.BenchClients, rounds, idle)
+		"both sides' servers cost %.3f cores idle, counted in every window:\n", n, testenv.BenchClients, rounds, idle)
 	eventsBefore := watchEvents(b, kube)
 	var ratios []float64
 	for r := range rounds {
