@@ -69,11 +69,19 @@ func serverConfig(pgPort, shards int, svc map[string]ports, dynamicConfig string
 
 // dynamicConfig is the server's dynamic configuration: task queues of
 // partitions read and written partitions (production's default is 4; the
-// dev server uses 1), plus the caller's values.
+// dev server uses 1), polls that the server completes when a worker shuts
+// down, plus the caller's values.
+//
+// Without that completion the SDK cancels a stopping worker's polls itself,
+// and a task the server hands to a poll at that instant waits out its
+// timeout (temporalio/sdk-go#2199): a rolling update of the workers could
+// hold a provision for a workflow task timeout. Servers from 1.31 complete
+// the polls when asked to, and the SDK then leaves them to it.
 func dynamicConfig(partitions int, extra map[string]any) map[string]any {
 	dc := map[string]any{
-		"matching.numTaskqueueReadPartitions":  []any{map[string]any{"value": partitions}},
-		"matching.numTaskqueueWritePartitions": []any{map[string]any{"value": partitions}},
+		"matching.numTaskqueueReadPartitions":        []any{map[string]any{"value": partitions}},
+		"matching.numTaskqueueWritePartitions":       []any{map[string]any{"value": partitions}},
+		"frontend.enableCancelWorkerPollsOnShutdown": []any{map[string]any{"value": true}},
 	}
 	for k, v := range extra {
 		dc[k] = []any{map[string]any{"value": v}}

@@ -71,6 +71,7 @@ func TestServerConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.YAMLEq(t, `
 limit.historyCount.suggestContinueAsNew: [{value: 100}]
+frontend.enableCancelWorkerPollsOnShutdown: [{value: true}]
 matching.numTaskqueueReadPartitions: [{value: 4}]
 matching.numTaskqueueWritePartitions: [{value: 4}]
 `, string(raw))

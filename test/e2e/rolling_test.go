@@ -37,8 +37,13 @@ const (
 	// rollingEvery paces the six replacements over the provisions.
 	rollingEvery = rollingProvisions / rollingRate * time.Second / 7
 	// rollingSlack is how much longer than without restarts an operation
-	// may take.
-	rollingSlack = 10 * time.Second
+	// may take: one workflow task timeout, and 5 s. The dev server (Temporal
+	// 1.29) cannot complete a stopping worker's polls, so the SDK cancels
+	// them itself, and a task the server hands to one at that instant waits
+	// out its timeout (temporalio/sdk-go#2199; the Temporal cluster, 1.31,
+	// completes them: internal/temporalcluster). A stall beyond that is the
+	// restarts' own.
+	rollingSlack = runs.WorkflowTaskTimeout + 5*time.Second
 	// rollingObjects is how many ConfigMaps a provision applies: enough
 	// that an apply lasts a while, so that a worker told to stop holds
 	// applies in hand.
