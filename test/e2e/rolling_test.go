@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
 	corev1 "k8s.io/api/core/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -294,6 +295,25 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 		chaos.Percentile(rolling, 50).Round(time.Millisecond), chaos.Percentile(rolling, 99).Round(time.Millisecond),
 		slices.Max(rolling).Round(time.Millisecond), max(slices.Max(rolling)-slowest, 0).Round(time.Millisecond))
 	assert.LessOrEqual(t, slices.Max(rolling), slowest+rollingSlack, "no provision takes more than %s longer than without restarts", rollingSlack)
+	// What held the slowest provision: a workflow task that timed out is a
+	// task lost with a stopped worker or its cancelled poll.
+	mu.Lock()
+	var slow string
+	var slowTook time.Duration
+	for name, d := range took {
+		if strings.HasPrefix(name, "roll-") && d > slowTook {
+			slow, slowTook = name, d
+		}
+	}
+	mu.Unlock()
+	slowID := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: s.Namespace, Name: slow})
+	timeouts := 0
+	for _, ev := range s.History(slowID, s.ClosedRun(slowID, runs.WorkflowType(lifecycle.OpProvision))).GetEvents() {
+		if ev.GetEventType() == enums.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT {
+			timeouts++
+		}
+	}
+	t.Logf("the slowest provision, %s, took %s; its run has %d workflow task timeouts", slow, slowTook.Round(time.Millisecond), timeouts)
 
 	// Nothing lost, stuck or duplicated: one object and one run each.
 	var cms corev1.ConfigMapList
