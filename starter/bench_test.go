@@ -86,12 +86,7 @@ func benchProvision(b *testing.B, bare, temporalCluster bool) provisionFigures {
 	planID := s.Plan("one-configmap", "", testenv.Templates("one-configmap"))
 
 	tr := track(ctx, b, cfg, ns)
-	newInstance := func(name string) *osbv1alpha1.SFServiceInstance {
-		return &osbv1alpha1.SFServiceInstance{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: s.ServiceID, PlanID: planID},
-		}
-	}
+	newInstance := instancesOf(s, planID)
 
 	// 1. The API server's raw create rate, with the same clients.
 	rawStart := time.Now()
@@ -163,6 +158,17 @@ func benchProvision(b *testing.B, bare, temporalCluster bool) provisionFigures {
 	figures := burst.provisionFigures
 	figures.p99 = pct(burst.latencies, 99)
 	return figures
+}
+
+// instancesOf makes the instances a benchmark creates: of planID, of the
+// System's service, in its namespace.
+func instancesOf(s *testenv.System, planID string) func(name string) *osbv1alpha1.SFServiceInstance {
+	return func(name string) *osbv1alpha1.SFServiceInstance {
+		return &osbv1alpha1.SFServiceInstance{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
+			Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: s.ServiceID, PlanID: planID},
+		}
+	}
 }
 
 // watchInstances runs an informer on the SFServiceInstances of ns, with

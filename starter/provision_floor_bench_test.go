@@ -11,10 +11,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/testenv"
 )
@@ -73,9 +71,10 @@ func (f *floorSteps) Provision(ctx workflow.Context, t lifecycle.Target) error {
 // as they do in a provision. The provisions run on the bare API server and
 // a file-backed dev server, the floor on others of its own, all alive
 // throughout: each window's CPU counts the other side's idle servers too,
-// alike in both as the two run at about the same rate. As the provision's 16 clients create and move on, the floor's
-// create, start and move on: neither waits for its sets one by one, so
-// that the servers batch as many operations in both. It prints each
+// alike in both as the two run at about the same rate. As the provision's
+// 16 clients create and move on, the floor's create, start and move on:
+// neither waits for its sets one by one, so that the servers batch as many
+// operations in both. It prints each
 // round, and the median of the rounds' ratios against the target.
 func BenchmarkProvisionFloor(b *testing.B) {
 	n, rounds := testenv.BenchN(), 5
@@ -89,12 +88,7 @@ func BenchmarkProvisionFloor(b *testing.B) {
 	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, Concurrency: 64, FileTemporal: true, Bare: true})
 	planID := s.Plan("one-configmap", "", testenv.Templates("one-configmap"))
 	tr := track(ctx, b, s.Kube.Config, s.Namespace)
-	newInstance := func(name string) *osbv1alpha1.SFServiceInstance {
-		return &osbv1alpha1.SFServiceInstance{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
-			Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: s.ServiceID, PlanID: planID},
-		}
-	}
+	newInstance := instancesOf(s, planID)
 
 	// The floor's: an API server of its own, or the watcher would take its
 	// instances for provisions to run.

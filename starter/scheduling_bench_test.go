@@ -99,10 +99,7 @@ func benchClusters(b *testing.B, run string, sisters []*testenv.Sister) burstFig
 	var created atomic.Int64
 	requestsBefore := apiRequests(b, s.Kube)
 	f := tr.burst(b, s.Kube.Client, n, "burst", func(name string) *osbv1alpha1.SFServiceInstance {
-		inst := &osbv1alpha1.SFServiceInstance{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace},
-			Spec:       osbv1alpha1.SFServiceInstanceSpec{ServiceID: s.ServiceID, PlanID: planID},
-		}
+		inst := instancesOf(s, planID)(name)
 		if run == "assigned" {
 			inst.Spec.ClusterID = names[int(created.Add(1))%len(names)]
 		}
