@@ -14,8 +14,10 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/worker"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -186,4 +188,46 @@ func TestMassUpdateWaitsForABusyInstance(t *testing.T) {
 	inst, err := s.GetInstance("m-001")
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, inst.Status.AppliedPlanGeneration)
+}
+
+// TestMassUpdateLetsItsWorkerStop: a worker stopping while a batch waits
+// for updates that wait for their gates stops at once, not after its stop
+// timeout; the batch's next attempt, on the new worker, waits for the same
+// Update runs, which count as updated (not skipped, as a second run would).
+func TestMassUpdateLetsItsWorkerStop(t *testing.T) {
+	const n = 4
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	planID := massFleet(t, s, n, "", func(int) string { return `{"gated": true}` })
+	newVersion(t, s, "2")
+	name := s.Namespace + "/stopping"
+	admin(t, s, http.MethodPost, "/admin/mass-updates", fmt.Sprintf(`{"name": %q, "plans": [%q], "concurrency": %d}`, name, planID, n), http.StatusAccepted, nil)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Len(c, runningUpdates(c, s), n)
+	}, 30*time.Second, 50*time.Millisecond, "every update waits for its gate")
+
+	began := time.Now()
+	s.StopWorker()
+	assert.Less(t, time.Since(began), worker.DefaultStopTimeout/2, "the batches let the worker stop")
+	s.StartWorker()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		openGates(c, s)
+		p := runProgress(c, s, name)
+		assert.Equal(c, massupdate.Completed, p.State)
+		assert.Equal(c, n, p.Succeeded, "the Update runs begun before the stop, waited for")
+	}, time.Minute, 100*time.Millisecond, "the run completes")
+
+	id := runs.MassUpdateID(name)
+	var retried []string
+	for _, e := range s.History(id, s.ClosedRun(id, runs.MassUpdateType)).GetEvents() {
+		if a := e.GetActivityTaskStartedEventAttributes(); a.GetAttempt() > 1 {
+			retried = append(retried, a.GetLastFailure().GetMessage())
+		}
+	}
+	const stopping = "the worker is stopping; the next attempt waits for these updates"
+	assert.Equal(t, []string{stopping, stopping}, retried, "each of the two batches tried again once")
+	for i := range n {
+		target := lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: s.Namespace, Name: fmt.Sprintf("m-%03d", i)}
+		working, _ := s.WorkingRuns(t, runs.WorkflowID(target))
+		assert.Equal(t, 2, working, "m-%03d: its provision and one update", i)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -328,26 +327,9 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 	}
 	s.engineBack(ctx, obj)
 	id := runs.WorkflowID(t)
-	attrs = append(attrs,
-		runs.AttrKind.ValueSet(string(t.Kind)),
-		runs.AttrNamespace.ValueSet(t.Namespace),
-		runs.AttrName.ValueSet(t.Name),
-		runs.AttrOperation.ValueSet(string(op)),
-	)
-	run, err := s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       id,
-		TaskQueue:                runs.TaskQueue,
-		WorkflowTaskTimeout:      runs.WorkflowTaskTimeout,
-		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		// The error tells a run under way, which may be another operation
-		// (an update asked for while a provision was finishing).
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		EnableEagerStart:                         true,
-		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
-		StaticSummary:                            text.summary,
-		StaticDetails:                            text.details,
-	}, runs.WorkflowType(op), t)
+	opts := runs.OperationOptions(t, op, text.summary, attrs...)
+	opts.StaticDetails = text.details
+	run, err := s.Temporal.ExecuteWorkflow(ctx, opts, runs.WorkflowType(op), t)
 	var running *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &running) {
 		s.adopt(ctx, key, id, op)

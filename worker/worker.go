@@ -97,7 +97,7 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	w.RegisterActivity(a.Claims)
 	w.RegisterActivity(&activities.BindingUsages{Client: a.Kube, Offerings: a.Offerings})
 	w.RegisterActivity(&activities.ServiceBindings{Client: a.Kube, Offerings: a.Offerings})
-	w.RegisterActivity(&activities.MassUpdates{Client: a.Kube, Offerings: a.Offerings})
+	w.RegisterActivity(&activities.MassUpdates{Client: a.Kube, Offerings: a.Offerings, Temporal: c})
 	return w
 }
 

@@ -2,24 +2,25 @@ package workflows
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/quartermaster/qm/activities"
-	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
-// massStartsPerRun bounds a run's history (each update is about six of
-// its events): after starting this many, a run lets those in flight end
-// and continues as new.
+// massStartsPerRun bounds a run's history (each child, or each batch of
+// updates, is about six of its events): after starting this many, a run
+// lets those in flight end and continues as new.
 const massStartsPerRun = 1500
+
+// updatesInBatches is the change that has a run start its updates in
+// batches, each an activity, instead of as its children.
+const updatesInBatches = "updates-in-batches"
 
 const (
 	// maxListedFailures bounds the failures a run lists (it counts all).
@@ -63,9 +64,12 @@ type massRun struct {
 	busy      []busy
 	lastStart time.Time
 	starts    int       // updates started by this run
+	batches   int       // batches started by this run
 	shown     time.Time // when the progress was last shown
 	waking    bool      // a timer is set to look again
 	draining  bool      // no new starts: continuing as new once none is in flight
+	batched   bool      // updates start in batches (else as children: runs begun before)
+	batch     []busy    // updates to start in batches when this workflow task ends
 }
 
 // MassUpdate updates every instance a selector selects, each through its
@@ -76,7 +80,8 @@ type massRun struct {
 //  1. select the instances, skipping those already rendered from their
 //     plan's generation;
 //  2. start updates while fewer than Concurrency are in flight (at Rate,
-//     if set; first only Canary of them, then pause);
+//     if set; first only Canary of them, then pause), in batches, each an
+//     activity that starts its Update runs and waits for them;
 //  3. as each ends, count it; pause once MaxFailures have failed;
 //  4. obey pause, resume, cancel and concurrency as they come (signal
 //     "steer"), and answer "progress" queries;
@@ -89,6 +94,7 @@ func MassUpdate(ctx workflow.Context, in MassUpdateInput) (massupdate.Progress, 
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second, MaximumAttempts: 10},
 	})
 	r := &massRun{in: in, sel: workflow.NewSelector(ctx)}
+	r.batched = workflow.GetVersion(ctx, updatesInBatches, workflow.DefaultVersion, 1) == 1
 	if in.Carry != nil {
 		r.carry = *in.Carry
 	} else if err := r.selectInstances(ctx); err != nil {
@@ -146,6 +152,7 @@ func (r *massRun) selectInstances(ctx workflow.Context) error {
 // startWhatMay starts updates while the run may: running, under its
 // concurrency, its rate and its canary.
 func (r *massRun) startWhatMay(ctx workflow.Context) {
+	defer r.startBatches(ctx)
 	p := &r.carry.Progress
 	for p.State == massupdate.Running && !r.draining && p.InFlight < p.Concurrency {
 		if r.in.Canary > 0 && !r.carry.CanaryDone && p.Succeeded+p.Failed+p.InFlight >= r.in.Canary {
@@ -164,7 +171,7 @@ func (r *massRun) startWhatMay(ctx workflow.Context) {
 		}
 		r.start(ctx, t)
 		r.lastStart = now
-		if r.starts++; r.starts >= massStartsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if r.starts++; !r.batched && r.starts >= massStartsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			r.draining = true
 		}
 	}
@@ -190,46 +197,21 @@ func (r *massRun) next(ctx workflow.Context, now time.Time) (busy, bool) {
 	return busy{}, false
 }
 
-// start starts one instance's Update run as a child that outlives the
-// mass update (a cancelled run lets the updates in flight finish).
-func (r *massRun) start(ctx workflow.Context, b busy) {
-	t := lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: b.target.Namespace, Name: b.target.Name}
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:            runs.WorkflowID(t),
-		TaskQueue:             runs.TaskQueue,
-		WorkflowTaskTimeout:   runs.WorkflowTaskTimeout,
-		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		ParentClosePolicy:     enums.PARENT_CLOSE_POLICY_ABANDON,
-		StaticSummary:         fmt.Sprintf("update %s/%s (mass update %s)", t.Namespace, t.Name, r.in.Name),
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			runs.AttrKind.ValueSet(string(t.Kind)), runs.AttrNamespace.ValueSet(t.Namespace), runs.AttrName.ValueSet(t.Name),
-			runs.AttrOperation.ValueSet(string(lifecycle.OpUpdate)), runs.AttrPlan.ValueSet(b.target.PlanID)),
-	})
-	f := workflow.ExecuteChildWorkflow(cctx, runs.WorkflowType(lifecycle.OpUpdate), t)
-	r.carry.Progress.InFlight++
-	r.sel.AddFuture(f, func(f workflow.Future) {
-		r.carry.Progress.InFlight--
-		var res Result
-		r.ended(ctx, b, f.Get(ctx, &res), res)
-	})
-}
-
 // ended counts an update that ended, or sets a busy instance aside.
-func (r *massRun) ended(ctx workflow.Context, b busy, err error, res Result) {
+func (r *massRun) ended(ctx workflow.Context, b busy, o massupdate.Outcome) {
 	p := &r.carry.Progress
-	var already *temporal.ChildWorkflowExecutionAlreadyStartedError
 	switch {
-	case errors.As(err, &already):
+	case o.Busy:
 		b.attempts++
 		b.notSoon = workflow.Now(ctx).Add(min(busyRetry<<(b.attempts-1), busyRetryMax))
 		r.busy = append(r.busy, b)
 		return
-	case err != nil:
+	case o.Failure != "":
 		p.Failed++
 		if len(p.Failures) < maxListedFailures {
-			p.Failures = append(p.Failures, massupdate.Failure{Instance: b.target.String(), Description: failureText(err)})
+			p.Failures = append(p.Failures, massupdate.Failure{Instance: b.target.String(), Description: o.Failure})
 		}
-	case res.State == "":
+	case o.State == "":
 		p.Skipped++ // current already: its Update ended at its first step
 	default:
 		p.Succeeded++
@@ -254,15 +236,6 @@ func (r *massRun) showProgress(ctx workflow.Context, now bool) {
 		r.shown = t
 		workflow.SetCurrentDetails(ctx, r.progress(ctx).Line())
 	}
-}
-
-// failureText is the description of a failed update: its run's failure.
-func failureText(err error) string {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return appErr.Message()
-	}
-	return err.Error()
 }
 
 // steer obeys a steering signal.

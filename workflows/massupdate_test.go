@@ -1,20 +1,22 @@
 package workflows_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/quartermaster/qm/activities"
-	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/workflows"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -22,35 +24,61 @@ import (
 
 var masses *activities.MassUpdates
 
-// fakeUpdates stands in for the instances' Update runs: each takes a
-// second; fail names those that fail.
+// fakeUpdates stands in for the batches of Update runs: each batch takes a
+// second; fail names the instances whose update fails, busy those another
+// run holds the first time they are tried.
 type fakeUpdates struct {
+	mu                      sync.Mutex
 	inFlight, most, started int
-	fail                    map[string]bool
-	// startedAt is each update's start, in workflow time.
+	fail, busy              map[string]bool
+	// startedAt is each update's start, in workflow time; batches, each
+	// batch's size.
 	startedAt []time.Time
+	batches   []int
 }
 
-func (f *fakeUpdates) update(ctx workflow.Context, t lifecycle.Target) (workflows.Result, error) {
-	f.inFlight++
-	f.started++
-	f.startedAt = append(f.startedAt, workflow.Now(ctx))
+func (f *fakeUpdates) begin(env *testsuite.TestWorkflowEnvironment, b massupdate.Batch) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.batches = append(f.batches, len(b.Targets))
+	for range b.Targets {
+		f.inFlight++
+		f.started++
+		f.startedAt = append(f.startedAt, env.Now())
+	}
 	f.most = max(f.most, f.inFlight)
-	defer func() { f.inFlight-- }()
-	if err := workflow.Sleep(ctx, time.Second); err != nil {
-		return workflows.Result{}, err
+}
+
+func (f *fakeUpdates) end(_ context.Context, b massupdate.Batch) ([]massupdate.Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]massupdate.Outcome, len(b.Targets))
+	for i, t := range b.Targets {
+		f.inFlight--
+		switch {
+		case f.busy[t.Name]:
+			f.busy[t.Name] = false
+			out[i].Busy = true
+		case f.fail[t.Name]:
+			out[i].Failure = "the template does not render"
+		default:
+			out[i].State = "succeeded"
+		}
 	}
-	if f.fail[t.Name] {
-		return workflows.Result{}, temporal.NewNonRetryableApplicationError("the template does not render", "TemplateError", nil)
-	}
-	return workflows.Result{State: "succeeded"}, nil
+	return out, nil
 }
 
 func massEnv(t *testing.T, n int, f *fakeUpdates) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.MassUpdates{})
-	env.RegisterWorkflowWithOptions(f.update, workflow.RegisterOptions{Name: runs.WorkflowType(lifecycle.OpUpdate)})
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
+		var b massupdate.Batch
+		if info.ActivityType.Name == "UpdateInstances" && assert.NoError(t, args.Get(&b)) {
+			f.begin(env, b)
+		}
+	})
+	env.OnActivity(masses.UpdateInstances, mock.Anything, mock.Anything).After(time.Second).Return(f.end)
 	sel := massupdate.Selection{Skipped: 2}
 	for i := range n {
 		sel.Targets = append(sel.Targets, massupdate.Target{Namespace: "apps", Name: fmt.Sprintf("i-%02d", i), PlanID: "p"})
@@ -203,4 +231,33 @@ func TestMassUpdateContinuesAsNew(t *testing.T) {
 	assert.Equal(t, f.started, next.Carry.Progress.Succeeded)
 	assert.Len(t, next.Carry.Pending, 30-f.started, "the rest go on in the next run")
 	assert.Equal(t, "test", next.Name)
+}
+
+// TestMassUpdateInBatches: the updates a run may start at once go in
+// batches of half its concurrency, an instance another run holds is tried
+// again later, and a batch that cannot start its updates fails each of
+// them, saying why.
+func TestMassUpdateInBatches(t *testing.T) {
+	f := &fakeUpdates{busy: map[string]bool{"i-03": true}}
+	env := massEnv(t, 12, f)
+	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: request(10)})
+	p := result(t, env)
+	assert.Equal(t, 12, p.Succeeded)
+	assert.Equal(t, []int{5, 5, 2, 1}, f.batches, "two batches of five; the two left; the busy one again, once its wait is over")
+	assert.Equal(t, 3*time.Second, f.startedAt[12].Sub(f.startedAt[3]), "the busy one is tried again when its batch has ended (1 s) and its wait is over (2 s)")
+
+	var s testsuite.WorkflowTestSuite
+	env = s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.MassUpdates{})
+	env.OnActivity(masses.SelectInstances, mock.Anything, mock.Anything).Return(massupdate.Selection{Targets: massupdate.Targets{
+		{Namespace: "apps", Name: "a", PlanID: "p"}, {Namespace: "apps", Name: "b", PlanID: "p"}}}, nil).Once()
+	env.OnActivity(masses.UpdateInstances, mock.Anything, mock.Anything).Return(nil, errors.New("starting the update of apps/a: Temporal is unavailable"))
+	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: request(10)})
+	p = result(t, env)
+	assert.Equal(t, massupdate.Completed, p.State)
+	assert.Equal(t, 2, p.Failed)
+	assert.Equal(t, []massupdate.Failure{
+		{Instance: "apps/a", Description: "starting the update of apps/a: Temporal is unavailable"},
+		{Instance: "apps/b", Description: "starting the update of apps/a: Temporal is unavailable"},
+	}, p.Failures)
 }

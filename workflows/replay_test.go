@@ -43,7 +43,7 @@ var histories = []string{
 	"claim-allocator",              // a namespace's allocator, running: passes that handed a claim its services
 	"binding-usage",                // a usage injected, its workload gone and back, its Secret rotated, then deleted and removed
 	"service-binding",              // a ServiceBinding projected, moved to a selector, its Secret rotated, gone and back, then deleted and taken back
-	"mass-update",                  // a mass update of 20 instances, completed
+	"mass-update",                  // a mass update of 20 instances in batches, completed
 	"mass-update-steered",          // a mass update paused by its failure budget, resumed, paused again, cancelled
 	"provision-scheduled",          // scheduled on a sister cluster first, then applied there
 	"provision-waited-for-cluster", // waited while no cluster had room, then scheduled on a new one
@@ -68,6 +68,8 @@ var frozen = map[string]string{
 	"claim-allocated":           "before start-signals-read: a new claim read its start's signal after its first look, and looked and asked again",
 	"claim-steps":               "before settled-in-one-step: a claim looked, bound and recorded in a step each, reading the claim in each",
 	"claim-allocator":           "before allocator-wakes-from-give: a pass woke its claims with a signal each from the workflow",
+	"mass-update":               "before updates-in-batches: a run started each update as its child",
+	"mass-update-steered":       "before updates-in-batches: a run started each update as its child",
 }
 
 // TestReplayRecordedHistories replays histories recorded on the real dev

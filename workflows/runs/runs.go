@@ -11,6 +11,7 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/quartermaster/qm/internal/lifecycle"
 )
@@ -36,6 +37,28 @@ func WorkflowID(t lifecycle.Target) string {
 // WorkflowType is the registered name of the workflow that carries out op:
 // "Provision", "Update", "Deprovision", "Bind" or "Unbind".
 func WorkflowType(op lifecycle.Operation) string { return op.Title() }
+
+// OperationOptions start the run of operation op on t under t's workflow
+// ID, with the workflow task timeout and the search attributes that find
+// it (and attrs besides): a new run once the last one has ended, and the
+// error when one is under way, which may be another operation (an update
+// asked for while a provision was finishing). The first workflow task goes
+// to the starting process's own worker when it has one (eager start).
+func OperationOptions(t lifecycle.Target, op lifecycle.Operation, summary string, attrs ...temporal.SearchAttributeUpdate) client.StartWorkflowOptions {
+	attrs = append(attrs, AttrKind.ValueSet(string(t.Kind)), AttrNamespace.ValueSet(t.Namespace), AttrName.ValueSet(t.Name),
+		AttrOperation.ValueSet(string(op)))
+	return client.StartWorkflowOptions{
+		ID:                                       WorkflowID(t),
+		TaskQueue:                                TaskQueue,
+		WorkflowTaskTimeout:                      WorkflowTaskTimeout,
+		WorkflowIDReusePolicy:                    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		EnableEagerStart:                         true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
+		StaticSummary:                            summary,
+	}
+}
 
 // HealthChecksType is the registered name of the health-check loop of one
 // shard of the registered services.
