@@ -78,7 +78,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// at run time show at once; Quartermaster registers its attributes
 	// before the first start, and with the cache off every workflow start
 	// reads them from SQLite again (a fifth of the server's CPU per start).
-	extra := []string{"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false"}
+	// Eager activities: a mass update's batch goes to the worker whose
+	// workflow task scheduled it, in that task's answer, without a trip
+	// through the task queue (about 40 ms a batch on SQLite).
+	extra := []string{"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false",
+		"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
 	for _, key := range slices.Sorted(maps.Keys(opts.DynamicConfig)) {
 		extra = append(extra, "--dynamic-config-value", key+"="+opts.DynamicConfig[key])
 	}

@@ -70,7 +70,9 @@ func serverConfig(pgPort, shards int, svc map[string]ports, dynamicConfig string
 // dynamicConfig is the server's dynamic configuration: task queues of
 // partitions read and written partitions (production's default is 4; the
 // dev server uses 1), polls that the server completes when a worker shuts
-// down, plus the caller's values.
+// down, eager activities (a mass update's batches go to the worker that
+// scheduled them, without a trip through the task queue), plus the
+// caller's values.
 //
 // Without that completion the SDK cancels a stopping worker's polls itself,
 // and a task the server hands to a poll at that instant waits out its
@@ -82,6 +84,7 @@ func dynamicConfig(partitions int, extra map[string]any) map[string]any {
 		"matching.numTaskqueueReadPartitions":        []any{map[string]any{"value": partitions}},
 		"matching.numTaskqueueWritePartitions":       []any{map[string]any{"value": partitions}},
 		"frontend.enableCancelWorkerPollsOnShutdown": []any{map[string]any{"value": true}},
+		"system.enableActivityEagerExecution":        []any{map[string]any{"value": true}},
 	}
 	for k, v := range extra {
 		dc[k] = []any{map[string]any{"value": v}}

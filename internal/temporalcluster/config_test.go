@@ -72,6 +72,7 @@ func TestServerConfig(t *testing.T) {
 	assert.YAMLEq(t, `
 limit.historyCount.suggestContinueAsNew: [{value: 100}]
 frontend.enableCancelWorkerPollsOnShutdown: [{value: true}]
+system.enableActivityEagerExecution: [{value: true}]
 matching.numTaskqueueReadPartitions: [{value: 4}]
 matching.numTaskqueueWritePartitions: [{value: 4}]
 `, string(raw))

@@ -6,6 +6,7 @@ package runs
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,7 +46,7 @@ func WorkflowType(op lifecycle.Operation) string { return op.Title() }
 // asked for while a provision was finishing). The first workflow task goes
 // to the starting process's own worker when it has one (eager start).
 func OperationOptions(t lifecycle.Target, op lifecycle.Operation, summary string, attrs ...temporal.SearchAttributeUpdate) client.StartWorkflowOptions {
-	attrs = append(attrs, AttrKind.ValueSet(string(t.Kind)), AttrNamespace.ValueSet(t.Namespace), AttrName.ValueSet(t.Name),
+	attrs = append(slices.Clip(attrs), AttrKind.ValueSet(string(t.Kind)), AttrNamespace.ValueSet(t.Namespace), AttrName.ValueSet(t.Name),
 		AttrOperation.ValueSet(string(op)))
 	return client.StartWorkflowOptions{
 		ID:                                       WorkflowID(t),
