@@ -25,6 +25,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
+	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -66,9 +67,14 @@ type BindingUsages struct {
 }
 
 // setupBindingUsages registers the usages' controller and the UsageKinds'.
-func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, workerServiceAccount string) error {
+func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, workerServiceAccount string, keep *Loops) error {
 	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, WorkerServiceAccount: workerServiceAccount, cache: mgr.GetCache(),
 		watched: map[schema.GroupVersionKind]bool{}}
+	keep.add(runKind{name: loops.BindingUsage, workflowType: runs.BindingUsageType,
+		wants: func(ctx context.Context) ([]loops.Want, error) {
+			return objectRuns(ctx, u.Client, &sc.ServiceBindingUsageList{}, runs.BindingUsageID, sc.UsageProtection, nil)
+		},
+		wake: byRequest(u.wake)})
 	indexes := map[string]func(*sc.ServiceBindingUsage) string{
 		usageKindField:     func(s *sc.ServiceBindingUsage) string { return s.Spec.UsedBy.Kind },
 		usageWorkloadField: func(s *sc.ServiceBindingUsage) string { return s.Spec.UsedBy.Name },

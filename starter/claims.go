@@ -21,6 +21,7 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
 	"github.com/quartermaster/qm/internal/claims"
+	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -50,8 +51,10 @@ type Claims struct {
 
 // setupClaims registers the two reconcilers: one for the claims' own
 // events, one for the services' events, mapped to the claims they concern.
-func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
+func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops) error {
 	c := &Claims{Client: mgr.GetClient(), Temporal: tc, asks: newAsks(tc)}
+	keep.add(runKind{name: loops.Claim, workflowType: runs.ClaimType, wants: c.claimRuns, wake: byRequest(c.wake)})
+	keep.add(runKind{name: loops.ClaimAllocator, workflowType: runs.AllocatorType, wants: c.allocatorRuns, wake: c.startAllocator})
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &primazav1alpha1.RegisteredService{}, claims.HolderField, claims.Holder); err != nil {
 		return fmt.Errorf("indexing RegisteredServices by their claim: %w", err)
 	}
@@ -191,6 +194,52 @@ func (c *Claims) signal(ctx context.Context, claim types.NamespacedName) error {
 		runs.ClaimOptions(claim.Namespace, claim.Name), runs.ClaimType, claimTarget{Namespace: claim.Namespace, Name: claim.Name})
 	if err != nil {
 		return fmt.Errorf("signalling the workflow of claim %s: %w", claim, err)
+	}
+	return nil
+}
+
+// claimRuns are the runs the claims call for: every claim settled once
+// (a new one's run is started by its allocator's answer), and every claim
+// being deleted that still holds its finalizer.
+func (c *Claims) claimRuns(ctx context.Context) ([]loops.Want, error) {
+	return objectRuns(ctx, c.Client, &primazav1alpha1.ServiceClaimList{}, runs.ClaimID, primazav1alpha1.ClaimFinalizer,
+		func(o ctrlclient.Object) bool { return o.(*primazav1alpha1.ServiceClaim).Status.State != "" })
+}
+
+// allocatorRuns are the allocators the claims call for: one per namespace
+// that has claims.
+func (c *Claims) allocatorRuns(ctx context.Context) ([]loops.Want, error) {
+	var list primazav1alpha1.ServiceClaimList
+	if err := c.Client.List(ctx, &list, ctrlclient.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the claims: %w", err)
+	}
+	seen := map[string]bool{}
+	var out []loops.Want
+	for i := range list.Items {
+		if ns := list.Items[i].Namespace; !seen[ns] {
+			seen[ns] = true
+			out = append(out, loops.Want{ID: runs.AllocatorID(ns), Namespace: ns})
+		}
+	}
+	return out, nil
+}
+
+// startAllocator starts the allocator of a namespace again, asked for
+// the namespace's claims that were never settled: an ask the lost
+// allocator had taken is not lost with it.
+func (c *Claims) startAllocator(ctx context.Context, w loops.Want) error {
+	var list primazav1alpha1.ServiceClaimList
+	if err := c.Client.List(ctx, &list, ctrlclient.InNamespace(w.Namespace), ctrlclient.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing the claims of %s: %w", w.Namespace, err)
+	}
+	var waiting []string
+	for i := range list.Items {
+		if claim := &list.Items[i]; claim.Status.State == "" && claim.DeletionTimestamp.IsZero() {
+			waiting = append(waiting, claim.Name)
+		}
+	}
+	if _, err := c.Temporal.ExecuteWorkflow(ctx, runs.AllocatorOptions(w.Namespace), runs.AllocatorType, w.Namespace, waiting); err != nil {
+		return fmt.Errorf("starting the claim allocator of %s: %w", w.Namespace, err)
 	}
 	return nil
 }

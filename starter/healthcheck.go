@@ -13,6 +13,7 @@ import (
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/healthcheck"
+	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -34,9 +35,10 @@ type HealthChecks struct {
 }
 
 // setupHealthChecks registers the reconciler and the runnable that starts
-// the loops.
-func setupHealthChecks(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
+// the loops, and has keep start again a loop that Temporal lost.
+func setupHealthChecks(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops) error {
 	h := &HealthChecks{Client: mgr.GetClient(), Temporal: tc}
+	keep.add(runKind{name: loops.HealthChecks, workflowType: runs.HealthChecksType, wants: h.loops, wake: h.startLoop})
 	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.RegisteredService{}).Named("registeredservice").
 		WithOptions(copts()).Complete(ReconcilerFunc(h.Reconcile)); err != nil {
 		return fmt.Errorf("registering the RegisteredService reconciler: %w", err)
@@ -66,10 +68,29 @@ func (h *HealthChecks) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 // ensureLoops starts every shard's loop that is not running; a running
 // one is left as it is.
 func (h *HealthChecks) ensureLoops(ctx context.Context) error {
-	for shard := range healthcheck.Shards {
-		if _, err := h.Temporal.ExecuteWorkflow(ctx, loopOptions(shard), runs.HealthChecksType, healthChecksInput{Shard: shard}); err != nil {
-			return fmt.Errorf("starting the health-check loop %s: %w", runs.HealthChecksID(shard), err)
+	wants, _ := h.loops(ctx)
+	for _, w := range wants {
+		if err := h.startLoop(ctx, w); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// loops are the runs the health checks call for: one loop per shard,
+// whether or not it has services (a service may come at any time).
+func (h *HealthChecks) loops(context.Context) ([]loops.Want, error) {
+	out := make([]loops.Want, 0, healthcheck.Shards)
+	for shard := range healthcheck.Shards {
+		out = append(out, loops.Want{ID: runs.HealthChecksID(shard), Shard: shard})
+	}
+	return out, nil
+}
+
+// startLoop starts the loop of a shard, or leaves the one running.
+func (h *HealthChecks) startLoop(ctx context.Context, w loops.Want) error {
+	if _, err := h.Temporal.ExecuteWorkflow(ctx, loopOptions(w.Shard), runs.HealthChecksType, healthChecksInput{Shard: w.Shard}); err != nil {
+		return fmt.Errorf("starting the health-check loop %s: %w", w.ID, err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/workflows/runs"
 )
@@ -31,9 +33,12 @@ type AutoUpdates struct {
 	Temporal client.Client
 }
 
-// setupAutoUpdates registers the reconciler of plan changes.
-func setupAutoUpdates(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
+// setupAutoUpdates registers the reconciler of plan changes, and has keep
+// start again the run of a plan's generation that Temporal lost before it
+// ended.
+func setupAutoUpdates(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops) error {
 	a := &AutoUpdates{Client: mgr.GetClient(), Temporal: tc}
+	keep.add(runKind{name: loops.AutoMassUpdate, workflowType: runs.MassUpdateType, endedCounts: true, wants: a.runs, wake: byRequest(a.Reconcile)})
 	err := ctrl.NewControllerManagedBy(mgr).Named("sfplan-autoupdate").
 		For(&osbv1alpha1.SFPlan{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(copts()).Complete(ReconcilerFunc(a.Reconcile))
@@ -43,18 +48,62 @@ func setupAutoUpdates(mgr ctrl.Manager, tc client.Client, copts reconcilerOption
 	return nil
 }
 
+// autoRunName is the name of the automatic mass update of a plan's
+// generation.
+func autoRunName(plan *osbv1alpha1.SFPlan) string {
+	return fmt.Sprintf("%s/%s/%d", plan.Namespace, plan.Name, plan.Generation)
+}
+
+// autoUpdates says whether a plan's generation has an automatic mass
+// update: it asks for one, and it is not its first generation (a new plan
+// has no instances).
+func autoUpdates(plan *osbv1alpha1.SFPlan) bool {
+	return plan.Spec.AutoUpdateInstances && plan.Generation >= 2 && plan.DeletionTimestamp.IsZero()
+}
+
+// runs are the automatic mass updates the plans call for: the run of each
+// such plan's generation while one of its instances is not yet current.
+// Temporal keeps a run that ended for its namespace's retention; one it
+// no longer has with every instance current has nothing left to do.
+func (a *AutoUpdates) runs(ctx context.Context) ([]loops.Want, error) {
+	var plans osbv1alpha1.SFPlanList
+	if err := a.Client.List(ctx, &plans, ctrlclient.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing the plans: %w", err)
+	}
+	var instances *osbv1alpha1.SFServiceInstanceList
+	var out []loops.Want
+	for i := range plans.Items {
+		plan := &plans.Items[i]
+		if !autoUpdates(plan) {
+			continue
+		}
+		if instances == nil {
+			instances = &osbv1alpha1.SFServiceInstanceList{}
+			if err := a.Client.List(ctx, instances, ctrlclient.UnsafeDisableDeepCopy); err != nil {
+				return nil, fmt.Errorf("listing the instances: %w", err)
+			}
+		}
+		sel := massupdate.Selector{PlanIDs: []string{plan.Spec.ID}}
+		if slices.ContainsFunc(instances.Items, func(inst osbv1alpha1.SFServiceInstance) bool {
+			return inst.DeletionTimestamp.IsZero() && sel.Matches(&inst) && !massupdate.Current(&inst, plan.Generation)
+		}) {
+			out = append(out, loops.Want{ID: runs.MassUpdateID(autoRunName(plan)), Namespace: plan.Namespace, Name: plan.Name})
+		}
+	}
+	return out, nil
+}
+
 // Reconcile starts the run of the plan's generation, once.
 func (a *AutoUpdates) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var plan osbv1alpha1.SFPlan
 	if err := a.Client.Get(ctx, req.NamespacedName, &plan); err != nil {
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
-	// A new plan has no instances; its first generation needs no run.
-	if !plan.Spec.AutoUpdateInstances || plan.Generation < 2 || !plan.DeletionTimestamp.IsZero() {
+	if !autoUpdates(&plan) {
 		return ctrl.Result{}, nil
 	}
 	prefix := fmt.Sprintf("%s/%s/", plan.Namespace, plan.Name)
-	name := prefix + strconv.FormatInt(plan.Generation, 10)
+	name := autoRunName(&plan)
 	if err := a.supersede(ctx, plan.Spec.ID, prefix, plan.Generation); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -21,6 +21,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
+	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -60,8 +61,13 @@ type ServiceBindings struct {
 }
 
 // setupServiceBindings registers the ServiceBindings' controller.
-func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions) error {
+func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops) error {
 	s := &ServiceBindings{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(), watched: map[schema.GroupVersionKind]bool{}}
+	keep.add(runKind{name: loops.ServiceBinding, workflowType: runs.ServiceBindingType,
+		wants: func(ctx context.Context) ([]loops.Want, error) {
+			return objectRuns(ctx, s.Client, &sbv1.ServiceBindingList{}, runs.ServiceBindingID, sbv1.Finalizer, nil)
+		},
+		wake: byRequest(s.wake)})
 	indexes := map[string]func(*sbv1.ServiceBinding) string{
 		sbServiceField: func(b *sbv1.ServiceBinding) string { return b.Spec.Service.Kind + "/" + b.Spec.Service.Name },
 		sbSecretField: func(b *sbv1.ServiceBinding) string {

@@ -67,6 +67,10 @@ type WatcherOptions struct {
 	// the watcher may list and watch its workloads and this account may
 	// get and patch them. Empty: the watcher's identity does all four.
 	WorkerServiceAccount string
+	// LoopCheckPeriod is how often the watcher looks for long-lived runs
+	// that Temporal lost, to start them again from their resources (0:
+	// DefaultLoopCheckPeriod).
+	LoopCheckPeriod time.Duration
 }
 
 // NewWatcher returns a controller-runtime manager whose reconcilers start
@@ -142,22 +146,26 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupOfferingStatus(mgr); err != nil {
 		return nil, err
 	}
-	if err := setupHealthChecks(mgr, tc, copts); err != nil {
+	keep := newLoops(tc, opts.LoopCheckPeriod)
+	if err := setupHealthChecks(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}
 	if err := setupCatalogs(mgr, copts); err != nil {
 		return nil, err
 	}
-	if err := setupClaims(mgr, tc, copts); err != nil {
+	if err := setupClaims(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}
-	if err := setupBindingUsages(mgr, tc, copts, opts.WorkerServiceAccount); err != nil {
+	if err := setupBindingUsages(mgr, tc, copts, opts.WorkerServiceAccount, keep); err != nil {
 		return nil, err
 	}
-	if err := setupServiceBindings(mgr, tc, copts); err != nil {
+	if err := setupServiceBindings(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}
-	if err := setupAutoUpdates(mgr, tc, copts); err != nil {
+	if err := setupAutoUpdates(mgr, tc, copts, keep); err != nil {
+		return nil, err
+	}
+	if err := setupLoops(mgr, keep); err != nil {
 		return nil, err
 	}
 	if err := setupFleetMetrics(mgr); err != nil {

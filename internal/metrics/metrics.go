@@ -70,10 +70,14 @@ var (
 		Help:    "Time a health check took, by kind; a container check's from its Job's start to its end.",
 		Buckets: checkBuckets,
 	}, []string{"kind"})
+	runsReestablished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qm_runs_reestablished_total",
+		Help: "Long-lived runs (health-check shards, claim allocators, claims, binding usages, ServiceBindings, automatic mass updates) that Temporal no longer had and the watcher started again from their resources, by kind.",
+	}, []string{"kind"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(operationsStarted, operationsEnded, operationDuration, healthChecks, healthCheckDuration, served)
+	ctrlmetrics.Registry.MustRegister(operationsStarted, operationsEnded, operationDuration, healthChecks, healthCheckDuration, runsReestablished, served)
 }
 
 // OperationStarted counts an operation that began.
@@ -108,4 +112,10 @@ func HealthCheckRan(kind, result string, took time.Duration) {
 	if took > 0 {
 		healthCheckDuration.WithLabelValues(kind).Observe(took.Seconds())
 	}
+}
+
+// RunReestablished counts a long-lived run of kind (loops.Claim, …) that
+// was missing from Temporal and was started again.
+func RunReestablished(kind string) {
+	runsReestablished.WithLabelValues(kind).Inc()
 }

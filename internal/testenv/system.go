@@ -89,6 +89,12 @@ type Parts struct {
 	// (TemporalCluster): PostgreSQL and each of Temporal's services a
 	// process, as production runs it.
 	TemporalCluster bool
+	// Temporal runs the System on a Temporal the test started itself
+	// (NewLosableTemporal's).
+	Temporal client.Client
+	// LoopCheckPeriod is how often the watcher looks for lost long-lived
+	// runs (0: its default).
+	LoopCheckPeriod time.Duration
 }
 
 // System is Quartermaster running on the shared API server and dev server,
@@ -132,6 +138,8 @@ func Start(t testing.TB, parts Parts) *System {
 		s.Kube = Kubernetes(t)
 	}
 	switch {
+	case parts.Temporal != nil:
+		s.Temporal = parts.Temporal
 	case parts.TemporalCluster:
 		s.TemporalCluster = TemporalCluster(t)
 		s.Temporal = s.TemporalCluster.Client()
@@ -170,7 +178,8 @@ spec:
 	}
 	o := system.Options{Kube: s.Kube.Config, Temporal: s.Temporal}
 	if parts.Watcher {
-		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency, ClusterProbePeriod: parts.ClusterProbePeriod}
+		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency, ClusterProbePeriod: parts.ClusterProbePeriod,
+			LoopCheckPeriod: parts.LoopCheckPeriod}
 		if parts.Metrics {
 			o.Watcher.MetricsAddr = FreeAddr(t)
 			s.WatcherMetrics = "http://" + o.Watcher.MetricsAddr + "/metrics"

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
 	"github.com/quartermaster/qm/internal/devserver"
@@ -102,4 +104,62 @@ func startCluster() (*temporalcluster.Cluster, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	return temporalcluster.Start(ctx, temporalcluster.Options{BinDir: BinDir()})
+}
+
+// LosableTemporal is a dev server of the test's own, with its history in
+// a file, whose whole state the test can lose: the disaster of a Temporal
+// restored empty or a namespace recreated.
+type LosableTemporal struct {
+	t    testing.TB
+	opts devserver.Options
+	srv  *devserver.Server
+	// client is the first server's: it reconnects to each server that
+	// takes that one's place, as the clients of running components do.
+	client client.Client
+}
+
+// NewLosableTemporal starts a dev server of the test's own; it stops when
+// the test ends.
+func NewLosableTemporal(t testing.TB) *LosableTemporal {
+	t.Helper()
+	dir := t.TempDir()
+	l := &LosableTemporal{t: t, opts: devserver.Options{Path: requireTool(t, "temporal"), Address: FreeAddr(t),
+		DBFile: filepath.Join(dir, "temporal.db"), RunDir: filepath.Join(dir, "run")}}
+	l.start()
+	l.client = l.srv.Client()
+	t.Cleanup(func() {
+		l.client.Close()
+		_ = l.srv.Stop()
+	})
+	return l
+}
+
+// Client is a client of the server, whichever one runs.
+func (l *LosableTemporal) Client() client.Client { return l.client }
+
+// Lose kills the server, deletes its database and starts a new, empty one
+// at the same address, with Quartermaster's search attributes as `qm dev`
+// registers them.
+func (l *LosableTemporal) Lose() {
+	l.t.Helper()
+	require.NoError(l.t, l.srv.Stop(), "stopping the dev server")
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(l.opts.DBFile + suffix); err != nil && !os.IsNotExist(err) {
+			l.t.Fatalf("deleting Temporal's database: %v", err)
+		}
+	}
+	l.start()
+}
+
+func (l *LosableTemporal) start() {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := devserver.Start(ctx, l.opts)
+	require.NoError(l.t, err, "starting a dev server of the test's own")
+	if l.srv != nil {
+		// Only the first server's client is used.
+		srv.Client().Close()
+	}
+	l.srv = srv
 }

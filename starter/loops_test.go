@@ -1,0 +1,141 @@
+package starter_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
+	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
+	"github.com/quartermaster/qm/internal/healthcheck"
+	"github.com/quartermaster/qm/internal/loops"
+	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// loopCheckPeriod is how often the watcher of TestLostRunsComeBack looks
+// for lost runs (the default is DefaultLoopCheckPeriod).
+const loopCheckPeriod = 2 * time.Second
+
+// TestLostRunsComeBack: Temporal's whole state is lost under a running
+// Quartermaster (the dev server killed, its database deleted, and a new
+// one started at the same address, as after a restore from nothing or a
+// recreated namespace). Within a few of the watcher's looks, every
+// long-lived run runs again, started from the resources: the 16
+// health-check shards, the namespace's claim allocator, the claim, the
+// binding usage and the ServiceBinding. The metric counts each kind. A
+// service whose endpoint then goes away turns Unreachable on schedule;
+// the claim keeps the service it held, and no other; the instance and its
+// binding are not done again; the workload the usage and the
+// ServiceBinding inject into is not rolled out again (what they apply
+// again is what it has).
+func TestLostRunsComeBack(t *testing.T) {
+	temporal := testenv.NewLosableTemporal(t)
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Metrics: true, HealthCheckMinute: checkMinute,
+		Temporal: temporal.Client(), LoopCheckPeriod: loopCheckPeriod})
+	ctx := context.Background()
+
+	// A checked service that a claim holds, projected into web by a
+	// ServiceBinding; a second checked service, free.
+	up, other := listen(t), listen(t)
+	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
+	s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {name: db-1, namespace: %s}
+spec:
+  serviceClassIdentity: [{name: type, value: psqlserver}, {name: provider, value: aws}]
+  serviceEndpointDefinition:
+  - {name: host, value: 127.0.0.1}
+  - {name: password, valueFromSecret: {name: db-credentials, key: password}}
+  healthcheck:
+    tcp: {host: 127.0.0.1, port: %s, minutes: 1, timeoutSeconds: 1}`, s.Namespace, up.port()))
+	registered(t, s, "probe", fmt.Sprintf(`    tcp: {host: 127.0.0.1, port: %s, minutes: 1, timeoutSeconds: 1}`, other.port()))
+	waitChecked(t, s, "probe", primazav1alpha1.ServiceAvailable, flipWithin)
+	dbClaim(t, s, "app")
+	claim := waitClaim(t, s, "app", primazav1alpha1.ClaimResolved, "db-1")
+	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Create(fmt.Sprintf(`
+apiVersion: servicebinding.io/v1
+kind: ServiceBinding
+metadata: {name: web-pg, namespace: %s}
+spec:
+  service: {apiVersion: primaza.io/v1alpha1, kind: ServiceClaim, name: app}
+  workload: {apiVersion: apps/v1, kind: Deployment, name: web}
+  env: [{name: PG_PASSWORD, key: password}]`, s.Namespace))
+	waitServiceBinding(t, s, "web-pg", "True", "Projected")
+
+	// A binding of an instance, injected into web by a usage.
+	plan := s.Plan("instant", "", testenv.Templates("instant"))
+	s.Instance("db", plan, "")
+	inst := s.WaitInstance("db", "provisioned", testenv.Succeeded(1))
+	bound := s.Bind("db", "db", plan)
+	kind := usageKind(t, s, "deployment", deploymentKind)
+	createUsage(t, s, "web-db", kind, "web", "{name: db}", "{envPrefix: {name: DB_}}")
+	waitUsage(t, s, "web-db", sc.UsageReady, "Injected")
+
+	want := []string{runs.AllocatorID(s.Namespace), runs.ClaimID(s.Namespace, "app"), runs.ServiceBindingID(s.Namespace, "web-pg"),
+		runs.BindingUsageID(s.Namespace, "web-db")}
+	for shard := range healthcheck.Shards {
+		want = append(want, runs.HealthChecksID(shard))
+	}
+	running := func(c *assert.CollectT) {
+		for _, id := range want {
+			resp, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+			if assert.NoError(c, err, id) {
+				assert.Equal(c, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, resp.GetWorkflowExecutionInfo().GetStatus(), id)
+			}
+		}
+	}
+	require.EventuallyWithT(t, running, 30*time.Second, 100*time.Millisecond, "every long-lived run runs before the loss")
+	before := s.Temporal
+	web := getDeployment(t, s, "web")
+	metrics := testenv.Scrape(t, s.WatcherMetrics)
+
+	temporal.Lose()
+	require.Same(t, before, s.Temporal)
+	lost := time.Now()
+	require.EventuallyWithT(t, running, 10*loopCheckPeriod+30*time.Second, 100*time.Millisecond, "every long-lived run runs again")
+	t.Logf("every long-lived run ran again %v after the loss", time.Since(lost).Round(time.Millisecond))
+
+	after := testenv.Scrape(t, s.WatcherMetrics)
+	for kind, least := range map[string]int{loops.HealthChecks: healthcheck.Shards, loops.ClaimAllocator: 1, loops.Claim: 1,
+		loops.ServiceBinding: 1, loops.BindingUsage: 1} {
+		assert.GreaterOrEqual(t, after.Count("qm_runs_reestablished_total", "kind", kind)-metrics.Count("qm_runs_reestablished_total", "kind", kind),
+			least, "re-established runs of kind %s counted", kind)
+	}
+
+	// The checks go on: a service whose endpoint goes away turns
+	// Unreachable within its interval.
+	other.close()
+	waitService(t, s, "probe", primazav1alpha1.ServiceUnreachable, flipWithin)
+
+	// Nothing was done twice. The claim holds the service it held, under
+	// the same UID, and the only service held is that one.
+	again := waitClaim(t, s, "app", primazav1alpha1.ClaimResolved, "db-1")
+	assert.Equal(t, claim.UID, again.UID)
+	assert.Equal(t, claim.UID, getService(t, s, "db-1").Status.ClaimRef.UID)
+	assert.Nil(t, getService(t, s, "probe").Status.ClaimRef, "the free service stays free")
+	instNow := s.WaitInstance("db", "still provisioned", testenv.Succeeded(1))
+	assert.Equal(t, inst.Status.AppliedPlanGeneration, instNow.Status.AppliedPlanGeneration)
+	assert.Equal(t, inst.Generation, instNow.Generation, "the instance was not asked to do anything again")
+	var boundNow osbv1alpha1.SFServiceBinding
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(bound), &boundNow))
+	assert.Equal(t, bound.Status, boundNow.Status, "the binding was not done again")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var sb sbv1.ServiceBinding
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "web-pg"}, &sb))
+		assert.True(c, meta.IsStatusConditionTrue(sb.Status.Conditions, sbv1.ConditionReady))
+		assert.Equal(c, sc.UsageReady, getUsage(c, s, "web-db").Status.State)
+	}, 30*time.Second, 100*time.Millisecond, "the ServiceBinding and the usage stay projected")
+	assert.Equal(t, web.Generation, getDeployment(t, s, "web").Generation, "the workload is not rolled out again")
+}
