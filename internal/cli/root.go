@@ -87,6 +87,7 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 		newWatcherCommand(g),
 		newAPICommand(g),
 		newUsageKindCommand(g),
+		newCRDsCommand(g),
 		newMassUpdateCommand(),
 		newVersionCommand(),
 	)

@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
@@ -25,15 +26,31 @@ var ChartKubeVersion = &chartutil.KubeVersion{Version: "v1.37.1", Major: "1", Mi
 // QMChart loads Quartermaster's Helm chart, deploy/chart/quartermaster.
 func QMChart(t testing.TB) *chart.Chart {
 	t.Helper()
-	ch, err := loader.Load(filepath.Join(filepath.Dir(BinDir()), "deploy", "chart", "quartermaster"))
+	ch, err := loader.Load(filepath.Join(RepoDir(), "deploy", "chart", "quartermaster"))
 	require.NoError(t, err)
 	return ch
 }
 
 // RenderChart is `helm template qm <chart> -n ns --include-crds` with
 // vals, for the embedded cluster and the Prometheus Operator's kinds; its
-// objects are keyed by "Kind/name".
+// objects are keyed by "Kind/name". Hooks are left out (RenderChartHooks).
 func RenderChart(t testing.TB, ch *chart.Chart, ns string, vals map[string]any) map[string]*unstructured.Unstructured {
+	t.Helper()
+	return decodeManifests(t, renderRelease(t, ch, ns, vals).Manifest)
+}
+
+// RenderChartHooks is what RenderChart leaves out: the chart's hooks, keyed
+// by "Kind/name".
+func RenderChartHooks(t testing.TB, ch *chart.Chart, ns string, vals map[string]any) map[string]*unstructured.Unstructured {
+	t.Helper()
+	var manifests []string
+	for _, h := range renderRelease(t, ch, ns, vals).Hooks {
+		manifests = append(manifests, "---\n"+h.Manifest)
+	}
+	return decodeManifests(t, strings.Join(manifests, "\n"))
+}
+
+func renderRelease(t testing.TB, ch *chart.Chart, ns string, vals map[string]any) *release.Release {
 	t.Helper()
 	install := action.NewInstall(&action.Configuration{})
 	install.DryRun, install.ClientOnly, install.IncludeCRDs = true, true, true
@@ -43,8 +60,14 @@ func RenderChart(t testing.TB, ch *chart.Chart, ns string, vals map[string]any) 
 		"monitoring.coreos.com/v1/PrometheusRule"}
 	rel, err := install.Run(ch, vals)
 	require.NoError(t, err, "helm template")
+	return rel
+}
+
+// decodeManifests decodes a stream of YAML documents, keyed by "Kind/name".
+func decodeManifests(t testing.TB, manifest string) map[string]*unstructured.Unstructured {
+	t.Helper()
 	objs := map[string]*unstructured.Unstructured{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rel.Manifest), 4096)
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
 	for {
 		obj := &unstructured.Unstructured{}
 		if err := dec.Decode(&obj.Object); err != nil {

@@ -148,3 +148,12 @@ topologySpreadConstraints:
 {{- end }}
 volumes: {{- include "qm.volumes" .root | nindent 2 }}
 {{- end }}
+
+{{/* The names of the chart's CustomResourceDefinitions, read from crds/, as a YAML list. */}}
+{{- define "qm.crdNames" -}}
+{{- $names := list }}
+{{- range $path, $_ := .Files.Glob "crds/*.yaml" }}
+{{- $names = append $names (get (get ($.Files.Get $path | fromYaml) "metadata") "name") }}
+{{- end }}
+{{- toYaml $names }}
+{{- end }}
