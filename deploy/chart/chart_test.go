@@ -16,8 +16,10 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -165,7 +167,10 @@ func TestChartRenders(t *testing.T) {
 }
 
 // TestChartInstalls: `helm install` into the embedded cluster, and the
-// three Deployments become available on the simulated nodes.
+// three Deployments become available on the simulated nodes. The CRD hook
+// Job runs before them. A `helm upgrade` runs the hook again and keeps
+// the generated OSB and admin credentials: platforms registered with
+// them go on working.
 func TestChartInstalls(t *testing.T) {
 	kube := testenv.Kubernetes(t)
 	ns := kube.Namespace(t)
@@ -188,6 +193,18 @@ func TestChartInstalls(t *testing.T) {
 		require.NoError(t, kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: name}, &d))
 		assert.EqualValues(t, 2, d.Status.AvailableReplicas, "%s is available", name)
 	}
+	crdsHookRan(t, rel)
+	creds := credentials(t, kube, ns)
+	require.Len(t, creds, 2, "the OSB and admin credentials")
+
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace = ns
+	upgrade.Wait, upgrade.Timeout = true, 3*time.Minute
+	rel, err = upgrade.Run("qm", load(t), values(t, "sampleCatalog={key-value-store},logLevel=debug"))
+	require.NoError(t, err, "helm upgrade")
+	assert.Equal(t, 2, rel.Version)
+	crdsHookRan(t, rel)
+	assert.Equal(t, creds, credentials(t, kube, ns), "helm upgrade keeps the generated credentials")
 	uninstall := action.NewUninstall(cfg)
 	uninstall.Wait, uninstall.Timeout = true, 2*time.Minute
 	_, err = uninstall.Run("qm")
@@ -195,6 +212,31 @@ func TestChartInstalls(t *testing.T) {
 	var d appsv1.Deployment
 	err = kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: "qm-quartermaster-api"}, &d)
 	assert.True(t, ctrlclient.IgnoreNotFound(err) == nil && err != nil, "uninstall removes the Deployments: %v", err)
+}
+
+// crdsHookRan checks that the release's CRD hook Job ran and succeeded.
+func crdsHookRan(t *testing.T, rel *release.Release) {
+	t.Helper()
+	for _, h := range rel.Hooks {
+		if h.Kind == "Job" && h.Name == "qm-quartermaster-crds" {
+			assert.Equal(t, release.HookPhaseSucceeded, h.LastRun.Phase, "the CRD hook Job of release %d", rel.Version)
+			return
+		}
+	}
+	t.Errorf("release %d has no CRD hook Job", rel.Version)
+}
+
+// credentials are the generated Secrets' username and password, by name.
+func credentials(t *testing.T, kube *testenv.Cluster, ns string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, name := range []string{"qm-quartermaster-osb", "qm-quartermaster-admin"} {
+		var secret corev1.Secret
+		require.NoError(t, kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: name}, &secret))
+		require.Len(t, secret.Data["password"], 32, "%s has a generated password", name)
+		out[name] = string(secret.Data["username"]) + ":" + string(secret.Data["password"])
+	}
+	return out
 }
 
 func load(t *testing.T) *chart.Chart {
