@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -25,4 +26,30 @@ func AtCommit(t testing.TB, ref, path string) []byte {
 	}
 	require.NoError(t, err, "git show %s:%s (the tests need the repository's history)", ref, path)
 	return out
+}
+
+// BuildRelease builds qm as it was at ref, a commit of the repository's
+// history, into the test's own directory, and returns the binary's path:
+// an earlier release, to run beside this one. The source is a git worktree
+// of ref, removed when the test ends; the build shares the module and
+// build caches, so only what changed since is compiled.
+func BuildRelease(t testing.TB, ref string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "src"), filepath.Join(dir, "qm")
+	git := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", RepoDir()}, args...)...).CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, out)
+	}
+	git("worktree", "prune")
+	git("worktree", "add", "--detach", src, ref)
+	t.Cleanup(func() { git("worktree", "remove", "--force", src) })
+	build := exec.Command("go", "build", "-o", bin, "-ldflags",
+		"-X github.com/quartermaster/qm/internal/cli.version="+ref+" -X github.com/quartermaster/qm/internal/cli.revision="+ref, ".")
+	build.Dir = src
+	build.Env = append(os.Environ(), "GOTOOLCHAIN=local", "GOFLAGS=-buildvcs=false")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building qm at %s: %s", ref, out)
+	return bin
 }

@@ -1,0 +1,257 @@
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
+	"github.com/quartermaster/qm/internal/healthcheck"
+	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// defaultUpgradeFrom is the release the upgrade starts from and rolls back
+// to, unless QM_UPGRADE_FROM names another commit (make test-upgrade
+// UPGRADE_FROM=…): the landed head before Quartermaster tested its
+// upgrades.
+const defaultUpgradeFrom = "fc4a9f8"
+
+// The upgrade's long-lived load: upgradeServices registered services, each
+// checked every upgradeCheckMinute (a check minute of that length, and
+// "minutes: 1").
+const (
+	upgradeServices    = 50
+	upgradeCheckMinute = 10 * time.Second
+)
+
+// TestUpgradeUnderLoad runs an earlier release (defaultUpgradeFrom) as processes (two of
+// each component) with every kind of long-lived run alive: 50 registered
+// services checked every 10 s, a claim Resolved and one Pending, a binding
+// usage and a ServiceBinding injecting into a Deployment. Then each process
+// is replaced by one of this release, one at a time, while 200
+// provisions arrive at 5 a second; then each is replaced by the earlier
+// release again (a rollback), under the same load. After each: nothing is
+// lost, stuck or done twice, no provision waited more than rollingSlack
+// longer than without the replacements, no history of the test's runs
+// holds a failed workflow task (a non-determinism error is one), no process
+// logged one, every long-lived run still runs, and the health checks go on.
+func TestUpgradeUnderLoad(t *testing.T) {
+	upgradeFrom := cmp.Or(os.Getenv("QM_UPGRADE_FROM"), defaultUpgradeFrom)
+	e := newProcessEnv(t)
+	earlier := testenv.BuildRelease(t, upgradeFrom)
+	s, ctx := e.s, context.Background()
+	r := newRollout(t, e, earlier, map[string][]string{"worker": {"--healthcheck-minute", upgradeCheckMinute.String()}})
+	t.Logf("running %s (%s) and this release (%s)", upgradeFrom, earlier, e.qm)
+
+	// The long-lived runs.
+	var checks atomic.Int64
+	for i, port := range testenv.Listeners(t, upgradeServices, &checks) {
+		s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {name: svc-%02d, namespace: %s}
+spec:
+  serviceClassIdentity: [{name: type, value: %s}]
+  serviceEndpointDefinition: [{name: host, value: 127.0.0.1}]
+  healthcheck:
+    tcp: {host: 127.0.0.1, port: %d, minutes: 1, timeoutSeconds: 1}`, i, s.Namespace, map[bool]string{true: "claimed", false: "free"}[i == 0], port))
+	}
+	for _, claim := range [][2]string{{"resolved", "claimed"}, {"pending", "nothing-offers"}} {
+		s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: %s, namespace: %s}
+spec:
+  serviceClassIdentity: [{name: type, value: %s}]
+  serviceEndpointDefinitionKeys: [host]
+  environmentTag: dev`, claim[0], s.Namespace, claim[1]))
+	}
+	instant := s.Plan("instant", "", testenv.Templates("instant"))
+	s.Instance("db", instant, "")
+	s.WaitInstance("db", "provisioned", testenv.Succeeded(1))
+	s.Bind("db", "db", instant)
+	s.Kube.Kubectl(t, fmt.Sprintf(`
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: %s}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: app, image: example.com/web}]}`, s.Namespace), "apply", "-f", "-")
+	kind := s.Namespace + "-deployment"
+	s.Create(fmt.Sprintf(`
+apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: UsageKind
+metadata: {name: %s}
+spec:
+  displayName: Deployment
+  resource: {group: apps, kind: deployment, version: v1}
+  labelsPath: spec.template.metadata.labels`, kind))
+	t.Cleanup(func() {
+		_ = s.Kube.Client.Delete(context.Background(), &sc.UsageKind{ObjectMeta: metav1.ObjectMeta{Name: kind}})
+	})
+	s.Create(fmt.Sprintf(`
+apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: ServiceBindingUsage
+metadata: {name: web-db, namespace: %s}
+spec:
+  serviceBindingRef: {name: db}
+  usedBy: {kind: %s, name: web}
+  parameters: {envPrefix: {name: DB_}}`, s.Namespace, kind))
+	s.Create(fmt.Sprintf(`
+apiVersion: servicebinding.io/v1
+kind: ServiceBinding
+metadata: {name: web-claim, namespace: %s}
+spec:
+  service: {apiVersion: primaza.io/v1alpha1, kind: ServiceClaim, name: resolved}
+  workload: {apiVersion: apps/v1, kind: Deployment, name: web}`, s.Namespace))
+
+	loops := []string{runs.AllocatorID(s.Namespace), runs.ClaimID(s.Namespace, "resolved"), runs.ClaimID(s.Namespace, "pending"),
+		runs.BindingUsageID(s.Namespace, "web-db"), runs.ServiceBindingID(s.Namespace, "web-claim")}
+	for shard := range healthcheck.Shards {
+		loops = append(loops, runs.HealthChecksID(shard))
+	}
+	settled := func(c *assert.CollectT) {
+		for _, id := range loops {
+			resp, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+			if assert.NoError(c, err, id) {
+				assert.Equal(c, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, resp.GetWorkflowExecutionInfo().GetStatus(), id)
+			}
+		}
+		var svcs primazav1alpha1.RegisteredServiceList
+		require.NoError(c, s.Kube.Client.List(ctx, &svcs, ctrlclient.InNamespace(s.Namespace)))
+		up := 0
+		for _, svc := range svcs.Items {
+			if svc.Status.State == primazav1alpha1.ServiceAvailable || svc.Status.State == primazav1alpha1.ServiceClaimed {
+				up++
+			}
+		}
+		assert.Equal(c, upgradeServices, up, "every service checked and up")
+		var claims primazav1alpha1.ServiceClaimList
+		require.NoError(c, s.Kube.Client.List(ctx, &claims, ctrlclient.InNamespace(s.Namespace)))
+		states := map[string]primazav1alpha1.ClaimState{}
+		for _, claim := range claims.Items {
+			states[claim.Name] = claim.Status.State
+		}
+		assert.Equal(c, map[string]primazav1alpha1.ClaimState{"resolved": primazav1alpha1.ClaimResolved, "pending": primazav1alpha1.ClaimPending}, states)
+		var usage sc.ServiceBindingUsage
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "web-db"}, &usage))
+		assert.Equal(c, sc.UsageReady, usage.Status.State)
+	}
+	require.EventuallyWithT(t, settled, 2*time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", upgradeFrom)
+
+	baseline := r.baseline("base", baselineProvisions)
+	stalls := map[string]time.Duration{}
+	for _, step := range []struct{ name, qm, release string }{{"up", e.qm, "this release"}, {"down", earlier, upgradeFrom}} {
+		before := checks.Load()
+		stalls[step.name] = r.checkStall(step.name, baseline, r.roll(step.name, step.qm))
+		r.checkOnce(step.name)
+		require.EventuallyWithT(t, settled, time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", step.release)
+		assert.Greater(t, checks.Load()-before, int64(upgradeServices), "the checks went on through the replacements")
+		// A service registered now is checked by the release now running.
+		name := "late-" + step.name
+		s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {name: %s, namespace: %s}
+spec:
+  serviceClassIdentity: [{name: type, value: late}]
+  serviceEndpointDefinition: [{name: host, value: 127.0.0.1}]
+  healthcheck:
+    tcp: {host: 127.0.0.1, port: %d, minutes: 1, timeoutSeconds: 1}`, name, s.Namespace, closedPort(t)))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			var svc primazav1alpha1.RegisteredService
+			require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &svc))
+			assert.Equal(c, primazav1alpha1.ServiceUnreachable, svc.Status.State)
+		}, 3*upgradeCheckMinute, 200*time.Millisecond, "a service whose endpoint is down turns Unreachable on %s", step.release)
+	}
+
+	// No failed workflow task in any run of the test, and no process
+	// logged a non-determinism error.
+	failed, crossed := taskFailures(t, e, s.Namespace)
+	assert.Empty(t, failed, "workflow tasks failed")
+	var logged []string
+	for _, p := range r.f.all {
+		for line := range strings.Lines(p.log.String()) {
+			if strings.Contains(line, "TMPRL1100") || strings.Contains(line, "Failed to process workflow task") {
+				logged = append(logged, p.name+": "+line[:min(len(line), 300)])
+			}
+		}
+	}
+	assert.Empty(t, logged, "processes logged failed workflow tasks")
+	var claim primazav1alpha1.ServiceClaim
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "resolved"}, &claim))
+	assert.Equal(t, "svc-00", claim.Status.RegisteredService, "the claim kept its service")
+	assert.True(t, meta.IsStatusConditionTrue(claim.Status.Conditions, "ServiceAvailable"))
+	t.Logf("longest stall: upgrade %s, rollback %s; runs that crossed both: %s", stalls["up"].Round(time.Millisecond),
+		stalls["down"].Round(time.Millisecond), crossed)
+}
+
+// taskFailures reads the histories of every run of the namespace's
+// resources and of the health-check shards, and returns the workflow
+// tasks that failed ("ID: cause") and how many long-lived runs there are
+// per workflow type.
+func taskFailures(t *testing.T, e processEnv, ns string) ([]string, string) {
+	t.Helper()
+	ctx := context.Background()
+	var failed []string
+	types := map[string]int{}
+	var token []byte
+	for {
+		resp, err := e.s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1000, NextPageToken: token})
+		require.NoError(t, err)
+		for _, ex := range resp.GetExecutions() {
+			id := ex.GetExecution().GetWorkflowId()
+			if !strings.Contains(id, "/"+ns+"/") && !strings.HasSuffix(id, "/"+ns) && !strings.HasPrefix(id, "registeredservices/") {
+				continue
+			}
+			if ex.GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				types[ex.GetType().GetName()]++
+			}
+			for _, ev := range e.s.History(id, ex.GetExecution().GetRunId()).GetEvents() {
+				if attrs := ev.GetWorkflowTaskFailedEventAttributes(); attrs != nil {
+					msg := attrs.GetFailure().GetMessage()
+					failed = append(failed, fmt.Sprintf("%s: %s: %s", id, attrs.GetCause(), msg[:min(len(msg), 300)]))
+				}
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	var kinds []string
+	for typ, n := range types {
+		kinds = append(kinds, fmt.Sprintf("%s %d", typ, n))
+	}
+	sort.Strings(kinds)
+	return failed, strings.Join(kinds, ", ")
+}
+
+// closedPort is a loopback port where nothing listens.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	return port
+}
