@@ -184,6 +184,13 @@ run: run-tools build ## Start Kubernetes, Temporal (UI on :8233) and Quartermast
 
 ## Test --------------------------------------------------------------------
 
+# Each module's go.mod and go.sum say exactly what its code imports.
+.PHONY: check-tidy
+check-tidy:
+	@for dir in . hack hack/temporalserver; do \
+	  (cd $$dir && go mod tidy -diff) || { echo "go.mod in $$dir is not tidy: run 'go mod tidy' there and commit the result" >&2; exit 1; }; \
+	done
+
 .PHONY: vet
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -219,7 +226,7 @@ TEST_PKG  = $(if $(filter ./...,$(PKG)),./starter ./test/e2e) $(PKG)
 BENCH_PKG = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git grep -l '^func Benchmark' -- '*_test.go' ':!hack')))),$(PKG))
 
 .PHONY: test-steps
-test-steps: tools check-generated vet lint
+test-steps: tools check-generated check-tidy vet lint
 	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m -skip '^(TestChartPods|TestUpgradeUnderLoad|$(ALONE))$$' $(TEST_FLAGS) $(TEST_PKG)
 	$(if $(filter ./...,$(PKG)),QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 10m -run '^($(ALONE))$$' $(TEST_FLAGS) ./test/e2e)
 	$(MAKE) --no-print-directory -j2 test-smoke test-beside
