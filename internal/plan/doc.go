@@ -13,10 +13,10 @@
 //   - gotemplate: Go text/template, from content, contentEncoded or url.
 //   - helm: a chart archive (.tgz) from contentEncoded or url.
 //
-// A url is fetched by the worker's Fetcher: http and https directly, other
-// schemes (oci) through Helm's getters; within its bounds (the worker's
-// --template-hosts, 10 MiB, 30 s: a host not allowed or a body too large
-// fails the operation, other fetch errors are retried). The body is kept per
+// A url is an http or https url (the CRD admits no other), fetched by the
+// worker's Fetcher within its bounds (the worker's --chart-url-allow,
+// 10 MiB, 30 s: a host not allowed or a body too large fails the
+// operation, other fetch errors are retried). The body is kept per
 // plan generation, so every render of one plan version sees the same body
 // and a change to the plan fetches again; the cache lives in the worker's
 // memory, so a restarted worker fetches again too.

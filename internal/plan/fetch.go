@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"helm.sh/helm/v3/pkg/cli"
-	"helm.sh/helm/v3/pkg/getter"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -84,17 +82,14 @@ func (f *Fetcher) Fetch(plan *osbv1alpha1.SFPlan, tmpl *osbv1alpha1.TemplateSpec
 	if err != nil {
 		return nil, templateError(tmpl.Action, fmt.Errorf("the url does not parse: %w", err))
 	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		// The CRD admits only these; a plan stored before that rule meets it here.
+		return nil, templateError(tmpl.Action, fmt.Errorf("url %s: only http and https urls are fetched", u.Redacted()))
+	}
 	if err := f.allowed(u); err != nil {
 		return nil, templateError(tmpl.Action, err)
 	}
-	var body []byte
-	switch u.Scheme {
-	case "http", "https":
-		body, err = f.get(tmpl.URL)
-	default:
-		// Other schemes (oci, ...) go through Helm's getters.
-		body, err = f.helmGet(tmpl.URL, u.Scheme)
-	}
+	body, err := f.get(tmpl.URL)
 	var tooBig *tooBigError
 	if errors.As(err, &tooBig) {
 		return nil, templateError(tmpl.Action, err)
@@ -136,19 +131,4 @@ func (f *Fetcher) get(rawURL string) ([]byte, error) {
 		return nil, &tooBigError{f.MaxBytes}
 	}
 	return body, nil
-}
-
-func (f *Fetcher) helmGet(rawURL, scheme string) ([]byte, error) {
-	g, err := getter.All(cli.New()).ByScheme(scheme)
-	if err != nil {
-		return nil, err
-	}
-	buf, err := g.Get(rawURL, getter.WithTimeout(f.Timeout))
-	if err != nil {
-		return nil, err
-	}
-	if int64(buf.Len()) > f.MaxBytes {
-		return nil, &tooBigError{f.MaxBytes}
-	}
-	return buf.Bytes(), nil
 }

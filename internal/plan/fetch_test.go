@@ -80,13 +80,18 @@ func TestFetchBounds(t *testing.T) {
 		{"a body over the bound", "/big", "", true, "the body is larger than 1024 bytes"},
 		{"a slow server", "/slow", "", false, "Client.Timeout exceeded"},
 		{"a server error", "/broken", "", false, "500 Internal Server Error"},
+		{"a scheme other than http(s)", "oci://registry.example/charts/tenant", "", true, "url oci://registry.example/charts/tenant: only http and https urls are fetched"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fetcher := f
 			if tc.hosts != "" {
 				fetcher = &plan.Fetcher{AllowedHosts: []string{tc.hosts}}
 			}
-			p := urlPlan(1, osbv1alpha1.TemplateGo, ts.URL+tc.path)
+			u := ts.URL + tc.path
+			if !strings.HasPrefix(tc.path, "/") {
+				u = tc.path
+			}
+			p := urlPlan(1, osbv1alpha1.TemplateGo, u)
 			_, err := fetcher.Fetch(p, &p.Spec.Templates[0])
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.message)
