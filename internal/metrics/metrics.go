@@ -1,6 +1,6 @@
 // Package metrics is what an operator graphs and alerts on about the fleet:
 // operations by outcome and duration, health checks run, and the state of
-// every kind of resource Quartermaster keeps. The README lists the names
+// every kind of resource Quartermaster keeps. docs/metrics.md lists the names
 // and labels; the chart's dashboard and alerts query them.
 //
 // Counters of events (an operation ended, a check ran) count in the

@@ -35,7 +35,7 @@
 // error that names it.
 //
 // Output is read as the Service Fabrik inter-operator reads it, so that its
-// plans run unchanged (the README lists where the two differ): a source
+// plans run unchanged (docs/plans.md lists where the two differ): a source
 // whose name is empty is skipped; only the running operation's section of
 // the status output is read (an update's, else the provision's), and only a
 // bind that succeeded reads its response. What is ignored but likely a
