@@ -14,10 +14,19 @@
 //     (scheduling_ledger.go);
 //   - HealthChecks (healthcheck.go, healthcheck_probe.go): a pass over one
 //     shard of the registered services;
-//   - Claims (claims.go): resolving, binding and releasing a claim;
+//   - Claims (claims.go): settling a claim in one step (claims_settle.go:
+//     Settle, and Give, the allocator's pass), its projection into its
+//     application (claims_projection.go) and its release
+//     (claims_release.go); claims_allocator.go keeps the steps of runs
+//     begun before the allocator woke claims from its pass;
 //   - BindingUsages (bindingusage.go): resolving, injecting and removing a
 //     usage;
-//   - MassUpdates (massupdate.go): selecting a mass update's instances;
+//   - ServiceBindings (servicebinding.go): resolving a servicebinding.io
+//     ServiceBinding, projecting it, recording it, taking it back and
+//     releasing it, on the usages' injection;
+//   - MassUpdates (massupdate.go): selecting a mass update's instances
+//     (SelectInstances) and starting a batch of their Update runs and
+//     waiting for them (UpdateInstances);
 //   - Kubernetes (selfcheck.go): the worker's start-up check.
 //
 // What a template sees and how it renders is package plan's; applying

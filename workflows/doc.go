@@ -8,9 +8,16 @@
 //     operation counted when it starts and ends, never on replay);
 //   - healthcheck.go: HealthChecks, the loop of one shard of the registered
 //     services' checks;
-//   - claims.go: ServiceClaim, one claim from resolution to release;
+//   - claims.go: ServiceClaim, one claim from resolution to release (the
+//     steps of runs begun before settled-in-one-step in claims_steps.go);
+//     claims_allocator.go: ClaimAllocator, the one workflow per namespace
+//     that hands its services to its claims;
 //   - bindingusage.go: BindingUsage, one usage's injection into a workload;
-//   - massupdate.go: MassUpdate, many instances' Updates as its children;
+//   - servicebinding.go: ServiceBinding, one servicebinding.io
+//     ServiceBinding's projection into its workloads;
+//   - massupdate.go: MassUpdate, many instances' Update runs, started in
+//     batches of activities (massupdate_start.go; runs begun before
+//     updates-in-batches start them as children);
 //   - selfcheck.go: SelfCheck, the worker's start-up check.
 //
 // Register registers them all. Workflow code is deterministic: every

@@ -32,9 +32,9 @@ const (
 
 // operatorView is the change that made a run's retries visible and its
 // outcome its own: it fails with a failed operation and returns a Result
-// otherwise. Runs begun before it keep the old path: retries inside the
-// workflow task for up to ten minutes, and a run that completes whatever
-// the outcome.
+// otherwise. Runs begun before it keep the old path: a step's retries are
+// the local activity's own, up to ten minutes and never shown, and a run
+// completes whatever the outcome.
 const operatorView = "operator-view"
 
 // steps runs the steps of one operation on a target.
@@ -172,9 +172,11 @@ var briefRetries = workflow.LocalActivityOptions{
 }
 
 // withPatientRetries sets the options of the steps that must get through
-// (begin, record, finish): transient API errors are retried inside the
-// workflow task for up to ten minutes; errors that retrying cannot fix are
-// not retried.
+// (begin, record, finish): transient API errors are retried for up to ten
+// minutes, the first attempts (about 15 s) inside the workflow task and
+// the later ones after durable timers (laRetryMax), so that a step that
+// keeps failing does not hold its task; errors that retrying cannot fix
+// are not retried.
 func withPatientRetries(ctx workflow.Context) workflow.Context {
 	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: 10 * time.Minute,
