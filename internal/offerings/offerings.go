@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -28,6 +30,11 @@ var ErrNotFound = errors.New("not registered")
 // Cache answers questions about the registered services and plans.
 type Cache struct {
 	cache cache.Cache
+	// live reads the API server when the cache has no object of an ID: a
+	// plan created a moment ago may not have reached the cache, and an
+	// operation must not fail as "unknown plan" for that.
+	live      client.Reader
+	namespace string
 }
 
 // New returns a cache of the offerings of the cluster cfg reaches, of one
@@ -60,7 +67,11 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, namespace string) (*Cache, er
 	}); err != nil {
 		return nil, err
 	}
-	return &Cache{cache: c}, nil
+	live, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating the offerings' client: %w", err)
+	}
+	return &Cache{cache: c, live: live, namespace: namespace}, nil
 }
 
 // Start runs the cache until ctx is done; it returns once the cache has
@@ -82,9 +93,10 @@ func (c *Cache) Start(ctx context.Context) error {
 // Plan returns the SFPlan whose spec.id is id.
 func (c *Cache) Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error) {
 	var list osbv1alpha1.SFPlanList
-	if err := c.cache.List(ctx, &list, client.MatchingFields{idField: id}); err != nil {
+	if err := c.byID(ctx, &list, id); err != nil {
 		return nil, fmt.Errorf("looking up plan %q: %w", id, err)
 	}
+	list.Items = slices.DeleteFunc(list.Items, func(p osbv1alpha1.SFPlan) bool { return p.Spec.ID != id })
 	switch len(list.Items) {
 	case 0:
 		return nil, fmt.Errorf("plan %q: %w", id, ErrNotFound)
@@ -99,9 +111,10 @@ func (c *Cache) Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error
 // Service returns the SFService whose spec.id is id.
 func (c *Cache) Service(ctx context.Context, id string) (*osbv1alpha1.SFService, error) {
 	var list osbv1alpha1.SFServiceList
-	if err := c.cache.List(ctx, &list, client.MatchingFields{idField: id}); err != nil {
+	if err := c.byID(ctx, &list, id); err != nil {
 		return nil, fmt.Errorf("looking up service %q: %w", id, err)
 	}
+	list.Items = slices.DeleteFunc(list.Items, func(s osbv1alpha1.SFService) bool { return s.Spec.ID != id })
 	switch len(list.Items) {
 	case 0:
 		return nil, fmt.Errorf("service %q: %w", id, ErrNotFound)
@@ -110,6 +123,16 @@ func (c *Cache) Service(ctx context.Context, id string) (*osbv1alpha1.SFService,
 	default:
 		return nil, fmt.Errorf("service %q is claimed by %d SFServices: service IDs must be unique", id, len(list.Items))
 	}
+}
+
+// byID lists into list the cached objects whose spec.id is id; when the
+// cache has none, every one of the API server (of the namespace, if the
+// cache has one), which the caller filters by spec.id.
+func (c *Cache) byID(ctx context.Context, list client.ObjectList, id string) error {
+	if err := c.cache.List(ctx, list, client.MatchingFields{idField: id}); err != nil || meta.LenList(list) > 0 {
+		return err
+	}
+	return c.live.List(ctx, list, client.InNamespace(c.namespace))
 }
 
 // Services returns every registered service.

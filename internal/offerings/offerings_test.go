@@ -1,0 +1,55 @@
+package offerings_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/quartermaster/qm/crds"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/offerings"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestAPlanTheCacheHasNotSeen: a plan and its service created while the
+// cache does not see them (its watch stopped after it synced, as an
+// informer lags behind a create) are found on the API server, where an
+// operation would otherwise fail as "unknown plan"; an ID no plan has is
+// still ErrNotFound.
+func TestAPlanTheCacheHasNotSeen(t *testing.T) {
+	kube := testenv.BareKubernetes(t)
+	ns := kube.Namespace(t)
+	c, err := offerings.New(kube.Config, crds.NewScheme(), ns)
+	require.NoError(t, err)
+	watching, stop := context.WithCancel(context.Background())
+	require.NoError(t, c.Start(watching))
+	stop()
+
+	ctx := context.Background()
+	require.NoError(t, kube.Client.Create(ctx, &osbv1alpha1.SFService{ObjectMeta: metav1.ObjectMeta{Name: "svc", Namespace: ns},
+		Spec: osbv1alpha1.SFServiceSpec{Name: "svc", ID: ns + "-svc", Description: "d", Bindable: true}}))
+	require.NoError(t, kube.Client.Create(ctx, &osbv1alpha1.SFPlan{ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: ns},
+		Spec: osbv1alpha1.SFPlanSpec{Name: "small", ID: ns + "-small", ServiceID: ns + "-svc", Description: "d"}}))
+	assert.Never(t, func() bool {
+		plans, err := c.Plans(ctx)
+		return err != nil || slices.ContainsFunc(plans, func(p osbv1alpha1.SFPlan) bool { return p.Spec.ID == ns+"-small" })
+	}, time.Second, 50*time.Millisecond, "the cache does not see the new plan")
+
+	plan, err := c.Plan(ctx, ns+"-small")
+	require.NoError(t, err)
+	assert.Equal(t, "small", plan.Name)
+	svc, err := c.Service(ctx, plan.Spec.ServiceID)
+	require.NoError(t, err)
+	assert.Equal(t, "svc", svc.Name)
+	_, err = c.Plan(ctx, ns+"-none")
+	assert.True(t, errors.Is(err, offerings.ErrNotFound), fmt.Sprint(err))
+}
