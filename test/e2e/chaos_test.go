@@ -244,7 +244,7 @@ type osbClient struct {
 	codes map[string][]int // by request kind
 }
 
-func (o *osbClient) do(t *testing.T, kind, method, path, body string, deadline time.Time) (int, string) {
+func (o *osbClient) do(kind, method, path, body string, deadline time.Time) (int, string) {
 	for {
 		status, got, _ := testenv.HTTP(method, o.url+path, body, &testenv.OSBCredentials, testenv.OSBHeader)
 		if status != 0 {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -22,7 +21,6 @@ import (
 // (half); through OSB or through the Kubernetes API. Each step waits for
 // the one before to end, as a user would.
 type workload struct {
-	t            *testing.T
 	kube         ctrlclient.Client
 	osb          *osbClient
 	e            *expectation
@@ -57,7 +55,7 @@ func (w *workload) instPath() string { return "/v2/service_instances/" + w.e.nam
 func (w *workload) provision() error {
 	w.e.plan = w.small
 	if w.e.osb {
-		status, body := w.osb.do(w.t, "provision", http.MethodPut, w.instPath()+"?accepts_incomplete=true",
+		status, body := w.osb.do("provision", http.MethodPut, w.instPath()+"?accepts_incomplete=true",
 			fmt.Sprintf(`{"service_id": "chaos-svc", "plan_id": %q, "organization_guid": "o", "space_guid": "s"}`, w.small), w.deadline)
 		if status != http.StatusAccepted && status != http.StatusOK && status != http.StatusCreated {
 			return fmt.Errorf("provision answered %d: %s", status, body)
@@ -78,7 +76,7 @@ func (w *workload) provision() error {
 func (w *workload) bind() error {
 	if w.e.osb {
 		path := w.instPath() + "/service_bindings/" + w.e.binding
-		status, body := w.osb.do(w.t, "bind", http.MethodPut, path+"?accepts_incomplete=true",
+		status, body := w.osb.do("bind", http.MethodPut, path+"?accepts_incomplete=true",
 			fmt.Sprintf(`{"service_id": "chaos-svc", "plan_id": %q}`, w.small), w.deadline)
 		switch status {
 		case http.StatusOK, http.StatusCreated:
@@ -109,7 +107,7 @@ func (w *workload) update(planID, params string) error {
 		if params != "" {
 			body = fmt.Sprintf(`{"service_id": "chaos-svc", "plan_id": %q, "parameters": %s}`, planID, params)
 		}
-		status, got := w.osb.do(w.t, "update", http.MethodPatch, w.instPath()+"?accepts_incomplete=true", body, w.deadline)
+		status, got := w.osb.do("update", http.MethodPatch, w.instPath()+"?accepts_incomplete=true", body, w.deadline)
 		if status != http.StatusAccepted && status != http.StatusOK {
 			return fmt.Errorf("update answered %d: %s", status, got)
 		}
@@ -147,7 +145,7 @@ func (w *workload) unbind() error {
 	w.e.unbound = true
 	if w.e.osb {
 		path := w.instPath() + "/service_bindings/" + w.e.binding
-		status, body := w.osb.do(w.t, "unbind", http.MethodDelete, fmt.Sprintf("%s?service_id=chaos-svc&plan_id=%s&accepts_incomplete=true", path, w.e.plan), "", w.deadline)
+		status, body := w.osb.do("unbind", http.MethodDelete, fmt.Sprintf("%s?service_id=chaos-svc&plan_id=%s&accepts_incomplete=true", path, w.e.plan), "", w.deadline)
 		switch status {
 		case http.StatusOK, http.StatusGone:
 			return nil
@@ -163,7 +161,7 @@ func (w *workload) unbind() error {
 func (w *workload) deprovision() error {
 	w.e.deleted = true
 	if w.e.osb {
-		status, body := w.osb.do(w.t, "deprovision", http.MethodDelete, w.instPath()+"?service_id=chaos-svc&plan_id="+w.e.plan+"&accepts_incomplete=true", "", w.deadline)
+		status, body := w.osb.do("deprovision", http.MethodDelete, w.instPath()+"?service_id=chaos-svc&plan_id="+w.e.plan+"&accepts_incomplete=true", "", w.deadline)
 		switch status {
 		case http.StatusOK, http.StatusGone:
 			return nil
@@ -179,7 +177,7 @@ func (w *workload) deprovision() error {
 // of its end (200 with succeeded, or 410 for a removal).
 func (w *workload) poll(op, path string, done int) error {
 	for time.Now().Before(w.deadline) {
-		status, body := w.osb.do(w.t, "last_operation", http.MethodGet, path, "", w.deadline)
+		status, body := w.osb.do("last_operation", http.MethodGet, path, "", w.deadline)
 		var lo struct {
 			State       string `json:"state"`
 			Description string `json:"description"`

@@ -125,6 +125,10 @@ func (c *checker) body(lit *ast.FuncLit, by string) {
 	}
 	c.seen[lit] = true
 	ast.Inspect(lit.Body, func(n ast.Node) bool {
+		if cl, isLit := n.(*ast.CompositeLit); isLit {
+			c.stored(cl, lit, by)
+			return true
+		}
 		call, ok := n.(*ast.CallExpr)
 		if !ok {
 			return true
@@ -152,6 +156,20 @@ func (c *checker) body(lit *ast.FuncLit, by string) {
 		}
 		return true
 	})
+}
+
+// stored reports a handle declared outside lit that a composite literal
+// in it holds (workload{t: t}): whatever the value's methods then do with
+// it, they do off the test goroutine.
+func (c *checker) stored(cl *ast.CompositeLit, lit *ast.FuncLit, by string) {
+	for _, elt := range cl.Elts {
+		if kv, isKV := elt.(*ast.KeyValueExpr); isKV {
+			elt = kv.Value
+		}
+		if h := c.handle(elt, lit); h != "" {
+			c.report(elt.Pos(), "%s is stored in a composite literal in a function run by %s on another goroutine, where FailNow cannot stop the test: give the value a handle of its own or have it return errors", h, by)
+		}
+	}
 }
 
 // handle names e if it is a test handle declared outside lit (any handle

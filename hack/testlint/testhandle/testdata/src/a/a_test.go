@@ -54,6 +54,12 @@ func TestOffGoroutine(t *testing.T) {
 	})
 	go helper(t) // want `t is passed to a goroutine`
 	go func() {
+		w := holder{t: t} // want `t is stored in a composite literal in a function run by go`
+		_ = holder{t}     // want `t is stored in a composite literal in a function run by go`
+		_ = w
+		_ = holder{} // no handle: fine
+	}()
+	go func() {
 		t.Cleanup(func() { NoError(t, nil) }) // runs on the test goroutine, after the test: fine
 	}()
 	NoError(t, nil) // on the test goroutine: fine
@@ -67,3 +73,6 @@ func BenchmarkOff(b *testing.B) {
 }
 
 func helper(t *testing.T) {}
+
+// holder keeps a test's handle, as a harness's workload does.
+type holder struct{ t *testing.T }
