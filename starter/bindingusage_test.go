@@ -203,13 +203,18 @@ func TestUsageInjectsIntoADeployment(t *testing.T) {
 		assert.EqualValues(c, 1, d.Status.UpdatedReplicas)
 	}, 30*time.Second, 50*time.Millisecond, "the new Secret rolls the workload out")
 
-	// An edit of the usage that injects the same does not restart it.
+	// An edit of the usage that injects the same does not restart it: the
+	// usage moves to another UsageKind of the same workloads. Its run
+	// takes the edit (the status speaks of the new generation and kind),
+	// and the workload's template stays as it was.
 	gen := getDeployment(t, s, "web").Generation
+	sameKind := usageKind(t, s, "deployment-too", deploymentKind)
 	u = getUsage(t, s, "web-db")
-	u.Labels = map[string]string{"team": "a"}
-	u.Spec.Parameters.EnvPrefix.Name = "DB_"
+	u.Spec.UsedBy.Kind = sameKind
 	require.NoError(t, s.Kube.Client.Update(ctx, u))
-	waitUsage(t, s, "web-db", sc.UsageReady, "Injected")
+	u = waitUsage(t, s, "web-db", sc.UsageReady, "Injected")
+	require.NotNil(t, u.Status.UsageKind)
+	assert.Equal(t, sameKind, u.Status.UsageKind.Name, "the run took the edit")
 	assert.Equal(t, gen, getDeployment(t, s, "web").Generation, "no rollout for an edit that changes nothing injected")
 
 	// Removing the usage restores exactly the user's template.
