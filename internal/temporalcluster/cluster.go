@@ -160,16 +160,6 @@ func (c *Cluster) FrontendHostPort() string {
 // Client is a client of the cluster's namespace.
 func (c *Cluster) Client() client.Client { return c.client }
 
-// Pids are the processes' ids by name (postgres and each service), for
-// measuring what each costs.
-func (c *Cluster) Pids() map[string]int {
-	out := map[string]int{"postgres": c.pg.pid()}
-	for name, p := range c.services {
-		out[name] = p.pid()
-	}
-	return out
-}
-
 // Kill kills a service's process (SIGKILL) and starts it again after
 // down, as a node's failure and a restarted pod would; it returns once the
 // service serves again.
