@@ -49,13 +49,14 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	// The API gets a listener that is open already. The other ports are
 	// child processes': picked free, and checked by qm dev before it starts.
 	apiLn := listen(t)
+	ports := testenv.FreePorts(t, 4)
 	opts := devenv.Options{
 		BinDir:       testenv.BinDir(),
 		DataDir:      dataDir,
-		KubePort:     freePort(t),
-		TemporalPort: freePort(t),
-		UIPort:       freePort(t),
-		MetricsPort:  freePort(t),
+		KubePort:     ports[0],
+		TemporalPort: ports[1],
+		UIPort:       ports[2],
+		MetricsPort:  ports[3],
 		// As qm dev records them; once per test binary, as the registry is.
 		TemporalMetrics: temporalMetrics(t),
 		Listen:          apiLn.Addr().String(),
@@ -255,14 +256,6 @@ func listen(t *testing.T) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	return ln
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // processesUsing lists the command lines of running processes that mention dir.

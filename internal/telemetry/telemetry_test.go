@@ -21,15 +21,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// FreeAddr is a loopback address nothing listens on.
-func FreeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	var resp *http.Response
@@ -71,7 +62,7 @@ func TestWorkerProbesFollowTemporal(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			health, metricsAddr := FreeAddr(t), FreeAddr(t)
+			health, metricsAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			srv := &telemetry.Server{HealthAddr: health, MetricsAddr: metricsAddr, Gatherer: reg,
 				Ready: telemetry.TemporalReachable(c.tc, c.address), Logger: slog.Default()}
@@ -96,7 +87,7 @@ func TestWorkerProbesFollowTemporal(t *testing.T) {
 	// A call through the client shows in the served metrics.
 	_, err = up.DescribeWorkflowExecution(context.Background(), "no-such-workflow", "")
 	require.Error(t, err)
-	addr := FreeAddr(t)
+	addr := testenv.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = (&telemetry.Server{MetricsAddr: addr, Gatherer: reg}).Run(ctx) }()

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -23,11 +24,25 @@ type Metrics map[string]*dto.MetricFamily
 // FreeAddr is a loopback address no one listens on now, for a component
 // that takes an address rather than a listener.
 func FreeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	t.Helper()
+	return "127.0.0.1:" + strconv.Itoa(FreePorts(t, 1)[0])
+}
+
+// FreePorts are n distinct loopback ports no one listens on now: each is
+// held until all are found, so that no two are the same.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	lns := make([]net.Listener, n)
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		lns[i], ports[i] = ln, ln.Addr().(*net.TCPAddr).Port
+	}
+	for _, ln := range lns {
+		require.NoError(t, ln.Close())
+	}
+	return ports
 }
 
 // Scrape reads a /metrics endpoint as Prometheus does; a failed scrape is

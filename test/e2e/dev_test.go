@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -132,19 +131,12 @@ func waitFor(t *testing.T, p *process, want string, timeout time.Duration) {
 		"%s says %q", p.name, want)
 }
 
-// freePorts returns n ports nothing listens on.
+// freePorts are testenv.FreePorts as the flags take them.
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	var ports []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns = append(lns, ln)
-		ports = append(ports, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	var out []string
+	for _, p := range testenv.FreePorts(t, n) {
+		out = append(out, strconv.Itoa(p))
 	}
-	for _, ln := range lns {
-		require.NoError(t, ln.Close())
-	}
-	return ports
+	return out
 }
