@@ -21,13 +21,13 @@ import (
 // details, until the operation's deadline (the plan's
 // maximum_polling_duration). Then the operation fails with that error.
 //
-// retryMax is low because most lasting errors are a part that is away (the
-// API server restarting, a cluster unreachable): once it is back, the step
-// goes on within retryMax, at the price of six attempts a minute while it
-// is not.
+// stepRetryMax is low because most lasting errors are a part that is away
+// (the API server restarting, a cluster unreachable): once it is back, the
+// step goes on within stepRetryMax, at the price of six attempts a minute
+// while it is not.
 const (
-	retryFirst = 2 * time.Second
-	retryMax   = 10 * time.Second
+	stepRetryFirst = 2 * time.Second
+	stepRetryMax   = 10 * time.Second
 )
 
 // operatorView is the change that made a run's retries visible and its
@@ -91,7 +91,7 @@ func (s *steps) run(ctx workflow.Context, what string, start func(workflow.Conte
 	}
 	ctx = workflow.WithLocalActivityOptions(ctx, briefRetries)
 	var a *activities.Operations
-	retries := newBackoff(s.deadline, retryFirst, retryMax)
+	retries := newBackoff(s.deadline, stepRetryFirst, stepRetryMax)
 	for attempt := 1; ; attempt++ {
 		err := start(ctx).Get(ctx, out)
 		if err == nil || !transient(err) {
