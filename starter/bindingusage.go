@@ -85,7 +85,7 @@ func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOpti
 		return err
 	}
 	o := copts()
-	o.Reconciler = ReconcilerFunc(u.wake)
+	o.Reconciler = reconcile.Func(u.wake)
 	c, err := controller.New("servicebindingusage", mgr, o)
 	if err != nil {
 		return fmt.Errorf("registering the ServiceBindingUsage controller: %w", err)

@@ -80,7 +80,7 @@ func setupCatalogs(mgr ctrl.Manager, copts reconcilerOptions) error {
 		Watches(&primazav1alpha1.RegisteredService{}, byNamespace).
 		Watches(&primazav1alpha1.ServiceClaim{}, byNamespace).
 		Watches(&primazav1alpha1.ServiceCatalog{}, byNamespace).
-		WithOptions(copts()).Complete(ReconcilerFunc(c.Reconcile))
+		WithOptions(copts()).Complete(reconcile.Func(c.Reconcile))
 	if err != nil {
 		return fmt.Errorf("registering the ServiceCatalog reconciler: %w", err)
 	}

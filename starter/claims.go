@@ -60,7 +60,7 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, ke
 	}
 	// A claim's own finalizer and status writes wake nothing.
 	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.ServiceClaim{}, builder.WithPredicates(specOrDeletion)).
-		Named("serviceclaim").WithOptions(copts()).Complete(ReconcilerFunc(c.ReconcileClaim)); err != nil {
+		Named("serviceclaim").WithOptions(copts()).Complete(reconcile.Func(c.ReconcileClaim)); err != nil {
 		return fmt.Errorf("registering the ServiceClaim reconciler: %w", err)
 	}
 	enqueue := func(ctx context.Context, o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -93,7 +93,7 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, ke
 	err := ctrl.NewControllerManagedBy(mgr).Named("serviceclaim-services").
 		Watches(&primazav1alpha1.RegisteredService{}, services).
 		Watches(&sbv1.ServiceBinding{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &primazav1alpha1.ServiceClaim{}, handler.OnlyControllerOwner()), projection).
-		WithOptions(copts()).Complete(ReconcilerFunc(c.wake))
+		WithOptions(copts()).Complete(reconcile.Func(c.wake))
 	if err != nil {
 		return fmt.Errorf("registering the reconciler of services for claims: %w", err)
 	}

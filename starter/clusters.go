@@ -100,7 +100,7 @@ func setupClusters(mgr ctrl.Manager, period time.Duration, copts reconcilerOptio
 	}
 	err = ctrl.NewControllerManagedBy(mgr).For(&resourcev1alpha1.SFCluster{}).Named("sfcluster").
 		Watches(&osbv1alpha1.SFServiceInstance{}, scheduledOn).
-		WithOptions(copts()).Complete(ReconcilerFunc(r.Reconcile))
+		WithOptions(copts()).Complete(reconcile.Func(r.Reconcile))
 	if err != nil {
 		return fmt.Errorf("registering the SFCluster reconciler: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/healthcheck"
@@ -40,7 +41,7 @@ func setupHealthChecks(mgr ctrl.Manager, tc client.Client, copts reconcilerOptio
 	h := &HealthChecks{Client: mgr.GetClient(), Temporal: tc}
 	keep.add(runKind{name: loops.HealthChecks, workflowType: runs.HealthChecksType, wants: h.loops, wake: h.startLoop})
 	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.RegisteredService{}).Named("registeredservice").
-		WithOptions(copts()).Complete(ReconcilerFunc(h.Reconcile)); err != nil {
+		WithOptions(copts()).Complete(reconcile.Func(h.Reconcile)); err != nil {
 		return fmt.Errorf("registering the RegisteredService reconciler: %w", err)
 	}
 	return mgr.Add(manager.RunnableFunc(h.ensureLoops))

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/loops"
@@ -41,7 +42,7 @@ func setupAutoUpdates(mgr ctrl.Manager, tc client.Client, copts reconcilerOption
 	keep.add(runKind{name: loops.AutoMassUpdate, workflowType: runs.MassUpdateType, endedCounts: true, wants: a.runs, wake: byRequest(a.Reconcile)})
 	err := ctrl.NewControllerManagedBy(mgr).Named("sfplan-autoupdate").
 		For(&osbv1alpha1.SFPlan{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(copts()).Complete(ReconcilerFunc(a.Reconcile))
+		WithOptions(copts()).Complete(reconcile.Func(a.Reconcile))
 	if err != nil {
 		return fmt.Errorf("registering the reconciler of automatic mass updates: %w", err)
 	}

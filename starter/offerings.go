@@ -64,11 +64,11 @@ func setupOfferingStatus(mgr ctrl.Manager) error {
 		return reqs
 	})
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFPlan{}).Named("sfplan").
-		Watches(&osbv1alpha1.SFService{}, plansOf).Complete(ReconcilerFunc(c.ReconcilePlan)); err != nil {
+		Watches(&osbv1alpha1.SFService{}, plansOf).Complete(reconcile.Func(c.ReconcilePlan)); err != nil {
 		return fmt.Errorf("registering the SFPlan reconciler: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFService{}).Named("sfservice").
-		Complete(ReconcilerFunc(c.ReconcileService)); err != nil {
+		Complete(reconcile.Func(c.ReconcileService)); err != nil {
 		return fmt.Errorf("registering the SFService reconciler: %w", err)
 	}
 	return nil

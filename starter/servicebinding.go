@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -82,7 +83,7 @@ func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOp
 		return err
 	}
 	o := copts()
-	o.Reconciler = ReconcilerFunc(s.wake)
+	o.Reconciler = reconcile.Func(s.wake)
 	c, err := controller.New("servicebinding", mgr, o)
 	if err != nil {
 		return fmt.Errorf("registering the ServiceBinding controller: %w", err)

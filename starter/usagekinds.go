@@ -47,7 +47,7 @@ func setupUsageKinds(mgr ctrl.Manager, u *BindingUsages, copts reconcilerOptions
 	}
 	err := ctrl.NewControllerManagedBy(mgr).For(&sc.UsageKind{}).Named("usagekind").
 		Watches(&sc.ServiceBindingUsage{}, usages).
-		WithOptions(copts()).Complete(ReconcilerFunc(u.ReconcileKind))
+		WithOptions(copts()).Complete(reconcile.Func(u.ReconcileKind))
 	if err != nil {
 		return fmt.Errorf("registering the UsageKind controller: %w", err)
 	}

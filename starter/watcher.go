@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -73,6 +74,10 @@ type WatcherOptions struct {
 	LoopCheckPeriod time.Duration
 }
 
+// LeaseName is the Lease through which one of several watchers leads, in
+// the namespace WatcherOptions.LeaderElectionNamespace names.
+const LeaseName = "qm-watcher.quartermaster.io"
+
 // NewWatcher returns a controller-runtime manager whose reconcilers start
 // the workflows of SFServiceInstances and SFServiceBindings, and keep the
 // Ready condition of SFServices and SFPlans.
@@ -106,7 +111,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		Cache: cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[ctrlclient.Object]cache.ByObject{secretsMetadata(): {Label: labels.NewSelector().Add(*notRegistry)}}},
 		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        "qm-watcher.quartermaster.io",
+		LeaderElectionID:        LeaseName,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		// A watcher that stops (a rolling update, a drained node) hands the
 		// lease over at once instead of making the next wait out its term.
@@ -136,11 +141,11 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		return controller.Options{MaxConcurrentReconciles: opts.Concurrency, RateLimiter: retryLimiter()}
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceInstance{}).Named("sfserviceinstance").
-		WithOptions(copts()).Complete(ReconcilerFunc(s.ReconcileInstance)); err != nil {
+		WithOptions(copts()).Complete(reconcile.Func(s.ReconcileInstance)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceInstance reconciler: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceBinding{}).Named("sfservicebinding").
-		WithOptions(copts()).Complete(ReconcilerFunc(s.ReconcileBinding)); err != nil {
+		WithOptions(copts()).Complete(reconcile.Func(s.ReconcileBinding)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceBinding reconciler: %w", err)
 	}
 	if err := setupOfferingStatus(mgr); err != nil {
@@ -175,14 +180,6 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		return nil, err
 	}
 	return mgr, nil
-}
-
-// ReconcilerFunc adapts a function to reconcile.Reconciler.
-type ReconcilerFunc func(context.Context, ctrl.Request) (ctrl.Result, error)
-
-// Reconcile calls f.
-func (f ReconcilerFunc) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	return f(ctx, req)
 }
 
 // Starter maps the state of a resource to the workflow that moves it on.

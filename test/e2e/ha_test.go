@@ -22,6 +22,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -32,9 +33,6 @@ type process struct {
 	log  *testenv.SyncBuffer
 	done chan struct{}
 }
-
-// leaseName is the watcher's leader-election Lease (starter.NewWatcher).
-const leaseName = "qm-watcher.quartermaster.io"
 
 // haProvisions is how many instances the watcher failover happens among.
 const haProvisions = 100
@@ -73,7 +71,7 @@ func TestHighAvailability(t *testing.T) {
 	first := watcher("watcher-1")
 	lease := func() coordinationv1.LeaseSpec {
 		var l coordinationv1.Lease
-		if err := kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: leaseName}, &l); err != nil {
+		if err := kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: starter.LeaseName}, &l); err != nil {
 			return coordinationv1.LeaseSpec{}
 		}
 		return l.Spec
