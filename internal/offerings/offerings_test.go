@@ -2,8 +2,6 @@ package offerings_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -51,5 +49,5 @@ func TestAPlanTheCacheHasNotSeen(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "svc", svc.Name)
 	_, err = c.Plan(ctx, ns+"-none")
-	assert.True(t, errors.Is(err, offerings.ErrNotFound), fmt.Sprint(err))
+	assert.ErrorIs(t, err, offerings.ErrNotFound)
 }
