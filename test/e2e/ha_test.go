@@ -46,8 +46,9 @@ const (
 // TestHighAvailability runs Quartermaster as a cluster would, as separate
 // processes: two watchers (one leads, through a Lease), two workers, two
 // APIs. SIGKILL of the leading watcher in the middle of 100 provisions: the
-// other takes the lease within its lease duration, and every instance
-// succeeds with one run each. SIGKILL of a worker: the other finishes its
+// other takes the lease once it has run out (no sooner than one lease
+// duration after the last renewal, and sooner than two: a few retry
+// periods late at most), and every instance succeeds with one run each. SIGKILL of a worker: the other finishes its
 // work. Two APIs serve one instance's whole OSB lifecycle, with each request
 // going to the other one.
 func TestHighAvailability(t *testing.T) {
