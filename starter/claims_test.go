@@ -15,8 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/crds"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -240,7 +242,8 @@ spec:
 
 // TestClaimRace: 50 claims created at once for 10 matching services, with
 // the worker and then the watcher restarted in the middle: exactly 10 resolve, each service is
-// held by exactly one of them, and 40 stay Pending. Deleting 5 resolved
+// held by exactly one of them, and 40 stay Pending; at no moment in
+// between did two claims say they held one service. Deleting 5 resolved
 // claims resolves exactly 5 pending ones. It runs with one worker, then
 // with two (claims taken by two processes at once).
 func TestClaimRace(t *testing.T) {
@@ -261,6 +264,7 @@ func claimRace(t *testing.T, workers int) {
 	for i := range 10 {
 		waitService(t, s, fmt.Sprintf("db-%02d", i), primazav1alpha1.ServiceAvailable, flipWithin)
 	}
+	stopWatching := watchExclusive(t, s)
 	var wg sync.WaitGroup
 	created := make([]error, 50)
 	for i := range created {
@@ -281,6 +285,57 @@ func claimRace(t *testing.T, workers int) {
 		require.NoError(t, s.Kube.Client.Delete(context.Background(), getClaim(t, s, name)))
 	}
 	checkExclusive(t, s, 10, 35)
+	assert.Empty(t, stopWatching(), "no two claims held one service at any moment")
+}
+
+// watchExclusive watches the namespace's claims from now until the
+// function it returns is called, which returns every moment two claims
+// not being deleted said they held one service: the end state alone would
+// not show a double grant undone before it. A watch that ends early is
+// one such report.
+func watchExclusive(t *testing.T, s *testenv.System) func() []string {
+	t.Helper()
+	wc, err := ctrlclient.NewWithWatch(s.Kube.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := wc.Watch(ctx, &primazav1alpha1.ServiceClaimList{}, ctrlclient.InNamespace(s.Namespace))
+	require.NoError(t, err)
+	var reports []string
+	stopped := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		holds := map[string]string{} // claim -> the service it says it holds
+		for ev := range w.ResultChan() {
+			claim, ok := ev.Object.(*primazav1alpha1.ServiceClaim)
+			if !ok {
+				continue
+			}
+			delete(holds, claim.Name)
+			if ev.Type != watch.Deleted && claim.DeletionTimestamp.IsZero() && claim.Status.State == primazav1alpha1.ClaimResolved {
+				holds[claim.Name] = claim.Status.RegisteredService
+			}
+			by := map[string]string{}
+			for name, svc := range holds {
+				if other, twice := by[svc]; twice {
+					reports = append(reports, fmt.Sprintf("%s and %s both hold %s", other, name, svc))
+				}
+				by[svc] = name
+			}
+		}
+		select {
+		case <-stopped:
+		default:
+			reports = append(reports, "the watch of the claims ended early")
+		}
+	}()
+	return func() []string {
+		close(stopped)
+		w.Stop()
+		cancel()
+		<-done
+		return reports
+	}
 }
 
 // checkExclusive waits until resolved claims are Resolved and pending
