@@ -14,8 +14,6 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -128,23 +126,13 @@ func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
 	if !s.needTemporal(w) {
 		return
 	}
-	id := runs.MassUpdateID(req.Name)
-	attrs := []temporal.SearchAttributeUpdate{runs.AttrKind.ValueSet(runs.MassUpdateType), runs.AttrName.ValueSet(req.Name),
-		runs.AttrState.ValueSet(massupdate.Running)}
+	planID := ""
 	if len(req.PlanIDs) > 0 {
-		attrs = append(attrs, runs.AttrPlan.ValueSet(req.PlanIDs[0]))
+		planID = req.PlanIDs[0]
 	}
-	_, err = s.Temporal.ExecuteWorkflow(r.Context(), client.StartWorkflowOptions{
-		ID:                                       id,
-		TaskQueue:                                runs.TaskQueue,
-		WorkflowTaskTimeout:                      runs.WorkflowTaskTimeout,
-		WorkflowIDReusePolicy:                    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
-		StaticSummary:                            "mass update " + req.Name,
-		StaticDetails:                            fmt.Sprintf("qm mass-update status %s", req.Name),
-	}, runs.MassUpdateType, massupdate.Request{Name: req.Name, Selector: req.Selector, Concurrency: req.Concurrency,
-		Rate: req.Rate, Canary: req.Canary, MaxFailures: budget})
+	_, err = s.Temporal.ExecuteWorkflow(r.Context(), runs.MassUpdateOptions(req.Name, planID, "mass update "+req.Name),
+		runs.MassUpdateType, massupdate.Request{Name: req.Name, Selector: req.Selector, Concurrency: req.Concurrency,
+			Rate: req.Rate, Canary: req.Canary, MaxFailures: budget})
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &exists) {
 		writeError(w, http.StatusConflict, "", fmt.Sprintf("a mass update named %q exists already; choose another name", req.Name))
@@ -154,7 +142,7 @@ func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "starting the mass update", err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, MassUpdateStarted{Name: req.Name, WorkflowID: id, URL: "/admin/mass-updates/" + req.Name})
+	writeJSON(w, http.StatusAccepted, MassUpdateStarted{Name: req.Name, WorkflowID: runs.MassUpdateID(req.Name), URL: "/admin/mass-updates/" + req.Name})
 }
 
 // listMassUpdates lists the runs, newest first.

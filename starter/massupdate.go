@@ -8,11 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -119,17 +117,9 @@ func (a *AutoUpdates) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 			req2.MaxFailures = budget
 		}
 	}
-	_, err := a.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                                       runs.MassUpdateID(name),
-		TaskQueue:                                runs.TaskQueue,
-		WorkflowTaskTimeout:                      runs.WorkflowTaskTimeout,
-		WorkflowIDReusePolicy:                    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(runs.AttrKind.ValueSet(runs.MassUpdateType), runs.AttrName.ValueSet(name),
-			runs.AttrPlan.ValueSet(plan.Spec.ID), runs.AttrState.ValueSet(massupdate.Running)),
-		StaticSummary: fmt.Sprintf("mass update of plan %s to generation %d (autoUpdateInstances)", plan.Spec.Name, plan.Generation),
-		StaticDetails: "qm mass-update status " + name,
-	}, runs.MassUpdateType, req2)
+	_, err := a.Temporal.ExecuteWorkflow(ctx, runs.MassUpdateOptions(name, plan.Spec.ID,
+		fmt.Sprintf("mass update of plan %s to generation %d (autoUpdateInstances)", plan.Spec.Name, plan.Generation)),
+		runs.MassUpdateType, req2)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if err != nil && !errors.As(err, &started) {
 		return ctrl.Result{}, fmt.Errorf("starting the mass update %s: %w", name, err)

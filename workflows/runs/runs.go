@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/massupdate"
 )
 
 // TaskQueue is the task queue every Quartermaster worker polls.
@@ -180,4 +181,26 @@ const QueryProgress = "progress"
 // automatic run's name is <namespace>/<plan>/<plan generation>.
 func MassUpdateID(name string) string {
 	return "massupdate/" + name
+}
+
+// MassUpdateOptions start the mass update name, of plan planID when it
+// selects one, with summary in the UI: one run per name, ever (the ID is
+// the lock, and a second start of a name is refused with the error), found
+// by its kind, name, plan and state (running until it ends).
+func MassUpdateOptions(name, planID, summary string) client.StartWorkflowOptions {
+	attrs := []temporal.SearchAttributeUpdate{AttrKind.ValueSet(MassUpdateType), AttrName.ValueSet(name),
+		AttrState.ValueSet(massupdate.Running)}
+	if planID != "" {
+		attrs = append(attrs, AttrPlan.ValueSet(planID))
+	}
+	return client.StartWorkflowOptions{
+		ID:                                       MassUpdateID(name),
+		TaskQueue:                                TaskQueue,
+		WorkflowTaskTimeout:                      WorkflowTaskTimeout,
+		WorkflowIDReusePolicy:                    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
+		StaticSummary:                            summary,
+		StaticDetails:                            "qm mass-update status " + name,
+	}
 }
