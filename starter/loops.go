@@ -21,6 +21,7 @@ import (
 
 	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/internal/metrics"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // DefaultLoopCheckPeriod is how often the watcher looks for long-lived
@@ -70,6 +71,9 @@ type Loops struct {
 	Temporal client.Client
 	// Period is how often it looks (DefaultLoopCheckPeriod when zero).
 	Period time.Duration
+	// Namespace, when set, has each look register the search attributes
+	// that the namespace lacks first: one registered anew has none.
+	Namespace string
 
 	kinds   []runKind
 	limiter *rate.Limiter
@@ -77,11 +81,11 @@ type Loops struct {
 
 // newLoops returns the keeper of no kinds yet; each capability's setup
 // adds its own.
-func newLoops(tc client.Client, period time.Duration) *Loops {
+func newLoops(tc client.Client, period time.Duration, namespace string) *Loops {
 	if period <= 0 {
 		period = DefaultLoopCheckPeriod
 	}
-	return &Loops{Temporal: tc, Period: period, limiter: rate.NewLimiter(loopWakeRate, loopWakeRate)}
+	return &Loops{Temporal: tc, Period: period, Namespace: namespace, limiter: rate.NewLimiter(loopWakeRate, loopWakeRate)}
 }
 
 // add registers a kind of run.
@@ -119,6 +123,11 @@ func (l *Loops) Start(ctx context.Context) error {
 // (Temporal unreachable, visibility failing) is logged and looked at on
 // the next pass.
 func (l *Loops) Pass(ctx context.Context) int {
+	if l.Namespace != "" {
+		if err := runs.EnsureSearchAttributes(ctx, l.Temporal, l.Namespace); err != nil && ctx.Err() == nil {
+			slog.Default().Warn("could not check the namespace's search attributes", "namespace", l.Namespace, "error", err.Error())
+		}
+	}
 	woken := 0
 	for _, k := range l.kinds {
 		n, err := l.keep(ctx, k)

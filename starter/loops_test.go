@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -138,4 +139,44 @@ spec:
 		assert.Equal(c, sc.UsageReady, getUsage(c, s, "web-db").Status.State)
 	}, 30*time.Second, 100*time.Millisecond, "the ServiceBinding and the usage stay projected")
 	assert.Equal(t, web.Generation, getDeployment(t, s, "web").Generation, "the workload is not rolled out again")
+}
+
+// TestLostNamespaceComesBack: on a Temporal cluster, the namespace is
+// deleted under a running Quartermaster and registered again, empty, as an
+// operator recreates one. Within the watcher's looks, the search
+// attributes are registered again and every health-check shard runs; a
+// new provision, whose start sets those attributes, succeeds; and a
+// service whose endpoint then goes away turns Unreachable.
+func TestLostNamespaceComesBack(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, TemporalCluster: true, HealthCheckMinute: checkMinute,
+		LoopCheckPeriod: loopCheckPeriod})
+	ctx := context.Background()
+	up := listen(t)
+	registered(t, s, "probe", fmt.Sprintf(`    tcp: {host: 127.0.0.1, port: %s, minutes: 1, timeoutSeconds: 1}`, up.port()))
+	waitChecked(t, s, "probe", primazav1alpha1.ServiceAvailable, flipWithin)
+	plan := s.Plan("instant", "", testenv.Templates("instant"))
+
+	lost := time.Now()
+	loseCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	require.NoError(t, s.TemporalCluster.LoseNamespace(loseCtx))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		have, err := s.Temporal.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: "default"})
+		require.NoError(c, err)
+		for _, key := range runs.SearchAttributeKeys() {
+			assert.Contains(c, have.GetCustomAttributes(), key.GetName())
+		}
+		for shard := range healthcheck.Shards {
+			resp, err := s.Temporal.DescribeWorkflowExecution(ctx, runs.HealthChecksID(shard), "")
+			if assert.NoError(c, err, shard) {
+				assert.Equal(c, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, resp.GetWorkflowExecutionInfo().GetStatus())
+			}
+		}
+	}, 2*time.Minute, 200*time.Millisecond, "the search attributes and the health-check shards are back")
+	t.Logf("the namespace's search attributes and loops were back %v after it was lost", time.Since(lost).Round(time.Millisecond))
+
+	s.Instance("after", plan, "")
+	s.WaitInstance("after", "provisioned in the namespace registered again", testenv.Succeeded(1))
+	up.close()
+	waitService(t, s, "probe", primazav1alpha1.ServiceUnreachable, flipWithin)
 }

@@ -72,6 +72,11 @@ type WatcherOptions struct {
 	// that Temporal lost, to start them again from their resources (0:
 	// DefaultLoopCheckPeriod).
 	LoopCheckPeriod time.Duration
+	// TemporalNamespace, when set, is the namespace whose search attributes
+	// the leading watcher registers again, at each of those looks, where
+	// they are missing (a namespace deleted and registered again has none,
+	// and no operation could start).
+	TemporalNamespace string
 }
 
 // LeaseName is the Lease through which one of several watchers leads, in
@@ -151,7 +156,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupOfferingStatus(mgr); err != nil {
 		return nil, err
 	}
-	keep := newLoops(tc, opts.LoopCheckPeriod)
+	keep := newLoops(tc, opts.LoopCheckPeriod, opts.TemporalNamespace)
 	if err := setupHealthChecks(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}

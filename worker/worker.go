@@ -4,14 +4,8 @@ package worker
 
 import (
 	"cmp"
-	"context"
-	"fmt"
-	"maps"
-	"slices"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"k8s.io/client-go/tools/record"
@@ -99,43 +93,4 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	w.RegisterActivity(&activities.ServiceBindings{Client: a.Kube, Offerings: a.Offerings})
 	w.RegisterActivity(&activities.MassUpdates{Client: a.Kube, Offerings: a.Offerings, Temporal: c})
 	return w
-}
-
-// EnsureSearchAttributes registers the search attributes the workflows set on
-// a Temporal namespace that does not have them yet. The dev server gets them
-// at start; a production cluster gets them here, once. Replicas starting
-// together race for the same slots and the server refuses the slower one's
-// registration: it looks again, and finds them there.
-func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
-	ops := c.OperatorService()
-	for attempt := 1; ; attempt++ {
-		have, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
-		if err != nil {
-			return fmt.Errorf("listing search attributes of namespace %q: %w", namespace, err)
-		}
-		missing := map[string]enums.IndexedValueType{}
-		for _, key := range runs.SearchAttributeKeys() {
-			if _, ok := have.GetCustomAttributes()[key.GetName()]; !ok {
-				missing[key.GetName()] = enums.INDEXED_VALUE_TYPE_KEYWORD
-			}
-		}
-		if len(missing) == 0 {
-			return nil
-		}
-		_, err = ops.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
-			Namespace:        namespace,
-			SearchAttributes: missing,
-		})
-		if err == nil {
-			return nil
-		}
-		if attempt == 3 {
-			return fmt.Errorf("registering search attributes %v on namespace %q: %w", slices.Sorted(maps.Keys(missing)), namespace, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("registering search attributes on namespace %q: %w", namespace, err)
-		case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
-		}
-	}
 }

@@ -32,7 +32,7 @@ func TestSelfCheckOnRealServers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	require.NoError(t, worker.EnsureSearchAttributes(ctx, tc, "default"), "idempotent on a server that has them")
+	require.NoError(t, runs.EnsureSearchAttributes(ctx, tc, "default"), "idempotent on a server that has them")
 
 	w := worker.New(tc, worker.Activities{Kube: kube.Client}, worker.Options{})
 	require.NoError(t, w.Start())
@@ -79,7 +79,7 @@ func TestReplicasRegisterSearchAttributesTogether(t *testing.T) {
 
 	errs := make(chan error, 2)
 	for range 2 {
-		go func() { errs <- worker.EnsureSearchAttributes(ctx, tc, ns) }()
+		go func() { errs <- runs.EnsureSearchAttributes(ctx, tc, ns) }()
 	}
 	require.NoError(t, <-errs, "the first replica")
 	require.NoError(t, <-errs, "the second replica")

@@ -27,7 +27,7 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 			o.Probes.Ready = telemetry.TemporalReachable(tc, opts.HostPort)
 		}
 		if o.Watcher != nil {
-			o.Watcher.TemporalAddress = opts.HostPort
+			o.Watcher.TemporalAddress, o.Watcher.TemporalNamespace = opts.HostPort, opts.Namespace
 		}
 		if o.Worker {
 			o.TemporalNamespace = opts.Namespace

@@ -30,6 +30,7 @@ import (
 	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/worker"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // Options say which components a process runs, and what they reach.
@@ -134,7 +135,7 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 	}
 	if o.Worker {
 		if o.TemporalNamespace != "" {
-			if err := worker.EnsureSearchAttributes(ctx, o.Temporal, o.TemporalNamespace); err != nil {
+			if err := runs.EnsureSearchAttributes(ctx, o.Temporal, o.TemporalNamespace); err != nil {
 				return err
 			}
 		}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -246,6 +247,30 @@ func (c *Cluster) waitServing(ctx context.Context, service string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// LoseNamespace deletes the cluster's namespace, with every run in it, its
+// history and its search attributes, and registers it again, empty: what
+// an operator's recreated namespace, or one restored from nothing, is.
+func (c *Cluster) LoseNamespace(ctx context.Context) error {
+	if _, err := c.client.OperatorService().DeleteNamespace(ctx, &operatorservice.DeleteNamespaceRequest{Namespace: c.namespace}); err != nil {
+		return fmt.Errorf("deleting namespace %q: %w", c.namespace, err)
+	}
+	// The deleted namespace is renamed at once, and its runs deleted in
+	// the background; the name is free once it no longer describes.
+	for {
+		_, err := c.client.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: c.namespace})
+		var gone *serviceerror.NamespaceNotFound
+		if errors.As(err, &gone) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for namespace %q to go: %w", c.namespace, cmp.Or(err, ctx.Err()))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return c.registerNamespace(ctx)
 }
 
 // registerNamespace registers the cluster's namespace, with a day's

@@ -180,6 +180,10 @@ spec:
 	if parts.Watcher {
 		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency, ClusterProbePeriod: parts.ClusterProbePeriod,
 			LoopCheckPeriod: parts.LoopCheckPeriod}
+		if s.TemporalCluster != nil {
+			// As `qm watcher` does on a cluster.
+			o.Watcher.TemporalNamespace = "default"
+		}
 		if parts.Metrics {
 			o.Watcher.MetricsAddr = FreeAddr(t)
 			s.WatcherMetrics = "http://" + o.Watcher.MetricsAddr + "/metrics"
