@@ -3,9 +3,12 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -20,9 +23,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/healthcheck"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/workflows/runs"
 )
@@ -35,10 +41,15 @@ const defaultUpgradeFrom = "fc4a9f8"
 
 // The upgrade's long-lived load: upgradeServices registered services, each
 // checked every upgradeCheckMinute (a check minute of that length, and
-// "minutes: 1").
+// "minutes: 1"); in each replacement, upgradeBinds OSB binds beside the
+// provisions, and a mass update of the instances there are to a new
+// generation of their plan, upgradeMassRate updates started a second, so
+// that it runs through the replacements.
 const (
 	upgradeServices    = 50
 	upgradeCheckMinute = 10 * time.Second
+	upgradeBinds       = 50
+	upgradeMassRate    = 10
 )
 
 // TestUpgradeUnderLoad runs an earlier release (defaultUpgradeFrom) as processes (two of
@@ -46,9 +57,11 @@ const (
 // services checked every 10 s, a claim Resolved and one Pending, a binding
 // usage and a ServiceBinding injecting into a Deployment. Then each process
 // is replaced by one of this release, one at a time, while 200
-// provisions arrive at 5 a second; then each is replaced by the earlier
-// release again (a rollback), under the same load. After each: nothing is
-// lost, stuck or done twice, no provision waited more than rollingSlack
+// provisions and 50 binds arrive and a mass update of the instances there
+// are runs; then each is replaced by the earlier release again (a
+// rollback), under the same load. After each: nothing is lost, stuck or
+// done twice (each provision and bind one run, each instance of the mass
+// update at the plan's new generation, none failed), no provision waited more than rollingSlack
 // longer than without the replacements, no history of the test's runs
 // holds a failed workflow task (a non-determinism error is one), no process
 // logged one, every long-lived run still runs, and the health checks go on.
@@ -163,8 +176,14 @@ spec:
 	stalls := map[string]time.Duration{}
 	for _, step := range []struct{ name, qm, release string }{{"up", e.qm, "this release"}, {"down", earlier, upgradeFrom}} {
 		before := checks.Load()
+		gen := startMassUpdate(t, s, r.planID, "upgrade-"+step.name)
+		binds := make(chan error, 1)
+		go func() { binds <- bindAll(r.f, s.ServiceID, instant, "db", step.name, upgradeBinds) }()
 		stalls[step.name] = r.checkStall(step.name, baseline, r.roll(step.name, step.qm))
 		r.checkOnce(step.name)
+		require.NoError(t, <-binds)
+		checkBinds(t, s, step.name, upgradeBinds)
+		checkMassUpdate(t, s, r.planID, "upgrade-"+step.name, gen)
 		require.EventuallyWithT(t, settled, time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", step.release)
 		assert.Greater(t, checks.Load()-before, int64(upgradeServices), "the checks went on through the replacements")
 		// A service registered now is checked by the release now running.
@@ -204,6 +223,100 @@ spec:
 	assert.True(t, meta.IsStatusConditionTrue(claim.Status.Conditions, "ServiceAvailable"))
 	t.Logf("longest stall: upgrade %s, rollback %s; runs that crossed both: %s", stalls["up"].Round(time.Millisecond),
 		stalls["down"].Round(time.Millisecond), crossed)
+}
+
+// startMassUpdate changes the plan planID (a new generation) and starts
+// the mass update name of its instances, upgradeMassRate a second; it
+// returns the plan's new generation.
+func startMassUpdate(t *testing.T, s *testenv.System, planID, name string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var plans osbv1alpha1.SFPlanList
+	require.NoError(t, s.Kube.Client.List(ctx, &plans, ctrlclient.InNamespace(s.Namespace)))
+	i := slices.IndexFunc(plans.Items, func(p osbv1alpha1.SFPlan) bool { return p.Spec.ID == planID })
+	require.GreaterOrEqual(t, i, 0, "plan %s", planID)
+	plan := &plans.Items[i]
+	plan.Spec.Description = "changed before " + name
+	require.NoError(t, s.Kube.Client.Update(ctx, plan))
+	_, err := s.Temporal.ExecuteWorkflow(ctx, runs.MassUpdateOptions(name, planID, "mass update "+name), runs.MassUpdateType,
+		massupdate.Request{Name: name, Selector: massupdate.Selector{PlanIDs: []string{planID}}, Rate: upgradeMassRate})
+	require.NoError(t, err, "starting mass update %s", name)
+	return plan.Generation
+}
+
+// checkMassUpdate waits until the mass update name ends, and checks that
+// it updated every instance it selected, none failed, and each instance of
+// the plan planID is at generation gen or a later one.
+func checkMassUpdate(t *testing.T, s *testenv.System, planID, name string, gen int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress massupdate.Progress
+	require.NoError(t, s.Temporal.GetWorkflow(ctx, runs.MassUpdateID(name), "").Get(ctx, &progress), "mass update %s", name)
+	t.Logf("mass update %s: %d selected, %d updated, %d failed, %d current already", name, progress.Total, progress.Succeeded, progress.Failed, progress.Skipped)
+	assert.Zero(t, progress.Failed, "%s: %v", name, progress.Failures)
+	assert.Positive(t, progress.Succeeded)
+	assert.Equal(t, progress.Total, progress.Succeeded+progress.Skipped, name)
+	var list osbv1alpha1.SFServiceInstanceList
+	require.NoError(t, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+	for _, inst := range list.Items {
+		if inst.Spec.PlanID == planID {
+			assert.GreaterOrEqual(t, inst.Status.AppliedPlanGeneration, gen, "%s is at the plan's generation %d", inst.Name, gen)
+		}
+	}
+}
+
+// bindAll binds n bindings named prefix-bind-i of the instance inst
+// (plan planID) at rollingRate a second, each through an API in turn, and
+// again on the other one while the answer is a refused connection or a
+// 5xx, as a platform does. It needs no test handle: the binds run beside
+// the test goroutine.
+func bindAll(f *fleet, serviceID, planID, inst, prefix string, n int) error {
+	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, serviceID, planID)
+	begin := time.Now()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			time.Sleep(time.Until(begin.Add(time.Duration(i) * time.Second / rollingRate))) // the workload's pace
+			name := fmt.Sprintf("%s-bind-%03d", prefix, i)
+			deadline := time.Now().Add(time.Minute)
+			for try := i; ; try++ {
+				status, got, _ := testenv.HTTP(http.MethodPut, f.api(try)+"/v2/service_instances/"+inst+"/service_bindings/"+name, body,
+					&testenv.OSBCredentials, testenv.OSBHeader)
+				if status == http.StatusCreated || status == http.StatusOK {
+					errs <- nil
+					return
+				}
+				if status != 0 && status < 500 || time.Now().After(deadline) {
+					errs <- fmt.Errorf("PUT binding %s: %d %s", name, status, got)
+					return
+				}
+				time.Sleep(100 * time.Millisecond) // a platform's retry pace
+			}
+		}()
+	}
+	var all []error
+	for range n {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
+}
+
+// checkBinds checks that each of the n binds named prefix-bind-i
+// succeeded, in one run that did its work.
+func checkBinds(t *testing.T, s *testenv.System, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		name := fmt.Sprintf("%s-bind-%03d", prefix, i)
+		var b osbv1alpha1.SFServiceBinding
+		require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &b))
+		assert.Equal(t, osbv1alpha1.StateSucceeded, b.Status.State, name)
+		id := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindBinding, Namespace: s.Namespace, Name: name})
+		working, _ := s.WorkingRuns(t, id)
+		assert.Equal(t, 1, working, "%s did its work in one run", id)
+	}
 }
 
 // taskFailures reads the histories of every run of the namespace's
