@@ -167,9 +167,10 @@ func TestLostNamespaceComesBack(t *testing.T) {
 			assert.Contains(c, have.GetCustomAttributes(), key.GetName())
 		}
 		for shard := range healthcheck.Shards {
-			resp, err := s.Temporal.DescribeWorkflowExecution(ctx, runs.HealthChecksID(shard), "")
-			if assert.NoError(c, err, shard) {
-				assert.Equal(c, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, resp.GetWorkflowExecutionInfo().GetStatus())
+			id := runs.HealthChecksID(shard)
+			resp, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+			if assert.NoError(c, err, id) {
+				assert.Equal(c, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, resp.GetWorkflowExecutionInfo().GetStatus(), id)
 			}
 		}
 	}, 2*time.Minute, 200*time.Millisecond, "the search attributes and the health-check shards are back")
