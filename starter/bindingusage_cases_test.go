@@ -56,7 +56,7 @@ func TestUsageWaitsForWhatIsMissing(t *testing.T) {
 		assert.Equal(c, 1, k.Status.Usages)
 	}, 15*time.Second, 50*time.Millisecond, "the UsageKind is Ready")
 
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	waitUsage(t, s, "web-db", sc.UsageReady, "Injected")
 
 	createUsage(t, s, "web-late", kind, "web", "{name: late}", "{envPrefix: {name: LATE_}}")
@@ -89,7 +89,7 @@ func TestUsageWaitsForWhatIsMissing(t *testing.T) {
 func TestKymaDeletionScenario(t *testing.T) {
 	s, _ := usageSystem(t)
 	ctx := context.Background()
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	original := getDeployment(t, s, "web").Spec.Template
 
 	// 1. A UsageKind and a Ready usage, each with its finalizer.
@@ -126,7 +126,7 @@ func TestKymaDeletionScenario(t *testing.T) {
 func TestUsageOfAClaimsSecret(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	kind := usageKind(t, s, "deployment", deploymentKind)
 	createUsage(t, s, "web-pg", kind, "web", "{kind: ServiceClaim, name: app}", "{envPrefix: {name: PG_}, volume: true}")
 	u := waitUsage(t, s, "web-pg", sc.UsagePending, "BindingNotFound")
@@ -190,7 +190,7 @@ subjects: [{kind: User, name: %q}]`, role, role, user))
 		"spec": {"serviceClassIdentity": [{"name": "type", "value": "psql"}], "serviceEndpointDefinition": [{"name": "user", "valueFromSecret": {"name": "creds", "key": "user"}}]}}`, s.Namespace))
 	s.Create(fmt.Sprintf(`{"apiVersion": "primaza.io/v1alpha1", "kind": "ServiceClaim", "metadata": {"name": "app", "namespace": %q},
 		"spec": {"serviceClassIdentity": [{"name": "type", "value": "psql"}], "serviceEndpointDefinitionKeys": ["user"], "environmentTag": "dev"}}`, s.Namespace))
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	kind := usageKind(t, s, "deployment", deploymentKind)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		ready := meta.FindStatusCondition(getKind(c, s, kind).Status.Conditions, "Ready")
@@ -210,8 +210,8 @@ subjects: [{kind: User, name: %q}]`, role, role, user))
 // leaves the first as its user wrote it.
 func TestUsageMovedToAnotherWorkload(t *testing.T) {
 	s, secret := usageSystem(t)
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
-	s.Kube.Kubectl(t, strings.ReplaceAll(webManifest(s.Namespace), "web", "api"), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, strings.ReplaceAll(testenv.WebManifest(s.Namespace), "web", "api"), "apply", "-f", "-")
 	original := getDeployment(t, s, "web").Spec.Template
 	kind := usageKind(t, s, "deployment", deploymentKind)
 	createUsage(t, s, "db", kind, "web", "{name: db}", "{envPrefix: {name: DB_}}")

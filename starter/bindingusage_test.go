@@ -87,25 +87,6 @@ func waitUsage(t *testing.T, s *testenv.System, name string, state sc.UsageState
 	return u
 }
 
-// webManifest is a user's Deployment, as kubectl applies it.
-func webManifest(namespace string) string {
-	return fmt.Sprintf(`
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: %s}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers:
-      - name: app
-        image: example.com/web
-        env: [{name: MODE, value: prod}]
-`, namespace)
-}
-
 func getDeployment(c require.TestingT, s *testenv.System, name string) *appsv1.Deployment {
 	var d appsv1.Deployment
 	require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &d))
@@ -130,7 +111,7 @@ func injected(c assert.TestingT, tpl corev1.PodTemplateSpec, usage, secret strin
 func TestUsageInjectsIntoADeployment(t *testing.T) {
 	s, secret := usageSystem(t)
 	ctx := context.Background()
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	var original corev1.PodTemplateSpec
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		d := getDeployment(c, s, "web")
@@ -170,7 +151,7 @@ func TestUsageInjectsIntoADeployment(t *testing.T) {
 
 	// A kubectl apply of the original manifest keeps the injection: it
 	// removes only what the user applied before.
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	injected(t, getDeployment(t, s, "web").Spec.Template, "web-db", secret)
 
 	// A replace with the user's template drops it; it comes back.
@@ -185,7 +166,7 @@ func TestUsageInjectsIntoADeployment(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Delete(ctx, getDeployment(t, s, "web")))
 	s.WaitGone(&appsv1.Deployment{ObjectMeta: metaName(s.Namespace, "web")})
 	waitUsage(t, s, "web-db", sc.UsagePending, "WorkloadNotFound")
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		injected(c, getDeployment(c, s, "web").Spec.Template, "web-db", secret)
 	}, 15*time.Second, 50*time.Millisecond, "the injection comes back after a re-creation")
@@ -234,7 +215,7 @@ func TestUsageInjectsIntoADeployment(t *testing.T) {
 // that the user set is a conflict, not an overwrite.
 func TestUsageNeverOverwritesTheUsersVariable(t *testing.T) {
 	s, _ := usageSystem(t)
-	s.Kube.Kubectl(t, strings.Replace(webManifest(s.Namespace), "{name: MODE, value: prod}", "{name: DB_user, value: mine}", 1), "apply", "-f", "-")
+	s.Kube.Kubectl(t, strings.Replace(testenv.WebManifest(s.Namespace), "{name: MODE, value: prod}", "{name: DB_user, value: mine}", 1), "apply", "-f", "-")
 	kind := usageKind(t, s, "deployment", deploymentKind)
 	createUsage(t, s, "web-db", kind, "web", "{name: db}", "{envPrefix: {name: DB_}}")
 	u := waitUsage(t, s, "web-db", sc.UsageFailed, "Conflict")

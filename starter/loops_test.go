@@ -64,15 +64,8 @@ spec:
 	waitChecked(t, s, "probe", primazav1alpha1.ServiceAvailable, flipWithin)
 	dbClaim(t, s, "app")
 	claim := waitClaim(t, s, "app", primazav1alpha1.ClaimResolved, "db-1")
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
-	s.Create(fmt.Sprintf(`
-apiVersion: servicebinding.io/v1
-kind: ServiceBinding
-metadata: {name: web-pg, namespace: %s}
-spec:
-  service: {apiVersion: primaza.io/v1alpha1, kind: ServiceClaim, name: app}
-  workload: {apiVersion: apps/v1, kind: Deployment, name: web}
-  env: [{name: PG_PASSWORD, key: password}]`, s.Namespace))
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
+	claimIntoWeb(s)
 	waitServiceBinding(t, s, "web-pg", "True", "Projected")
 
 	// A binding of an instance, injected into web by a usage.

@@ -68,7 +68,7 @@ func projectedVolume(binding, secret string) corev1.Volume {
 func TestServiceBindingToASecret(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
 	ctx := context.Background()
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	s.Kube.Kubectl(t, "", "label", "deployment", "web", "tier=front", "-n", s.Namespace)
 	before := getDeployment(t, s, "web").Spec.Template
 	s.Create(fmt.Sprintf(`
@@ -315,13 +315,9 @@ spec:
 	assert.Equal(t, before.Object["spec"], after.Object["spec"], "the Function's spec is the user's again")
 }
 
-// TestServiceBindingToAClaim: a ServiceClaim serves as the service, once
-// it holds a service (its status.binding.name names the claim's Secret,
-// which carries type and provider itself).
-func TestServiceBindingToAClaim(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
-	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
-	s.Kube.Kubectl(t, webManifest(s.Namespace), "apply", "-f", "-")
+// claimIntoWeb creates the ServiceBinding web-pg, which projects the
+// claim app's password into the Deployment web as PG_PASSWORD.
+func claimIntoWeb(s *testenv.System) {
 	s.Create(fmt.Sprintf(`
 apiVersion: servicebinding.io/v1
 kind: ServiceBinding
@@ -330,6 +326,16 @@ spec:
   service: {apiVersion: primaza.io/v1alpha1, kind: ServiceClaim, name: app}
   workload: {apiVersion: apps/v1, kind: Deployment, name: web}
   env: [{name: PG_PASSWORD, key: password}]`, s.Namespace))
+}
+
+// TestServiceBindingToAClaim: a ServiceClaim serves as the service, once
+// it holds a service (its status.binding.name names the claim's Secret,
+// which carries type and provider itself).
+func TestServiceBindingToAClaim(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
+	claimIntoWeb(s)
 	sb := waitServiceBinding(t, s, "web-pg", "False", "ServiceNotFound")
 	assert.Equal(t, "ServiceClaim app does not exist in namespace "+s.Namespace, meta.FindStatusCondition(sb.Status.Conditions, sbv1.ConditionReady).Message)
 

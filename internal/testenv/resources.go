@@ -178,3 +178,24 @@ func (s *System) InstallCRD(name string) {
 		assert.NoError(c, err)
 	}, 20*time.Second, 50*time.Millisecond, "the CRD %s is served", crd.GetName())
 }
+
+// WebManifest is a user's Deployment "web" in namespace, as kubectl
+// applies it: one container, app, with a variable of its own (MODE), the
+// workload the injection tests inject into.
+func WebManifest(namespace string) string {
+	return fmt.Sprintf(`
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: %s}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: app
+        image: example.com/web
+        env: [{name: MODE, value: prod}]
+`, namespace)
+}

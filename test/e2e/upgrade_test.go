@@ -100,16 +100,7 @@ spec:
 	s.Instance("db", instant, "")
 	s.WaitInstance("db", "provisioned", testenv.Succeeded(1))
 	s.Bind("db", "db", instant)
-	s.Kube.Kubectl(t, fmt.Sprintf(`
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: %s}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: app, image: example.com/web}]}`, s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	kind := s.Namespace + "-deployment"
 	s.Create(fmt.Sprintf(`
 apiVersion: servicecatalog.kyma-project.io/v1alpha1
