@@ -118,57 +118,50 @@ func (l *Loops) Start(ctx context.Context) error {
 	}
 }
 
-// Pass looks at every kind once and starts again what is missing; it
-// returns how many runs it started. A kind that cannot be looked at
-// (Temporal unreachable, visibility failing) is logged and looked at on
-// the next pass.
-func (l *Loops) Pass(ctx context.Context) int {
+// Pass looks at every kind once and starts again what is missing. A kind
+// that cannot be looked at (Temporal unreachable, visibility failing) is
+// logged and looked at on the next pass.
+func (l *Loops) Pass(ctx context.Context) {
 	if l.Namespace != "" {
 		if err := runs.EnsureSearchAttributes(ctx, l.Temporal, l.Namespace); err != nil && ctx.Err() == nil {
 			slog.Default().Warn("could not check the namespace's search attributes", "namespace", l.Namespace, "error", err.Error())
 		}
 	}
-	woken := 0
 	for _, k := range l.kinds {
-		n, err := l.keep(ctx, k)
-		woken += n
-		if err != nil && ctx.Err() == nil {
+		if err := l.keep(ctx, k); err != nil && ctx.Err() == nil {
 			slog.Default().Warn("could not look for lost runs", "kind", k.name, "error", err.Error())
 		}
 	}
-	return woken
 }
 
 // keep re-establishes the runs of one kind that are missing.
-func (l *Loops) keep(ctx context.Context, k runKind) (int, error) {
+func (l *Loops) keep(ctx context.Context, k runKind) error {
 	wants, err := k.wants(ctx)
 	if err != nil || len(wants) == 0 {
-		return 0, err
+		return err
 	}
 	listed, err := l.listed(ctx, k)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	woken := 0
 	for _, w := range loops.Suspects(wants, listed) {
 		status, err := l.status(ctx, w.ID)
 		if err != nil {
-			return woken, err
+			return err
 		}
 		if !loops.Decide(w, status, k.endedCounts) {
 			continue
 		}
 		if err := l.limiter.Wait(ctx); err != nil {
-			return woken, err
+			return err
 		}
 		if err := k.wake(ctx, w); err != nil {
-			return woken, fmt.Errorf("starting %s again: %w", w.ID, err)
+			return fmt.Errorf("starting %s again: %w", w.ID, err)
 		}
-		woken++
 		metrics.RunReestablished(k.name)
 		slog.Default().Info("started a lost run again from its resource", "kind", k.name, "workflowID", w.ID)
 	}
-	return woken, nil
+	return nil
 }
 
 // listed is the workflow IDs visibility lists for the kind: those running,
