@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -136,23 +137,43 @@ func (f *fleet) replace(kind string) {
 	f.start(kind)
 }
 
-// provision asks an API (the try-th in turn) to provision name, and again
-// on the other one while the answer is a refused connection or a 5xx, as
-// a platform does; accepted records the 202.
-func provision(f *fleet, name, serviceID, planID string, try int, accepted func(string)) error {
-	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "o", "space_guid": "s"}`, serviceID, planID)
+// putRetrying PUTs body to path through an API (the try-th in turn), and
+// again on the other one while the answer is a refused connection or a
+// 5xx, as a platform does, for a minute at most; it returns nil once the
+// answer is one of ok.
+func putRetrying(f *fleet, path, body string, try int, ok ...int) error {
 	deadline := time.Now().Add(time.Minute)
 	for ; ; try++ {
-		status, got, _ := testenv.HTTP(http.MethodPut, f.api(try)+"/v2/service_instances/"+name+"?accepts_incomplete=true", body, &testenv.OSBCredentials, testenv.OSBHeader)
-		if status == http.StatusAccepted {
-			accepted(name)
+		status, got, _ := testenv.HTTP(http.MethodPut, f.api(try)+path, body, &testenv.OSBCredentials, testenv.OSBHeader)
+		if slices.Contains(ok, status) {
 			return nil
 		}
 		if status != 0 && status < 500 || time.Now().After(deadline) {
-			return fmt.Errorf("PUT %s: %d %s", name, status, got)
+			return fmt.Errorf("PUT %s: %d %s", path, status, got)
 		}
 		time.Sleep(100 * time.Millisecond) // a platform's retry pace
 	}
+}
+
+// paced calls call(i) for each i below n, at rollingRate a second, each on
+// a goroutine of its own, and returns their errors joined. It needs no
+// test handle: the calls run beside the test goroutine.
+func paced(n int, call func(i int) error) error {
+	begin := time.Now()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			time.Sleep(time.Until(begin.Add(time.Duration(i) * time.Second / rollingRate))) // the workload's pace
+			errs <- call(i)
+		}()
+	}
+	var all []error
+	for range n {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
 }
 
 // api is the address of an API now serving, in turn.

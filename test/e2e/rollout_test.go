@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -93,28 +92,19 @@ func (r *rollout) observe(stop <-chan struct{}) {
 
 // provisionAll provisions n instances named prefix-i at rollingRate a
 // second, each through an API in turn, retrying as a platform does (on the
-// other API) while one is going away. It needs no test handle: the
-// provisions run beside the test goroutine.
+// other API) while one is going away.
 func (r *rollout) provisionAll(prefix string, n int) error {
-	begin := time.Now()
-	errs := make(chan error, n)
-	for i := range n {
-		go func() {
-			time.Sleep(time.Until(begin.Add(time.Duration(i) * time.Second / rollingRate))) // the workload's pace
-			errs <- provision(r.f, fmt.Sprintf("%s-%03d", prefix, i), r.s.ServiceID, r.planID, i, func(name string) {
-				r.mu.Lock()
-				r.accepted[name] = time.Now()
-				r.mu.Unlock()
-			})
-		}()
-	}
-	var all []error
-	for range n {
-		if err := <-errs; err != nil {
-			all = append(all, err)
+	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "o", "space_guid": "s"}`, r.s.ServiceID, r.planID)
+	return paced(n, func(i int) error {
+		name := fmt.Sprintf("%s-%03d", prefix, i)
+		if err := putRetrying(r.f, "/v2/service_instances/"+name+"?accepts_incomplete=true", body, i, http.StatusAccepted); err != nil {
+			return err
 		}
-	}
-	return errors.Join(all...)
+		r.mu.Lock()
+		r.accepted[name] = time.Now()
+		r.mu.Unlock()
+		return nil
+	})
 }
 
 // waitAll waits until the n provisions named prefix-i succeeded, and

@@ -3,7 +3,6 @@ package e2e
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -258,41 +257,14 @@ func checkMassUpdate(t *testing.T, s *testenv.System, planID, name string, gen i
 }
 
 // bindAll binds n bindings named prefix-bind-i of the instance inst
-// (plan planID) at rollingRate a second, each through an API in turn, and
-// again on the other one while the answer is a refused connection or a
-// 5xx, as a platform does. It needs no test handle: the binds run beside
-// the test goroutine.
+// (plan planID) at rollingRate a second, each through an API in turn,
+// retrying as a platform does (on the other API) while one is going away.
 func bindAll(f *fleet, serviceID, planID, inst, prefix string, n int) error {
 	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, serviceID, planID)
-	begin := time.Now()
-	errs := make(chan error, n)
-	for i := range n {
-		go func() {
-			time.Sleep(time.Until(begin.Add(time.Duration(i) * time.Second / rollingRate))) // the workload's pace
-			name := fmt.Sprintf("%s-bind-%03d", prefix, i)
-			deadline := time.Now().Add(time.Minute)
-			for try := i; ; try++ {
-				status, got, _ := testenv.HTTP(http.MethodPut, f.api(try)+"/v2/service_instances/"+inst+"/service_bindings/"+name, body,
-					&testenv.OSBCredentials, testenv.OSBHeader)
-				if status == http.StatusCreated || status == http.StatusOK {
-					errs <- nil
-					return
-				}
-				if status != 0 && status < 500 || time.Now().After(deadline) {
-					errs <- fmt.Errorf("PUT binding %s: %d %s", name, status, got)
-					return
-				}
-				time.Sleep(100 * time.Millisecond) // a platform's retry pace
-			}
-		}()
-	}
-	var all []error
-	for range n {
-		if err := <-errs; err != nil {
-			all = append(all, err)
-		}
-	}
-	return errors.Join(all...)
+	return paced(n, func(i int) error {
+		path := fmt.Sprintf("/v2/service_instances/%s/service_bindings/%s-bind-%03d", inst, prefix, i)
+		return putRetrying(f, path, body, i, http.StatusCreated, http.StatusOK)
+	})
 }
 
 // checkBinds checks that each of the n binds named prefix-bind-i
