@@ -19,6 +19,7 @@ func RepoDir() string { return filepath.Dir(BinDir()) }
 // shipped.
 func AtCommit(t testing.TB, ref, path string) []byte {
 	t.Helper()
+	haveCommit(t, ref)
 	out, err := exec.Command("git", "-C", RepoDir(), "show", ref+":"+path).Output()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -42,6 +43,7 @@ func BuildRelease(t testing.TB, ref string) string {
 		out, err := exec.Command("git", append([]string{"-C", RepoDir()}, args...)...).CombinedOutput()
 		require.NoError(t, err, "git %v: %s", args, out)
 	}
+	haveCommit(t, ref)
 	git("worktree", "prune")
 	git("worktree", "add", "--detach", src, ref)
 	t.Cleanup(func() { git("worktree", "remove", "--force", src) })
@@ -52,4 +54,15 @@ func BuildRelease(t testing.TB, ref string) string {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building qm at %s: %s", ref, out)
 	return bin
+}
+
+// haveCommit makes sure the repository has the commit ref, fetching the
+// whole history from its origin when it has not (a shallow clone).
+func haveCommit(t testing.TB, ref string) {
+	t.Helper()
+	if exec.Command("git", "-C", RepoDir(), "cat-file", "-e", ref+"^{commit}").Run() == nil {
+		return
+	}
+	out, err := exec.Command("git", "-C", RepoDir(), "fetch", "--quiet", "--unshallow", "origin").CombinedOutput()
+	require.NoError(t, err, "commit %s is not in this clone, and fetching the history from its origin failed: %s", ref, out)
 }
