@@ -155,17 +155,14 @@ func putRetrying(f *fleet, path, body string, try int, ok ...int) error {
 	}
 }
 
-// paced calls call(i) for each i below n, at rollingRate a second, each on
-// a goroutine of its own, and returns their errors joined. It needs no
-// test handle: the calls run beside the test goroutine.
+// paced calls call(i) for each i below n, the i-th i/rollingRate seconds
+// from now (each scheduled on a goroutine of its own), and returns their
+// errors joined. It needs no test handle: the calls run beside the test
+// goroutine.
 func paced(n int, call func(i int) error) error {
-	begin := time.Now()
 	errs := make(chan error, n)
 	for i := range n {
-		go func() {
-			time.Sleep(time.Until(begin.Add(time.Duration(i) * time.Second / rollingRate))) // the workload's pace
-			errs <- call(i)
-		}()
+		time.AfterFunc(time.Duration(i)*time.Second/rollingRate, func() { errs <- call(i) })
 	}
 	var all []error
 	for range n {

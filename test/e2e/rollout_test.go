@@ -155,11 +155,11 @@ func (r *rollout) roll(prefix, qm string) []time.Duration {
 	go func() { provisioned <- r.provisionAll(prefix, rollingProvisions) }()
 	// One replacement every rollingEvery, from the first seconds of the
 	// provisions to their last, so that each finds provisions in flight.
-	next := rollStart
+	pace := time.NewTicker(rollingEvery)
+	defer pace.Stop()
 	for _, kind := range []string{"worker", "watcher", "api"} {
 		for range 2 {
-			next = next.Add(rollingEvery)
-			time.Sleep(time.Until(next)) // the rolling update's pace
+			<-pace.C
 			r.f.replace(kind)
 		}
 	}
