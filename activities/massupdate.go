@@ -26,6 +26,10 @@ type MassUpdates struct {
 	Offerings Offerings
 	// Temporal starts the Update runs.
 	Temporal client.Client
+	// Versioned says the worker is a build of a worker deployment: it then
+	// starts no run eagerly, since a run started so lands on this worker's
+	// build whatever build the deployment routes new runs to.
+	Versioned bool
 }
 
 // MassHeartbeatEvery is how often UpdateInstances tells Temporal it is
@@ -105,6 +109,7 @@ func (m *MassUpdates) startUpdate(ctx context.Context, massUpdate string, t mass
 		return m.Temporal.GetWorkflow(ctx, id, runID), nil
 	}
 	opts := runs.OperationOptions(target, lifecycle.OpUpdate, fmt.Sprintf("update %s (mass update %s)", t, massUpdate), runs.AttrPlan.ValueSet(t.PlanID))
+	opts.EnableEagerStart = opts.EnableEagerStart && !m.Versioned
 	return m.Temporal.ExecuteWorkflow(ctx, opts, runs.WorkflowType(lifecycle.OpUpdate), target)
 }
 

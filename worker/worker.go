@@ -52,6 +52,9 @@ type Options struct {
 	// is left then moves to another worker when its workflow task times
 	// out (runs.WorkflowTaskTimeout). Zero: DefaultStopTimeout.
 	StopTimeout time.Duration
+	// Versioning puts the worker in a version of the worker deployment
+	// (zero: unversioned).
+	Versioning Versioning
 }
 
 // DefaultStopTimeout covers one attempt of the longest step a workflow
@@ -70,6 +73,7 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{
 		WorkerStopTimeout:            cmp.Or(o.StopTimeout, DefaultStopTimeout),
 		StickyScheduleToStartTimeout: stickyTimeout,
+		DeploymentOptions:            o.Versioning.options(),
 	})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
@@ -91,6 +95,6 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	w.RegisterActivity(a.Claims)
 	w.RegisterActivity(&activities.BindingUsages{Client: a.Kube, Offerings: a.Offerings})
 	w.RegisterActivity(&activities.ServiceBindings{Client: a.Kube, Offerings: a.Offerings})
-	w.RegisterActivity(&activities.MassUpdates{Client: a.Kube, Offerings: a.Offerings, Temporal: c})
+	w.RegisterActivity(&activities.MassUpdates{Client: a.Kube, Offerings: a.Offerings, Temporal: c, Versioned: o.Versioning.Enabled()})
 	return w
 }

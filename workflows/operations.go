@@ -329,14 +329,26 @@ func ptr[T any](v T) *T { return &v }
 // Register registers every Quartermaster workflow, so that the worker and
 // the replay test always know the same set. The lifecycle workflows are
 // registered under runs.WorkflowType, the names the watcher starts them by.
+//
+// On a versioned worker (worker.Versioning), a run that ends soon (an
+// operation, a self-check) is pinned to the build that started it, the
+// worker's default. The runs that live as long as their resources (or, for
+// a paused mass update, as long as an operator waits) move to the current
+// build at their next task instead: pinned, they would hold every release
+// they ever ran on. Those are the ones whose changes go behind
+// workflow.GetVersion (ARCHITECTURE.md, "Worker Versioning").
 func Register(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(SelfCheck)
-	r.RegisterWorkflowWithOptions(HealthChecks, workflow.RegisterOptions{Name: runs.HealthChecksType})
-	r.RegisterWorkflowWithOptions(ServiceClaim, workflow.RegisterOptions{Name: runs.ClaimType})
-	r.RegisterWorkflowWithOptions(ClaimAllocator, workflow.RegisterOptions{Name: runs.AllocatorType})
-	r.RegisterWorkflowWithOptions(BindingUsage, workflow.RegisterOptions{Name: runs.BindingUsageType})
-	r.RegisterWorkflowWithOptions(ServiceBinding, workflow.RegisterOptions{Name: runs.ServiceBindingType})
-	r.RegisterWorkflowWithOptions(MassUpdate, workflow.RegisterOptions{Name: runs.MassUpdateType})
+	for name, wf := range map[string]any{
+		runs.HealthChecksType:   HealthChecks,
+		runs.ClaimType:          ServiceClaim,
+		runs.AllocatorType:      ClaimAllocator,
+		runs.BindingUsageType:   BindingUsage,
+		runs.ServiceBindingType: ServiceBinding,
+		runs.MassUpdateType:     MassUpdate,
+	} {
+		r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: name, VersioningBehavior: workflow.VersioningBehaviorAutoUpgrade})
+	}
 	for op, wf := range map[lifecycle.Operation]any{
 		lifecycle.OpProvision:   Provision,
 		lifecycle.OpUpdate:      Update,

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
@@ -61,6 +62,11 @@ type Options struct {
 	// WorkerStopTimeout bounds how long a stopping worker lets its tasks
 	// in hand finish (zero: worker.DefaultStopTimeout).
 	WorkerStopTimeout time.Duration
+	// WorkerVersioning puts the worker in a version of the worker
+	// deployment (zero: unversioned). A versioned worker promotes its build
+	// before it is ready, and on stopping serves the runs pinned to a build
+	// no longer routed to before the components stop.
+	WorkerVersioning worker.Versioning
 	// Watcher, when set, runs the watcher with these options.
 	Watcher *starter.WatcherOptions
 	// API, when set, serves the OSB and admin API on APIListener. Its Kube
@@ -82,6 +88,9 @@ type System struct {
 
 	cancel context.CancelFunc
 	group  *errgroup.Group
+	// stopping is done once the process is told to stop (a versioned
+	// worker then drains, and no longer takes the routing over).
+	stopping context.Context
 }
 
 // Start starts the chosen components and returns once the offerings cache
@@ -95,9 +104,10 @@ func Start(ctx context.Context, o Options) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	stopping := ctx
+	ctx, cancel := drainFirst(ctx, o)
 	g, gctx := errgroup.WithContext(ctx)
-	s := &System{Kube: kube, cancel: cancel, group: g}
+	s := &System{Kube: kube, cancel: cancel, group: g, stopping: stopping}
 	if err := s.start(gctx, g, o); err != nil {
 		cancel()
 		_ = g.Wait()
@@ -154,9 +164,24 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims,
 			Clusters:  s.clusters(o.Kube),
 			Scheduler: o.Scheduler, Instances: instances, Events: checks.Events},
-			worker.Options{StopTimeout: o.WorkerStopTimeout})
+			worker.Options{StopTimeout: o.WorkerStopTimeout, Versioning: o.WorkerVersioning})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
+		}
+		if o.WorkerVersioning.Enabled() {
+			pctx, done := context.WithTimeout(ctx, promoteTimeout)
+			err := worker.Promote(pctx, o.Temporal, o.WorkerVersioning, slog.Default())
+			done()
+			if err != nil {
+				w.Stop()
+				return err
+			}
+			actx, stop := context.WithCancel(ctx)
+			context.AfterFunc(s.stopping, stop)
+			g.Go(func() error {
+				worker.Adopt(actx, o.Temporal, o.WorkerVersioning, slog.Default())
+				return nil
+			})
 		}
 		g.Go(func() error { return runWorker(ctx, w) })
 	}
@@ -211,6 +236,30 @@ func startCache(ctx context.Context, g *errgroup.Group, cfg *rest.Config, namesp
 		return nil, fmt.Errorf("the cache of %s did not sync", user)
 	}
 	return c, nil
+}
+
+// promoteTimeout bounds a starting worker's wait for Temporal to know its
+// build; Temporal registers a version at its first poll.
+const promoteTimeout = time.Minute
+
+// drainFirst returns the context the components run under: cancelled by
+// Stop at once, and when ctx is done only after a versioned worker has
+// drained (worker.Drain), so that the caches its activities read stay up
+// while it serves its pinned runs.
+func drainFirst(ctx context.Context, o Options) (context.Context, context.CancelFunc) {
+	if !o.Worker || !o.WorkerVersioning.Enabled() {
+		return context.WithCancel(ctx)
+	}
+	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+			worker.Drain(run, o.Temporal, o.WorkerVersioning, slog.Default())
+			cancel()
+		case <-run.Done():
+		}
+	}()
+	return run, cancel
 }
 
 // runWorker stops the worker when ctx is done.

@@ -1,0 +1,361 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/quartermaster/qm/internal/versioning"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// Versioning puts the worker in one version of the installation's worker
+// deployment (Temporal's Worker Versioning); docs/upgrades.md says how
+// releases are handed over with it.
+type Versioning struct {
+	// Deployment names the installation's worker deployment, in the
+	// Temporal namespace the worker's client works in, Namespace (""
+	// means "default").
+	Deployment, Namespace string
+	// BuildID names the release's build (the chart: the image's tag).
+	// Empty: the worker is unversioned, and takes every run.
+	BuildID string
+	// Revision is the release revision the worker runs for: a worker of a
+	// revision newer than any that made a version current makes its own
+	// current once it polls (versioning.Promote). Zero: only on the
+	// deployment's first start; `qm versions` routes by hand.
+	Revision int
+	// DrainTimeout bounds how long a stopping worker of a version no longer
+	// routed to keeps serving the runs pinned to it (zero:
+	// DefaultDrainTimeout).
+	DrainTimeout time.Duration
+}
+
+// DefaultDrainTimeout covers a provision or bind that waits for its
+// resources to become ready (a plan's readiness timeout is 10 minutes at
+// most), with room to spare; the chart's terminationGracePeriodSeconds
+// covers it and the stop timeout.
+const DefaultDrainTimeout = 15 * time.Minute
+
+// drainPoll is how often a draining worker asks whether its runs are done.
+const drainPoll = 2 * time.Second
+
+// Enabled says whether the worker is versioned.
+func (v Versioning) Enabled() bool { return v.BuildID != "" }
+
+// Check says whether the names can name a version.
+func (v Versioning) Check() error {
+	return versioning.Check(v.Deployment, v.BuildID)
+}
+
+func (v Versioning) options() sdkworker.DeploymentOptions {
+	if !v.Enabled() {
+		return sdkworker.DeploymentOptions{}
+	}
+	// A run that ends (an operation, a check) stays on the build that
+	// started it; the never-ending ones say otherwise where they are
+	// registered (workflows.Register).
+	return sdkworker.DeploymentOptions{UseVersioning: true,
+		Version:                   sdkworker.WorkerDeploymentVersion{DeploymentName: v.Deployment, BuildID: v.BuildID},
+		DefaultVersioningBehavior: workflow.VersioningBehaviorPinned}
+}
+
+// Promote makes the worker's version the deployment's current one when
+// versioning.Promote says so. The server knows a version once one of its
+// workers polls, so it waits for that, until ctx is done.
+func Promote(ctx context.Context, c client.Client, v Versioning, log *slog.Logger) error {
+	h := c.WorkerDeploymentClient().GetHandle(v.Deployment)
+	d, err := awaitVersion(ctx, h, v.BuildID)
+	if err != nil {
+		return err
+	}
+	rc := d.Info.RoutingConfig
+	s := versioning.Startup{Revision: v.Revision, EverRouted: !rc.CurrentVersionChangedTime.IsZero(),
+		Current: rc.CurrentVersion != nil && rc.CurrentVersion.BuildID == v.BuildID}
+	if rc.CurrentVersion != nil && !s.Current {
+		if s.CurrentGone, err = gone(ctx, c, v, rc.CurrentVersion.BuildID); err != nil {
+			return err
+		}
+	}
+	for _, sum := range d.Info.VersionSummaries {
+		if s.Recorded, err = appendRevision(ctx, h, sum.Version.BuildID, s.Recorded); err != nil {
+			return err
+		}
+	}
+	if !versioning.Promote(s) {
+		return nil
+	}
+	if v.Revision > 0 {
+		if _, err := h.UpdateVersionMetadata(ctx, client.WorkerDeploymentUpdateVersionMetadataOptions{
+			Version:        sdkworker.WorkerDeploymentVersion{DeploymentName: v.Deployment, BuildID: v.BuildID},
+			MetadataUpdate: client.WorkerDeploymentMetadataUpdate{UpsertEntries: map[string]any{versioning.MetadataRevision: v.Revision}},
+		}); err != nil {
+			return fmt.Errorf("recording revision %d on build %s: %w", v.Revision, v.BuildID, err)
+		}
+	}
+	if _, err := h.SetCurrentVersion(ctx, client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v.BuildID}); err != nil {
+		return fmt.Errorf("making build %s the current version of %s: %w", v.BuildID, v.Deployment, err)
+	}
+	if err := awaitPropagated(ctx, c, v); err != nil {
+		return err
+	}
+	log.Info("made its build the current version of the worker deployment", "deployment", v.Deployment, "buildID", v.BuildID, "revision", v.Revision)
+	return nil
+}
+
+// propagated says whether the task queues route as the deployment says:
+// Temporal hands a routing change to the task queues after it answers, and
+// until they have it a new run may still start on the build before.
+func propagated(ctx context.Context, c client.Client, v Versioning) (bool, error) {
+	resp, err := c.WorkflowService().DescribeWorkerDeployment(ctx, &workflowservice.DescribeWorkerDeploymentRequest{
+		Namespace: cmp.Or(v.Namespace, "default"), DeploymentName: v.Deployment})
+	if err != nil {
+		return false, fmt.Errorf("describing the worker deployment %s: %w", v.Deployment, err)
+	}
+	return resp.GetWorkerDeploymentInfo().GetRoutingConfigUpdateState() != enums.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS, nil
+}
+
+// awaitPropagated returns once the task queues route as the deployment says.
+func awaitPropagated(ctx context.Context, c client.Client, v Versioning) error {
+	for {
+		done, err := propagated(ctx, c, v)
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the task queues to route as %s says: %w", v.Deployment, context.Cause(ctx))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// adoptPeriod is how often a worker looks for a current build whose
+// workers are gone.
+const adoptPeriod = 30 * time.Second
+
+// Adopt makes the worker's build current whenever the current build's
+// workers are gone (versioning.Startup.CurrentGone), until ctx is done: so
+// that a new install over a deployment whose release was removed moments
+// before, or a build whose every worker died, does not leave the runs
+// routed to no one.
+func Adopt(ctx context.Context, c client.Client, v Versioning, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(adoptPeriod):
+		}
+		if err := adopt(ctx, c, v, log); err != nil && ctx.Err() == nil {
+			log.Warn("could not check that the current build has workers", "error", err.Error())
+		}
+	}
+}
+
+func adopt(ctx context.Context, c client.Client, v Versioning, log *slog.Logger) error {
+	d, err := c.WorkerDeploymentClient().GetHandle(v.Deployment).Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+	if err != nil {
+		return fmt.Errorf("describing the worker deployment: %w", err)
+	}
+	cur := d.Info.RoutingConfig.CurrentVersion
+	if cur == nil || cur.BuildID == v.BuildID {
+		return nil
+	}
+	if g, err := gone(ctx, c, v, cur.BuildID); err != nil || !g {
+		return err
+	}
+	if _, err := c.WorkerDeploymentClient().GetHandle(v.Deployment).SetCurrentVersion(ctx,
+		client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v.BuildID}); err != nil {
+		return fmt.Errorf("making build %s current: %w", v.BuildID, err)
+	}
+	log.Warn("made its build current: no worker of the current build was left", "gone", cur.BuildID, "buildID", v.BuildID)
+	return awaitPropagated(ctx, c, v)
+}
+
+// pollerGone is how long after its last poll a worker counts as gone: a
+// poll waits a minute at most for a task, and a worker polls again at once.
+const pollerGone = 2 * time.Minute
+
+// gone says whether no worker of build has polled the task queue within
+// pollerGone, as the server lists its pollers.
+func gone(ctx context.Context, c client.Client, v Versioning, build string) (bool, error) {
+	resp, err := c.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
+		Namespace: cmp.Or(v.Namespace, "default"), TaskQueue: &taskqueuepb.TaskQueue{Name: runs.TaskQueue, Kind: enums.TASK_QUEUE_KIND_NORMAL},
+		TaskQueueType: enums.TASK_QUEUE_TYPE_WORKFLOW})
+	if err != nil {
+		return false, fmt.Errorf("listing the pollers of task queue %s: %w", runs.TaskQueue, err)
+	}
+	for _, p := range resp.GetPollers() {
+		o := p.GetDeploymentOptions()
+		if o.GetDeploymentName() == v.Deployment && o.GetBuildId() == build && time.Since(p.GetLastAccessTime().AsTime()) < pollerGone {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// awaitVersion describes the deployment once it lists build.
+func awaitVersion(ctx context.Context, h client.WorkerDeploymentHandle, build string) (client.WorkerDeploymentDescribeResponse, error) {
+	for {
+		d, err := h.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+		var notFound *serviceerror.NotFound
+		switch {
+		case err == nil:
+			for _, sum := range d.Info.VersionSummaries {
+				if sum.Version.BuildID == build {
+					return d, nil
+				}
+			}
+		case !errors.As(err, &notFound):
+			return d, fmt.Errorf("describing the worker deployment: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return d, fmt.Errorf("waiting for Temporal to know build %s: %w", build, context.Cause(ctx))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// appendRevision appends the revision recorded on build, if any.
+func appendRevision(ctx context.Context, h client.WorkerDeploymentHandle, build string, to []int) ([]int, error) {
+	d, err := h.DescribeVersion(ctx, client.WorkerDeploymentDescribeVersionOptions{BuildID: build})
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		// Listed by the deployment a moment before its own record exists:
+		// a build whose first worker has just polled has recorded nothing.
+		return to, nil
+	}
+	if err != nil {
+		return to, fmt.Errorf("describing build %s: %w", build, err)
+	}
+	p, ok := d.Info.Metadata[versioning.MetadataRevision]
+	if !ok {
+		return to, nil
+	}
+	var rev int
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &rev); err != nil {
+		return to, fmt.Errorf("reading the revision recorded on build %s: %w", build, err)
+	}
+	return append(to, rev), nil
+}
+
+// Drain returns once a stopping worker may stop (versioning.Leave), or
+// when the drain timeout passes, saying what it leaves behind. The worker
+// polls all the while.
+func Drain(ctx context.Context, c client.Client, v Versioning, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(v.DrainTimeout, DefaultDrainTimeout))
+	defer cancel()
+	said := false
+	for {
+		r, err := routing(ctx, c, v)
+		switch {
+		case err != nil:
+			log.Warn("could not tell whether runs are pinned to this build", "buildID", v.BuildID, "error", err.Error())
+		case versioning.Leave(r):
+			return
+		case !said:
+			log.Info("serving the runs pinned to this build before it stops", "buildID", v.BuildID, "pinned", r.Pinned)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			log.Warn("stopping with runs pinned to this build still open: they wait for a worker of it (docs/upgrades.md)",
+				"buildID", v.BuildID, "pinned", r.Pinned)
+			return
+		case <-time.After(drainPoll):
+		}
+	}
+}
+
+// routing asks whether the deployment routes to v, and how many open runs
+// are pinned to it.
+func routing(ctx context.Context, c client.Client, v Versioning) (versioning.Routing, error) {
+	d, err := c.WorkerDeploymentClient().GetHandle(v.Deployment).Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+	if err != nil {
+		return versioning.Routing{}, fmt.Errorf("describing the worker deployment: %w", err)
+	}
+	rc := d.Info.RoutingConfig
+	r := versioning.Routing{
+		Current: rc.CurrentVersion != nil && rc.CurrentVersion.BuildID == v.BuildID,
+		Ramping: rc.RampingVersion != nil && rc.RampingVersion.BuildID == v.BuildID && rc.RampingVersionPercentage > 0,
+	}
+	// Until the task queues have the change, new runs may still be pinned
+	// here: the build counts as routed to.
+	done, err := propagated(ctx, c, v)
+	if err != nil {
+		return r, err
+	}
+	r.Ramping = r.Ramping || !done
+	n, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: versioning.PinnedQuery(v.Deployment, v.BuildID)})
+	if err != nil {
+		return r, fmt.Errorf("counting the runs pinned to build %s: %w", v.BuildID, err)
+	}
+	r.Pinned = n.GetCount()
+	return r, nil
+}
+
+// Build is one version of the worker deployment, as `qm builds` lists it.
+type Build struct {
+	ID string
+	// Routing is "current", "ramping N%" or "" (not routed to).
+	Routing string
+	// Pinned is the count of open runs pinned to the build.
+	Pinned int64
+	// Revision is the release revision that last made it current (0: none).
+	Revision int
+	Created  time.Time
+}
+
+// Builds lists the deployment's versions, newest first, and says where the
+// unversioned workers stand ("current" when the deployment routes to them).
+func Builds(ctx context.Context, c client.Client, deployment string) (builds []Build, unversioned string, err error) {
+	h := c.WorkerDeploymentClient().GetHandle(deployment)
+	d, err := h.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+	if err != nil {
+		return nil, "", fmt.Errorf("describing the worker deployment %s: %w", deployment, err)
+	}
+	rc := d.Info.RoutingConfig
+	if rc.CurrentVersion == nil {
+		unversioned = "current"
+	}
+	for _, sum := range d.Info.VersionSummaries {
+		b := Build{ID: sum.Version.BuildID, Created: sum.CreateTime}
+		switch {
+		case rc.CurrentVersion != nil && rc.CurrentVersion.BuildID == b.ID:
+			b.Routing = "current"
+		case rc.RampingVersion != nil && rc.RampingVersion.BuildID == b.ID:
+			b.Routing = fmt.Sprintf("ramping %g%%", rc.RampingVersionPercentage)
+		}
+		var revs []int
+		if revs, err = appendRevision(ctx, h, b.ID, nil); err != nil {
+			return nil, "", err
+		}
+		if len(revs) > 0 {
+			b.Revision = revs[0]
+		}
+		if err := versioning.Check(deployment, b.ID); err == nil {
+			n, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: versioning.PinnedQuery(deployment, b.ID)})
+			if err != nil {
+				return nil, "", fmt.Errorf("counting the runs pinned to build %s: %w", b.ID, err)
+			}
+			b.Pinned = n.GetCount()
+		}
+		builds = append(builds, b)
+	}
+	slices.SortFunc(builds, func(a, b Build) int { return b.Created.Compare(a.Created) })
+	return builds, unversioned, nil
+}
