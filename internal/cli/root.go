@@ -90,6 +90,7 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 		newCRDsCommand(g),
 		newMassUpdateCommand(),
 		newVersionCommand(),
+		newBuildsCommand(g),
 	)
 	return root
 }

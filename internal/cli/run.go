@@ -30,7 +30,7 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 			o.Watcher.TemporalAddress, o.Watcher.TemporalNamespace = opts.HostPort, opts.Namespace
 		}
 		if o.Worker {
-			o.TemporalNamespace = opts.Namespace
+			o.TemporalNamespace, o.WorkerVersioning.Namespace = opts.Namespace, opts.Namespace
 		}
 	}
 	return system.Run(ctx, o)

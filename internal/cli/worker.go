@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 	var minute, stopTimeout time.Duration
 	var bounds plan.Bounds
 	var scheduler scheduling.Scheduler
+	var versioned worker.Versioning
 	probes := &telemetry.Server{Gatherer: ctrlmetrics.Registry}
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -32,7 +34,12 @@ func newWorkerCommand(g *globals) *cobra.Command {
 			if _, err := scheduling.Parse(string(scheduler)); err != nil {
 				return fmt.Errorf("QM_SCHEDULER: %w", err)
 			}
-			return g.run(cmd.Context(), true, system.Options{Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes, Scheduler: scheduler,
+			if versioned.Enabled() {
+				if err := versioned.Check(); err != nil {
+					return err
+				}
+			}
+			return g.run(cmd.Context(), true, system.Options{WorkerVersioning: versioned, Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes, Scheduler: scheduler,
 				WorkerStopTimeout: stopTimeout})
 		},
 	}
@@ -56,7 +63,21 @@ func newWorkerCommand(g *globals) *cobra.Command {
 	f.DurationVar(&stopTimeout, "stop-timeout", worker.DefaultStopTimeout,
 		"on SIGTERM, how long the worker lets the tasks in hand finish after it stops polling; keep it below the pod's terminationGracePeriodSeconds")
 	schedulerFlag(f, &scheduler)
+	deploymentFlag(f, &versioned.Deployment)
+	f.StringVar(&versioned.BuildID, "build-id", os.Getenv("QM_BUILD_ID"),
+		"this release's build in the worker deployment (env QM_BUILD_ID; the chart sets the image's tag); empty: unversioned, the worker takes every run")
+	f.IntVar(&versioned.Revision, "release-revision", envInt("QM_RELEASE_REVISION"),
+		"the release revision the worker runs for (env QM_RELEASE_REVISION; the chart's): a newer one than any before makes its build current at start; 0: only the deployment's first start does")
+	f.DurationVar(&versioned.DrainTimeout, "drain-timeout", worker.DefaultDrainTimeout,
+		"on SIGTERM, how long a versioned worker whose build is no longer current serves the runs pinned to it; keep it and --stop-timeout below terminationGracePeriodSeconds")
 	return cmd
+}
+
+// envInt reads a whole number from the environment (0 when unset or not
+// a number).
+func envInt(key string) int {
+	n, _ := strconv.Atoi(os.Getenv(key))
+	return n
 }
 
 // splitList splits a comma-separated list, dropping empty items.

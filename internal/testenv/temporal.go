@@ -137,6 +137,9 @@ func NewLosableTemporal(t testing.TB) *LosableTemporal {
 // Client is a client of the server, whichever one runs.
 func (l *LosableTemporal) Client() client.Client { return l.client }
 
+// Address is the server's host:port, the same after Lose.
+func (l *LosableTemporal) Address() string { return l.opts.Address }
+
 // Lose kills the server, deletes its database and starts a new, empty one
 // at the same address, with Quartermaster's search attributes as `qm dev`
 // registers them.
