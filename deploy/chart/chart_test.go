@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,7 +76,13 @@ var variations = []variation{
 		grace := func(d string) time.Duration {
 			return time.Duration(podSpec(t, objs["Deployment/qm-quartermaster-"+d])["terminationGracePeriodSeconds"].(float64)) * time.Second
 		}
-		assert.Greater(t, grace("worker"), qmworker.DefaultStopTimeout, "the worker finishes its tasks in hand")
+		assert.Greater(t, grace("worker"), qmworker.DefaultStopTimeout+900*time.Second, "the worker drains its pinned runs, then finishes its tasks in hand")
+		// The workers are a build of the release's worker deployment, the
+		// image's tag, made current by a newer revision.
+		for _, want := range []string{"QM_WORKER_DEPLOYMENT=qm-quartermaster", "QM_BUILD_ID=0.1.0", "QM_RELEASE_REVISION=1"} {
+			assert.Contains(t, envOf(c), want)
+		}
+		assert.Contains(t, c["args"], "--drain-timeout=900s")
 		assert.Greater(t, grace("api"), (&qmapi.Server{}).DrainTimeout(), "the API finishes its requests in flight")
 	}},
 	{name: "existing secrets and mTLS", set: "credentials.osb.existingSecret=platform-creds,credentials.admin.existingSecret=operator-creds," +
@@ -108,6 +115,22 @@ var variations = []variation{
 			assert.Contains(t, objs, "ServiceMonitor/qm-quartermaster")
 			assert.Contains(t, objs, "ConfigMap/qm-quartermaster-dashboard")
 			assert.Contains(t, objs, "PrometheusRule/qm-quartermaster")
+		}},
+	{name: "builds promoted by hand", set: "image.tag=1.4.2,worker.versioning.promote=manual,worker.versioning.drainTimeoutSeconds=120",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			worker := podSpec(t, objs["Deployment/qm-quartermaster-worker"])
+			c := worker["containers"].([]any)[0].(map[string]any)
+			assert.Contains(t, envOf(c), "QM_BUILD_ID=1.4.2", "the build is the image's tag")
+			assert.NotContains(t, strings.Join(envOf(c), " "), "QM_RELEASE_REVISION", "no worker promotes its build")
+			assert.Contains(t, c["args"], "--drain-timeout=120s")
+			assert.EqualValues(t, 180, worker["terminationGracePeriodSeconds"])
+		}},
+	{name: "unversioned workers", set: "worker.versioning.enabled=false",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			worker := podSpec(t, objs["Deployment/qm-quartermaster-worker"])
+			c := worker["containers"].([]any)[0].(map[string]any)
+			assert.NotContains(t, strings.Join(envOf(c), " "), "QM_BUILD_ID")
+			assert.EqualValues(t, 60, worker["terminationGracePeriodSeconds"])
 		}},
 	{name: "custom scheduler and samples", set: "schedulerName=zone-aware,sampleCatalog={key-value-store},catalogNamespace=brokers",
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {

@@ -55,6 +55,33 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{- /*
+The worker deployment (Temporal's Worker Versioning) the release's workers
+form, and this release's build in it: the image's tag unless set. A tag
+that names other code over time cannot name a build.
+*/ -}}
+{{- define "qm.workerDeployment" -}}
+{{ include "qm.fullname" . | replace "." "-" }}
+{{- end }}
+
+{{- define "qm.buildID" -}}
+{{- $id := .Values.worker.versioning.buildID | default (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- if eq $id "latest" }}{{ fail "worker.versioning: the image tag \"latest\" names no one build; set worker.versioning.buildID, or a tag of its own per release" }}{{ end -}}
+{{ $id }}
+{{- end }}
+
+{{- /*
+A worker pod's grace: a versioned worker drains its pinned runs, then lets
+its tasks in hand finish (--stop-timeout, 30 s), with room for both.
+*/ -}}
+{{- define "qm.workerGracePeriod" -}}
+{{- if .Values.worker.versioning.enabled -}}
+{{ add .Values.worker.versioning.drainTimeoutSeconds 60 }}
+{{- else -}}
+60
+{{- end }}
+{{- end }}
+
 {{- define "qm.catalogNamespace" -}}
 {{ .Values.catalogNamespace | default .Release.Namespace }}
 {{- end }}
