@@ -207,27 +207,37 @@ func gone(ctx context.Context, c client.Client, v Versioning, build string) (boo
 	return true, nil
 }
 
-// awaitVersion describes the deployment once it lists build.
+// awaitVersion describes the deployment once the server knows build and
+// has seen its workers poll both the workflow and the activity task queue:
+// Temporal refuses to make current a build that polls fewer task queues
+// than the current one.
 func awaitVersion(ctx context.Context, h client.WorkerDeploymentHandle, build string) (client.WorkerDeploymentDescribeResponse, error) {
 	for {
 		d, err := h.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
 		var notFound *serviceerror.NotFound
-		switch {
-		case err == nil:
-			for _, sum := range d.Info.VersionSummaries {
-				if sum.Version.BuildID == build {
-					return d, nil
-				}
-			}
-		case !errors.As(err, &notFound):
+		if err != nil && !errors.As(err, &notFound) {
 			return d, fmt.Errorf("describing the worker deployment: %w", err)
+		}
+		if err == nil && slices.ContainsFunc(d.Info.VersionSummaries, func(s client.WorkerDeploymentVersionSummary) bool { return s.Version.BuildID == build }) {
+			v, err := h.DescribeVersion(ctx, client.WorkerDeploymentDescribeVersionOptions{BuildID: build})
+			if err != nil && !errors.As(err, &notFound) {
+				return d, fmt.Errorf("describing build %s: %w", build, err)
+			}
+			if err == nil && polls(v.Info.TaskQueuesInfos, client.TaskQueueTypeWorkflow) && polls(v.Info.TaskQueuesInfos, client.TaskQueueTypeActivity) {
+				return d, nil
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return d, fmt.Errorf("waiting for Temporal to know build %s: %w", build, context.Cause(ctx))
+			return d, fmt.Errorf("waiting for Temporal to know build %s and its task queues: %w", build, context.Cause(ctx))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// polls says whether infos hold Quartermaster's task queue of type typ.
+func polls(infos []client.WorkerDeploymentTaskQueueInfo, typ client.TaskQueueType) bool {
+	return slices.Contains(infos, client.WorkerDeploymentTaskQueueInfo{Name: runs.TaskQueue, Type: typ})
 }
 
 // appendRevision appends the revision recorded on build, if any.
