@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -32,6 +33,7 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/worker"
 )
 
 // podsRelease is what the test installs: the chart's values and objects.
@@ -79,6 +81,19 @@ func TestChartPods(t *testing.T) {
 		k.run(&d)
 	}
 	k.waitReady(2 * time.Minute)
+	// The workers are one build of the release's worker deployment (the
+	// image's tag), current since the first of them polled.
+	tc := testenv.Temporal(t)
+	builds, _, err := worker.Builds(ctx, tc, r.fullname)
+	require.NoError(t, err)
+	require.Len(t, builds, 1)
+	assert.Equal(t, []string{"0.1.0", "current"}, []string{builds[0].ID, builds[0].Routing})
+	t.Cleanup(func() {
+		// As after an uninstall: the task queue goes back to unversioned
+		// workers, which the next test on this Temporal runs.
+		_, err := tc.WorkerDeploymentClient().GetHandle(r.fullname).SetCurrentVersion(ctx, client.WorkerDeploymentSetCurrentVersionOptions{})
+		assert.NoError(t, err, "routing back to the unversioned workers")
+	})
 	var svc corev1.Service
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(r.objs["Service/"+r.fullname+"-api"].Object, &svc))
 	s := testenv.Over(t, kube, r.ns, testenv.KeyValueService)

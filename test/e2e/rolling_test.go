@@ -189,6 +189,6 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 	e := newProcessEnv(t)
 	r := newRollout(t, e, e.qm, nil)
 	baseline := r.baseline("base", baselineProvisions)
-	r.checkStall("roll", baseline, r.roll("roll", e.qm))
+	r.checkStall("roll", baseline, r.roll("roll", e.qm, nil))
 	r.checkOnce("roll")
 }

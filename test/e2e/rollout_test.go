@@ -144,8 +144,10 @@ func (r *rollout) baseline(prefix string, n int) []time.Duration {
 // roll replaces every process, one at a time and kind after kind
 // (workers, watchers, APIs, each by SIGTERM as a Deployment's rolling
 // update does), by one of the binary qm, while rollingProvisions
-// provisions named prefix-i arrive; it returns their times.
-func (r *rollout) roll(prefix, qm string) []time.Duration {
+// provisions named prefix-i arrive; it returns their times. routed, when
+// set, is called once the first worker of qm polls, as an operator routes
+// Temporal to its build.
+func (r *rollout) roll(prefix, qm string, routed func()) []time.Duration {
 	r.t.Helper()
 	r.f.mu.Lock()
 	r.f.qm = qm
@@ -158,9 +160,12 @@ func (r *rollout) roll(prefix, qm string) []time.Duration {
 	pace := time.NewTicker(rollingEvery)
 	defer pace.Stop()
 	for _, kind := range []string{"worker", "watcher", "api"} {
-		for range 2 {
+		for i := range 2 {
 			<-pace.C
 			r.f.replace(kind)
+			if kind == "worker" && i == 0 && routed != nil {
+				routed()
+			}
 		}
 	}
 	r.t.Logf("%s: the replacements took %s; the provisions arrive over %ds", prefix, time.Since(rollStart).Round(time.Second), rollingProvisions/rollingRate)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/worker"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -57,8 +59,12 @@ const (
 // usage and a ServiceBinding injecting into a Deployment. Then each process
 // is replaced by one of this release, one at a time, while 200
 // provisions and 50 binds arrive and a mass update of the instances there
-// are runs; then each is replaced by the earlier release again (a
-// rollback), under the same load. After each: nothing is lost, stuck or
+// are runs: the earlier release's workers are unversioned, this release's
+// a build of a worker deployment that the first of them makes current.
+// Then each is replaced by another build of this release, as the next
+// release's would be (its operations in flight drain on the build before),
+// and then by the earlier release again (a rollback, routed back to the
+// unversioned workers as docs/upgrades.md says), under the same load. After each: nothing is lost, stuck or
 // done twice (each provision and bind one run, each instance of the mass
 // update at the plan's new generation, none failed), no provision waited more than rollingSlack
 // longer than without the replacements, no history of the test's runs
@@ -71,6 +77,24 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	s, ctx := e.s, context.Background()
 	r := newRollout(t, e, earlier, map[string][]string{"worker": {"--healthcheck-minute", upgradeCheckMinute.String()}})
 	t.Logf("running %s (%s) and this release (%s)", upgradeFrom, earlier, e.qm)
+	// This release's workers are a build of a worker deployment, of the
+	// release revision after the earlier one's, as the chart runs them; the
+	// earlier release's are unversioned (and pass over these variables).
+	deployment := "upgrade-" + s.Namespace
+	r.f.env = append(r.f.env, "QM_WORKER_DEPLOYMENT="+deployment)
+	build := func(id string, revision int) func() {
+		return func() {
+			r.f.mu.Lock()
+			defer r.f.mu.Unlock()
+			r.f.env = append(r.f.env, "QM_BUILD_ID="+id, fmt.Sprintf("QM_RELEASE_REVISION=%d", revision))
+		}
+	}
+	// Rolling back to a release before Worker Versioning, the operator
+	// routes to its unversioned workers once one polls (docs/upgrades.md).
+	routeUnversioned := func() {
+		out, err := exec.Command(e.qm, slices.Concat([]string{"builds", "current", "--unversioned", "--deployment-name", deployment}, e.common)...).CombinedOutput()
+		require.NoError(t, err, "qm builds current --unversioned: %s", out)
+	}
 
 	// The long-lived runs.
 	var checks atomic.Int64
@@ -164,12 +188,26 @@ spec:
 
 	baseline := r.baseline("base", baselineProvisions)
 	stalls := map[string]time.Duration{}
-	for _, step := range []struct{ name, qm, release string }{{"up", e.qm, "this release"}, {"down", earlier, upgradeFrom}} {
+	// Up from the earlier release's unversioned workers, then to another
+	// build of this release (as the next release would be), then back.
+	for _, step := range []struct {
+		name, qm, release string
+		// before sets the new workers' build; routed routes to it, when a
+		// worker does not.
+		before, routed func()
+		build          string // the build the loops run on after the step ("": unversioned)
+	}{
+		{"up", e.qm, "this release", build(upgradeBuild, 2), nil, upgradeBuild},
+		{"next", e.qm, "this release's next build", build(upgradeBuild+"-next", 3), nil, upgradeBuild + "-next"},
+		{"down", earlier, upgradeFrom, func() {}, routeUnversioned, ""},
+	} {
+		step.before()
 		before := checks.Load()
 		gen := startMassUpdate(t, s, r.planID, "upgrade-"+step.name)
 		binds := make(chan error, 1)
 		go func() { binds <- bindAll(r.f, s.ServiceID, instant, "db", step.name, upgradeBinds) }()
-		stalls[step.name] = r.checkStall(step.name, baseline, r.roll(step.name, step.qm))
+		stalls[step.name] = r.checkStall(step.name, baseline, r.roll(step.name, step.qm, step.routed))
+		checkBuilds(t, s, deployment, step.build)
 		r.checkOnce(step.name)
 		require.NoError(t, <-binds)
 		checkBinds(t, s, step.name, upgradeBinds)
@@ -211,8 +249,39 @@ spec:
 	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "resolved"}, &claim))
 	assert.Equal(t, "svc-00", claim.Status.RegisteredService, "the claim kept its service")
 	assert.True(t, meta.IsStatusConditionTrue(claim.Status.Conditions, "ServiceAvailable"))
-	t.Logf("longest stall: upgrade %s, rollback %s; runs that crossed both: %s", stalls["up"].Round(time.Millisecond),
-		stalls["down"].Round(time.Millisecond), crossed)
+	t.Logf("longest stall: upgrade %s, upgrade between builds %s, rollback %s; runs that crossed all three: %s", stalls["up"].Round(time.Millisecond),
+		stalls["next"].Round(time.Millisecond), stalls["down"].Round(time.Millisecond), crossed)
+}
+
+// upgradeBuild is the build ID of this release's workers in the upgrade.
+const upgradeBuild = "this"
+
+// checkBuilds checks, after a step of the upgrade, that Temporal routes to
+// build ("": the unversioned workers), that no run is left pinned to
+// another build, and that the health-check shards, which run every few
+// seconds, moved to build.
+func checkBuilds(t *testing.T, s *testenv.System, deployment, build string) {
+	t.Helper()
+	ctx := context.Background()
+	builds, unversioned, err := worker.Builds(ctx, s.Temporal, deployment)
+	require.NoError(t, err)
+	routed := map[string]string{"": unversioned}
+	for _, b := range builds {
+		routed[b.ID] = b.Routing
+		if b.ID != build {
+			assert.Zero(t, b.Pinned, "no run is left pinned to build %s", b.ID)
+		}
+	}
+	assert.Equal(t, "current", routed[build], "Temporal routes to build %q: %v", build, routed)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for shard := range healthcheck.Shards {
+			resp, err := s.Temporal.DescribeWorkflowExecution(ctx, runs.HealthChecksID(shard), "")
+			if assert.NoError(c, err) {
+				v := resp.GetWorkflowExecutionInfo().GetVersioningInfo()
+				assert.Equal(c, build, v.GetDeploymentVersion().GetBuildId(), "shard %d's build", shard)
+			}
+		}
+	}, 3*upgradeCheckMinute, 200*time.Millisecond, "the health-check shards run on build %q", build)
 }
 
 // startMassUpdate changes the plan planID (a new generation) and starts
