@@ -106,14 +106,30 @@ func Promote(ctx context.Context, c client.Client, v Versioning, log *slog.Logge
 			return fmt.Errorf("recording revision %d on build %s: %w", v.Revision, v.BuildID, err)
 		}
 	}
-	if _, err := h.SetCurrentVersion(ctx, client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v.BuildID}); err != nil {
-		return fmt.Errorf("making build %s the current version of %s: %w", v.BuildID, v.Deployment, err)
-	}
-	if err := awaitPropagated(ctx, c, v); err != nil {
+	if err := setCurrent(ctx, c, v); err != nil {
 		return err
 	}
 	log.Info("made its build the current version of the worker deployment", "deployment", v.Deployment, "buildID", v.BuildID, "revision", v.Revision)
 	return nil
+}
+
+// MakeCurrent makes v's build current once its workers poll both task
+// queues (waiting until ctx is done for them), and returns once the task
+// queues route to it: what `qm builds current --wait` and the chart's
+// rollback hook do.
+func MakeCurrent(ctx context.Context, c client.Client, v Versioning) error {
+	if _, err := awaitVersion(ctx, c.WorkerDeploymentClient().GetHandle(v.Deployment), v.BuildID); err != nil {
+		return err
+	}
+	return setCurrent(ctx, c, v)
+}
+
+func setCurrent(ctx context.Context, c client.Client, v Versioning) error {
+	if _, err := c.WorkerDeploymentClient().GetHandle(v.Deployment).SetCurrentVersion(ctx,
+		client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v.BuildID}); err != nil {
+		return fmt.Errorf("making build %s the current version of %s: %w", v.BuildID, v.Deployment, err)
+	}
+	return awaitPropagated(ctx, c, v)
 }
 
 // propagated says whether the task queues route as the deployment says:

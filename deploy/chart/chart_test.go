@@ -83,6 +83,17 @@ var variations = []variation{
 			assert.Contains(t, envOf(c), want)
 		}
 		assert.Contains(t, c["args"], "--drain-timeout=900s")
+		// A rollback re-deploys an earlier revision's manifest, whose pods
+		// carry its revision: the hook of that manifest routes to its build.
+		hooks := testenv.RenderChartHooks(t, load(t), "default", nil)
+		job := hooks["Job/qm-quartermaster-builds-rollback"]
+		require.NotNil(t, job, "the rollback hook")
+		assert.Equal(t, "post-rollback", job.GetAnnotations()["helm.sh/hook"])
+		hook := podSpec(t, job)
+		assert.Equal(t, false, hook["automountServiceAccountToken"], "it speaks to Temporal only")
+		hc := hook["containers"].([]any)[0].(map[string]any)
+		assert.Equal(t, []any{"builds", "current", "0.1.0", "--wait=10m", "--deployment-name=qm-quartermaster", "--log-level=info"}, hc["args"])
+		assert.Contains(t, envOf(hc), "TEMPORAL_ADDRESS=temporal-frontend.temporal:7233")
 		assert.Greater(t, grace("api"), (&qmapi.Server{}).DrainTimeout(), "the API finishes its requests in flight")
 	}},
 	{name: "existing secrets and mTLS", set: "credentials.osb.existingSecret=platform-creds,credentials.admin.existingSecret=operator-creds," +
@@ -124,6 +135,8 @@ var variations = []variation{
 			assert.NotContains(t, strings.Join(envOf(c), " "), "QM_RELEASE_REVISION", "no worker promotes its build")
 			assert.Contains(t, c["args"], "--drain-timeout=120s")
 			assert.EqualValues(t, 180, worker["terminationGracePeriodSeconds"])
+			assert.NotContains(t, testenv.RenderChartHooks(t, load(t), "default", values(t, "worker.versioning.promote=manual")),
+				"Job/qm-quartermaster-builds-rollback", "the operator routes")
 		}},
 	{name: "unversioned workers", set: "worker.versioning.enabled=false",
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -55,6 +56,7 @@ docs/upgrades.md).`,
 	}
 	deploymentFlag(cmd.PersistentFlags(), &deployment)
 	var unversioned bool
+	var wait time.Duration
 	current := &cobra.Command{
 		Use:   "current BUILD | --unversioned",
 		Short: "Make a build current: new runs and the never-ending ones go to its workers (a rollback is this too)",
@@ -65,7 +67,7 @@ docs/upgrades.md).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			tc, _, err := g.temporal(cmd.Context())
+			tc, opts, err := g.temporal(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -74,8 +76,14 @@ docs/upgrades.md).`,
 			if !unversioned {
 				build = args[0]
 			}
-			_, err = tc.WorkerDeploymentClient().GetHandle(deployment).SetCurrentVersion(cmd.Context(),
-				client.WorkerDeploymentSetCurrentVersionOptions{BuildID: build})
+			if wait > 0 && build != "" {
+				ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+				defer cancel()
+				err = worker.MakeCurrent(ctx, tc, worker.Versioning{Deployment: deployment, Namespace: opts.Namespace, BuildID: build})
+			} else {
+				_, err = tc.WorkerDeploymentClient().GetHandle(deployment).SetCurrentVersion(cmd.Context(),
+					client.WorkerDeploymentSetCurrentVersionOptions{BuildID: build})
+			}
 			if err != nil {
 				return fmt.Errorf("making %s current: %w", buildName(build), err)
 			}
@@ -84,6 +92,7 @@ docs/upgrades.md).`,
 		},
 	}
 	current.Flags().BoolVar(&unversioned, "unversioned", false, "route to the unversioned workers (a rollback to a release before Worker Versioning)")
+	current.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the build's workers to poll first, and until the task queues route to it (the chart's rollback hook)")
 	ramp := &cobra.Command{
 		Use:   "ramp BUILD PERCENT",
 		Short: "Send a share of new runs and never-ending ones to a build besides the current one (0 ends the ramp)",

@@ -76,6 +76,14 @@ func TestBuildsCommand(t *testing.T) {
 	assert.Regexp(t, `(?m)^b1\s+current\s+0\s+0\s`, out)
 	out, err = qm("ramp", "b2", "0")
 	require.NoError(t, err, out)
+	// As the chart's rollback hook: wait for the build's workers, then route.
+	out, err = qm("current", "b2", "--wait", "30s")
+	require.NoError(t, err, out)
+	assert.Equal(t, "qm-cli routes to build b2\n", out)
+	out, err = qm("current", "b3", "--wait", "1s")
+	if assert.Error(t, err, out) {
+		assert.Contains(t, err.Error(), "waiting for Temporal to know build b3")
+	}
 	out, err = qm("current", "--unversioned")
 	require.NoError(t, err, out)
 	assert.Equal(t, "qm-cli routes to the unversioned workers\n", out)
