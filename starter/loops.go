@@ -1,6 +1,7 @@
 package starter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,8 +45,9 @@ const loopListPage = 1000
 type runKind struct {
 	// name labels the kind in the metric and the log (loops.Claim, …).
 	name string
-	// workflowType is the runs' registered type, which visibility lists.
-	workflowType string
+	// workflowType is the runs' registered type, which visibility lists;
+	// query, when set, lists them instead (runs of several types).
+	workflowType, query string
 	// endedCounts: a run that ended is done (a one-off run); otherwise
 	// only a running run counts.
 	endedCounts bool
@@ -167,7 +169,7 @@ func (l *Loops) keep(ctx context.Context, k runKind) error {
 // listed is the workflow IDs visibility lists for the kind: those running,
 // or with endedCounts every one Temporal keeps.
 func (l *Loops) listed(ctx context.Context, k runKind) (map[string]bool, error) {
-	query := fmt.Sprintf("WorkflowType = %q", k.workflowType)
+	query := cmp.Or(k.query, fmt.Sprintf("WorkflowType = %q", k.workflowType))
 	if !k.endedCounts {
 		query += " AND ExecutionStatus = 'Running'"
 	}

@@ -27,13 +27,20 @@ import (
 // for lost runs (the default is DefaultLoopCheckPeriod).
 const loopCheckPeriod = 2 * time.Second
 
+// lostInFlight is how many provisions are under way when TestLostRunsComeBack
+// loses Temporal's state.
+const lostInFlight = 100
+
 // TestLostRunsComeBack: Temporal's whole state is lost under a running
 // Quartermaster (the dev server killed, its database deleted, and a new
 // one started at the same address, as after a restore from nothing or a
 // recreated namespace). Within a few of the watcher's looks, every
 // long-lived run runs again, started from the resources: the 16
 // health-check shards, the namespace's claim allocator, the claim, the
-// binding usage and the ServiceBinding. The metric counts each kind. A
+// binding usage and the ServiceBinding; and the 100 provisions that were
+// under way (their plan waits for a gate) run again and succeed once the
+// gates open, each still at its first generation. The metric counts each
+// kind. A
 // service whose endpoint then goes away turns Unreachable on schedule;
 // the claim keeps the service it held, and no other; the instance and its
 // binding are not done again; the workload the usage and the
@@ -95,6 +102,21 @@ spec:
 	web := getDeployment(t, s, "web")
 	metrics := testenv.Scrape(t, s.WatcherMetrics)
 
+	// Provisions in flight when the state goes: their runs go with it.
+	busy := testenv.Templates("gated")
+	gated := s.Plan("gated", "", busy)
+	for i := range lostInFlight {
+		s.Instance(fmt.Sprintf("busy-%03d", i), gated, "")
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for i := range lostInFlight {
+			inst, err := s.GetInstance(fmt.Sprintf("busy-%03d", i))
+			if assert.NoError(c, err) {
+				assert.Equal(c, osbv1alpha1.StateInProgress, inst.Status.State, inst.Name)
+			}
+		}
+	}, time.Minute, 100*time.Millisecond, "the provisions are under way")
+
 	temporal.Lose()
 	require.Same(t, before, s.Temporal)
 	lost := time.Now()
@@ -107,6 +129,18 @@ spec:
 		assert.GreaterOrEqual(t, after.Count("qm_runs_reestablished_total", "kind", kind)-metrics.Count("qm_runs_reestablished_total", "kind", kind),
 			least, "re-established runs of kind %s counted", kind)
 	}
+
+	// The provisions that were in flight finish, once each.
+	for i := range lostInFlight {
+		s.OpenGate(fmt.Sprintf("busy-%03d", i), "gate")
+	}
+	for i := range lostInFlight {
+		name := fmt.Sprintf("busy-%03d", i)
+		inst := s.WaitInstance(name, "provisioned though its run was lost", testenv.Succeeded(1))
+		assert.EqualValues(t, 1, inst.Generation, name)
+	}
+	assert.GreaterOrEqual(t, testenv.Scrape(t, s.WatcherMetrics).Count("qm_runs_reestablished_total", "kind", loops.InstanceOperation)-
+		metrics.Count("qm_runs_reestablished_total", "kind", loops.InstanceOperation), lostInFlight, "the provisions started again counted")
 
 	// The checks go on: a service whose endpoint goes away turns
 	// Unreachable within its interval.

@@ -175,6 +175,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupAutoUpdates(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}
+	s.keepInFlight(keep)
 	if err := setupLoops(mgr, keep); err != nil {
 		return nil, err
 	}
@@ -262,6 +263,11 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 			return ctrl.Result{}, err
 		}
 	}
+	return s.startInstance(ctx, &inst, op)
+}
+
+// startInstance starts op's run for the instance.
+func (s *Starter) startInstance(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, op lifecycle.Operation) (ctrl.Result, error) {
 	attrs := []temporal.SearchAttributeUpdate{
 		runs.AttrInstance.ValueSet(inst.OSBID()),
 		runs.AttrService.ValueSet(inst.Spec.ServiceID),
@@ -270,9 +276,9 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 	if inst.Spec.ClusterID != "" {
 		attrs = append(attrs, runs.AttrCluster.ValueSet(inst.Spec.ClusterID))
 	}
-	t := lifecycle.InstanceTarget(&inst)
+	t := lifecycle.InstanceTarget(inst)
 	text := s.describeRun(ctx, t, op, inst.Spec.PlanID, inst.Spec.ServiceID, [][2]string{{"instance ID", inst.OSBID()}})
-	return s.start(ctx, &inst, t, op, attrs, text)
+	return s.start(ctx, inst, t, op, attrs, text)
 }
 
 // ReconcileBinding starts Bind or Unbind for a binding that asks for one.
@@ -295,15 +301,20 @@ func (s *Starter) ReconcileBinding(ctx context.Context, req ctrl.Request) (ctrl.
 			return ctrl.Result{}, err
 		}
 	}
+	return s.startBinding(ctx, &b, op)
+}
+
+// startBinding starts op's run for the binding.
+func (s *Starter) startBinding(ctx context.Context, b *osbv1alpha1.SFServiceBinding, op lifecycle.Operation) (ctrl.Result, error) {
 	attrs := []temporal.SearchAttributeUpdate{
 		runs.AttrInstance.ValueSet(b.Spec.InstanceID),
 		runs.AttrBinding.ValueSet(b.Spec.ID),
 		runs.AttrService.ValueSet(b.Spec.ServiceID),
 		runs.AttrPlan.ValueSet(b.Spec.PlanID),
 	}
-	t := lifecycle.BindingTarget(&b)
+	t := lifecycle.BindingTarget(b)
 	text := s.describeRun(ctx, t, op, b.Spec.PlanID, b.Spec.ServiceID, [][2]string{{"binding ID", b.Spec.ID}, {"instance ID", b.Spec.InstanceID}})
-	return s.start(ctx, &b, t, op, attrs, text)
+	return s.start(ctx, b, t, op, attrs, text)
 }
 
 // delete carries out a "delete" that a client wrote into the status: the

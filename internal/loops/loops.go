@@ -1,7 +1,7 @@
 // Package loops decides which of Quartermaster's long-lived runs are
 // missing from Temporal: the health-check shards, the claim allocators,
 // the claims, the binding usages, the ServiceBindings and the automatic
-// mass updates. Kubernetes holds the truth: a run that the resources call
+// mass updates, and the operations under way. Kubernetes holds the truth: a run that the resources call
 // for and that Temporal no longer has (its state restored empty, its
 // namespace recreated, a run terminated by hand) is started again from
 // them. The watcher (starter/loops.go) lists what should run and what
@@ -22,6 +22,11 @@ const (
 	BindingUsage   = "binding-usage"
 	ServiceBinding = "service-binding"
 	AutoMassUpdate = "auto-mass-update"
+	// InstanceOperation and BindingOperation are operations whose
+	// resource says they are under way: they end, but until then a lost
+	// run leaves its resource "in progress" for good.
+	InstanceOperation = "instance-operation"
+	BindingOperation  = "binding-operation"
 )
 
 // Want is a run that the resources call for.
