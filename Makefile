@@ -227,7 +227,7 @@ BENCH_PKG = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git 
 
 .PHONY: test-steps
 test-steps: tools check-generated check-tidy vet lint
-	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m -skip '^(TestChartPods|TestUpgradeUnderLoad|$(ALONE))$$' $(TEST_FLAGS) $(TEST_PKG)
+	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m -skip '^(TestChartPods|TestUpgradeUnderLoad|TestChartUpgradeUnderLoad|$(ALONE))$$' $(TEST_FLAGS) $(TEST_PKG)
 	$(if $(filter ./...,$(PKG)),QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 10m -run '^($(ALONE))$$' $(TEST_FLAGS) ./test/e2e)
 	$(MAKE) --no-print-directory -j2 test-smoke test-beside
 
@@ -260,17 +260,21 @@ test-beside: tools
 test-pods: tools image ## Run the chart's pods as processes of the image's qm under their own service accounts, checking RBAC both ways; prints the permissions used and unused.
 	QM_BIN_DIR=$(BIN) go test -count=1 -v -run '^TestChartPods$$' -timeout 15m ./test/e2e
 
-# An upgrade and a rollback under load (test/e2e TestUpgradeUnderLoad): the
-# release UPGRADE_FROM names, built from the repository's history, runs as
-# processes with every kind of long-lived run alive, each process is
-# replaced by this release's while provisions arrive, then by the earlier
-# release's again. Apart from `make test`, as the rolling update's timing
-# needs the machine to itself; CI runs it after `make test-pods`.
+# An upgrade and a rollback under load: the release UPGRADE_FROM names,
+# built from the repository's history, runs with every kind of long-lived
+# run alive, and is replaced by this release while provisions arrive, then
+# comes back. TestUpgradeUnderLoad runs the releases as processes on the
+# dev server, with a step between two builds of this release besides;
+# TestChartUpgradeUnderLoad runs each release's chart, its pods from its
+# image, on the Temporal cluster. Apart from `make test`, as the rolling
+# update's timing needs the machine to itself; CI runs it after `make
+# test-pods`.
 UPGRADE_FROM ?= fc4a9f8
 
 .PHONY: test-upgrade
-test-upgrade: tools ## Upgrade the earlier release's processes to this one under load, then roll back (UPGRADE_FROM: a commit); checks nothing is lost, stuck, done twice or non-deterministic.
+test-upgrade: tools image ## Upgrade the earlier release to this one under load, as processes and as the chart's pods on a Temporal cluster, then roll back (UPGRADE_FROM: a commit); checks nothing is lost, stuck, done twice or non-deterministic.
 	QM_BIN_DIR=$(BIN) QM_UPGRADE_FROM=$(UPGRADE_FROM) go test -count=1 -v -run '^TestUpgradeUnderLoad$$' -timeout 20m ./test/e2e
+	QM_BIN_DIR=$(BIN) QM_UPGRADE_FROM=$(UPGRADE_FROM) QM_TEMPORAL=cluster go test -count=1 -v -run '^TestChartUpgradeUnderLoad$$' -timeout 25m ./test/e2e
 
 # Quartermaster on a production-shaped Temporal (internal/temporalcluster:
 # PostgreSQL, and history, matching, frontend and Temporal's worker service

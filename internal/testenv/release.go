@@ -56,6 +56,11 @@ func BuildRelease(t testing.TB, ref string) string {
 	return bin
 }
 
+// ReleaseSource is the source tree of the release BuildRelease built into
+// bin: its git worktree, removed when the test ends (the earlier
+// release's chart is there, for one).
+func ReleaseSource(bin string) string { return filepath.Join(filepath.Dir(bin), "src") }
+
 // haveCommit makes sure the repository has the commit ref, fetching the
 // whole history from its origin when it has not (a shallow clone).
 func haveCommit(t testing.TB, ref string) {

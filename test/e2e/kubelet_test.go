@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -69,7 +70,12 @@ type kubelet struct {
 	t    *testing.T
 	kube *testenv.Cluster
 	img  image
+	// pods change on the test goroutine only; mu guards them against the
+	// Services' proxies, which read them on theirs.
+	mu   sync.Mutex
 	pods []*pod
+	// gone are the pods replace deleted, for their logs.
+	gone []*pod
 	// subnet is the run's 127.a.b; nextIP the last n given out.
 	subnet string
 	nextIP int
@@ -99,6 +105,9 @@ type pod struct {
 	// pid is the container's process, the last one started.
 	pid  atomic.Int64
 	done chan struct{}
+	// stop terminates the pod as its deletion does: SIGTERM, then SIGKILL
+	// after its grace period.
+	stop context.CancelFunc
 }
 
 type mount struct{ path, dir string }
@@ -207,8 +216,11 @@ func (k *kubelet) start(d *appsv1.Deployment, name string) {
 
 	p.readiness, p.liveness = k.probe(p, c.ReadinessProbe), k.probe(p, c.LivenessProbe)
 	ctx, cancel := context.WithCancel(context.Background())
+	p.stop = cancel
 	go p.supervise(ctx, k.img.root)
+	k.mu.Lock()
 	k.pods = append(k.pods, p)
+	k.mu.Unlock()
 	t.Cleanup(func() {
 		cancel()
 		<-p.done
@@ -392,6 +404,39 @@ func (k *kubelet) kubeconfig(ns, name string) clientcmdapi.Config {
 	return *cfg
 }
 
+// replace replaces the pod old by one of the Deployment d as a rolling
+// update with a surge of one does: the new pod named name starts and
+// becomes ready, then old is deleted (out of its Services at once, its
+// process given its grace period) and replace returns once it is gone.
+func (k *kubelet) replace(old *pod, d *appsv1.Deployment, name string) {
+	k.t.Helper()
+	k.start(d, name)
+	p := k.pods[len(k.pods)-1]
+	require.Eventually(k.t, p.ready.Load, 2*time.Minute, 100*time.Millisecond, "%s is ready", name)
+	old.ready.Store(false)
+	old.stop()
+	select {
+	case <-old.done:
+	case <-time.After(old.grace + 30*time.Second):
+		require.Fail(k.t, "the pod did not stop", "%s: within its grace period of %s", old.name, old.grace)
+	}
+	k.mu.Lock()
+	k.pods = slices.DeleteFunc(k.pods, func(q *pod) bool { return q == old })
+	k.mu.Unlock()
+	k.gone = append(k.gone, old)
+}
+
+// podsOf are the pods of the Deployment named name, oldest first.
+func (k *kubelet) podsOf(name string) []*pod {
+	var out []*pod
+	for _, p := range k.pods {
+		if strings.HasPrefix(p.name, name+"-") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // waitReady waits until every pod is ready.
 func (k *kubelet) waitReady(within time.Duration) {
 	k.t.Helper()
@@ -421,7 +466,10 @@ func (k *kubelet) service(svc *corev1.Service) string {
 	var turn atomic.Int64
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var endpoints []string
-		for _, p := range k.pods {
+		k.mu.Lock()
+		pods := slices.Clone(k.pods)
+		k.mu.Unlock()
+		for _, p := range pods {
 			if p.ready.Load() && selector.Matches(labels.Set(p.labels)) {
 				port := target.IntVal
 				if target.StrVal != "" {

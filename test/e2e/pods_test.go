@@ -281,10 +281,21 @@ spec: {secretRef: unused}
 	checkAccess(t, kube, r)
 }
 
-// installRelease renders the chart for the test cluster and the shared
-// Temporal dev server and creates what it renders but the Deployments
-// (which the kubelet runs) and the autoscaler.
+// installRelease renders the chart for a namespace of its own, as
+// `helm install` with the values README "Install on a cluster" has users
+// set, and applies everything but the Deployments, which the kubelet runs.
 func installRelease(t *testing.T, kube *testenv.Cluster) podsRelease {
+	t.Helper()
+	r := newPodsRelease(t, kube, nil)
+	r.objs = testenv.RenderChart(t, testenv.QMChart(t), r.ns, r.values)
+	applyRelease(t, kube, r.objs, true)
+	return r
+}
+
+// newPodsRelease is a release in a namespace of its own, named after it,
+// with the platform's and the operator's credentials as Secrets of the
+// user's, and the values of installRelease (extra over them).
+func newPodsRelease(t *testing.T, kube *testenv.Cluster, extra map[string]any) podsRelease {
 	t.Helper()
 	ctx := context.Background()
 	r := podsRelease{ns: kube.Namespace(t)}
@@ -303,15 +314,26 @@ func installRelease(t *testing.T, kube *testenv.Cluster) podsRelease {
 		require.NoError(t, err)
 		planRules = append(planRules, u)
 	}
+	workerValues := map[string]any{"scheduler": "label-selector", "rbac": map[string]any{"planRules": planRules}}
+	maps.Copy(workerValues, extra)
 	r.values = map[string]any{
 		"fullnameOverride": r.fullname,
 		"temporal":         map[string]any{"address": testenv.TemporalAddress(t)},
 		"sampleCatalog":    []any{"tenant-namespace", "key-value-store"},
 		"credentials": map[string]any{"osb": map[string]any{"existingSecret": "platform-creds"},
 			"admin": map[string]any{"existingSecret": "operator-creds"}},
-		"worker": map[string]any{"scheduler": "label-selector", "rbac": map[string]any{"planRules": planRules}},
+		"worker": workerValues,
 	}
-	r.objs = testenv.RenderChart(t, testenv.QMChart(t), r.ns, r.values)
+	return r
+}
+
+// applyRelease applies a release's objects as Helm does, by server-side
+// apply, but for the Deployments (the kubelet runs them), the autoscaler,
+// and the CRDs unless withCRDs (Helm installs crds/ only where they are
+// missing; the chart's hook applies them forward).
+func applyRelease(t *testing.T, kube *testenv.Cluster, objs map[string]*unstructured.Unstructured, withCRDs bool) {
+	t.Helper()
+	ctx := context.Background()
 	// What must exist before what refers to it: CRDs and accounts first.
 	order := []string{"CustomResourceDefinition", "ServiceAccount", "Secret", "ConfigMap", "ClusterRole", "Role"}
 	rank := func(kind string) int {
@@ -320,22 +342,26 @@ func installRelease(t *testing.T, kube *testenv.Cluster) podsRelease {
 		}
 		return len(order)
 	}
-	keys := slices.SortedFunc(maps.Keys(r.objs), func(a, b string) int {
+	keys := slices.SortedFunc(maps.Keys(objs), func(a, b string) int {
 		ka, _, _ := strings.Cut(a, "/")
 		kb, _, _ := strings.Cut(b, "/")
 		return cmp.Or(cmp.Compare(rank(ka), rank(kb)), strings.Compare(a, b))
 	})
 	for _, key := range keys {
-		obj := r.objs[key]
-		if obj.GetKind() == "Deployment" || obj.GetKind() == "HorizontalPodAutoscaler" {
+		obj := objs[key]
+		switch obj.GetKind() {
+		case "Deployment", "HorizontalPodAutoscaler":
 			continue
+		case "CustomResourceDefinition":
+			if !withCRDs {
+				continue
+			}
 		}
 		require.NoError(t, kube.Client.Patch(ctx, obj.DeepCopy(), ctrlclient.Apply, ctrlclient.FieldOwner("helm"), ctrlclient.ForceOwnership), "installing %s", key)
 		if obj.GetNamespace() == "" && obj.GetKind() != "CustomResourceDefinition" {
 			t.Cleanup(func() { _ = kube.Client.Delete(context.Background(), obj) })
 		}
 	}
-	return r
 }
 
 // succeeded is an instance whose last operation, on its current

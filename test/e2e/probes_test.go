@@ -134,6 +134,8 @@ func (p *pod) watch(ctx context.Context, cmd *exec.Cmd, exited chan struct{}, re
 			fmt.Fprintf(p.log, "--- kubelet: the container exited: %v\n", cmd.ProcessState)
 			return
 		case <-ctx.Done():
+			// A pod being deleted leaves its Services' endpoints at once.
+			p.ready.Store(false)
 			p.terminate(cmd, exited)
 			return
 		case now := <-tick.C:

@@ -52,8 +52,28 @@ func newRollout(t *testing.T, e processEnv, qm string, extra map[string][]string
 	for _, kind := range []string{"worker", "worker", "watcher", "watcher", "api", "api"} {
 		r.f.start(kind)
 	}
-	r.planID = e.s.Plan("rolling", "  manager: {async: true}\n", rollingTemplates)
-	for i := range 2 {
+	r.serve()
+	return r
+}
+
+// newServiceRollout is a rollout of processes the test runs otherwise (the
+// chart's pods), whose provisions go through one address, a Service's.
+func newServiceRollout(t *testing.T, s *testenv.System, url string) *rollout {
+	t.Helper()
+	r := &rollout{t: t, s: s, kube: s.Kube, accepted: map[string]time.Time{}, took: map[string]time.Duration{},
+		f: &fleet{t: t, ns: s.Namespace, procs: map[string][]*process{}, apis: []string{url}}}
+	r.serve()
+	return r
+}
+
+// serve registers the plan whose provisions apply rollingObjects
+// ConfigMaps, waits until the APIs serve it, and records the provisions'
+// times until the test ends.
+func (r *rollout) serve() {
+	t := r.t
+	t.Helper()
+	r.planID = r.s.Plan("rolling", "  manager: {async: true}\n", rollingTemplates)
+	for i := range len(r.f.apis) {
 		require.Eventually(t, func() bool {
 			status, body, _ := testenv.HTTP(http.MethodGet, r.f.api(i)+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
 			return status == http.StatusOK && strings.Contains(body, r.planID)
@@ -62,7 +82,6 @@ func newRollout(t *testing.T, e processEnv, qm string, extra map[string][]string
 	stop, observed := make(chan struct{}), make(chan struct{})
 	go func() { defer close(observed); r.observe(stop) }()
 	t.Cleanup(func() { close(stop); <-observed })
-	return r
 }
 
 // observe records when each accepted provision's instance succeeds, until

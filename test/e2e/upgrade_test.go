@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,12 +19,10 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
-	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/healthcheck"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/massupdate"
@@ -97,94 +94,8 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	}
 
 	// The long-lived runs.
-	var checks atomic.Int64
-	for i, port := range testenv.Listeners(t, upgradeServices, &checks) {
-		s.Create(fmt.Sprintf(`
-apiVersion: primaza.io/v1alpha1
-kind: RegisteredService
-metadata: {name: svc-%02d, namespace: %s}
-spec:
-  serviceClassIdentity: [{name: type, value: %s}]
-  serviceEndpointDefinition: [{name: host, value: 127.0.0.1}]
-  healthcheck:
-    tcp: {host: 127.0.0.1, port: %d, minutes: 1, timeoutSeconds: 1}`, i, s.Namespace, map[bool]string{true: "claimed", false: "free"}[i == 0], port))
-	}
-	for _, claim := range [][2]string{{"resolved", "claimed"}, {"pending", "nothing-offers"}} {
-		s.Create(fmt.Sprintf(`
-apiVersion: primaza.io/v1alpha1
-kind: ServiceClaim
-metadata: {name: %s, namespace: %s}
-spec:
-  serviceClassIdentity: [{name: type, value: %s}]
-  serviceEndpointDefinitionKeys: [host]
-  environmentTag: dev`, claim[0], s.Namespace, claim[1]))
-	}
-	instant := s.Plan("instant", "", testenv.Templates("instant"))
-	s.Instance("db", instant, "")
-	s.WaitInstance("db", "provisioned", testenv.Succeeded(1))
-	s.Bind("db", "db", instant)
-	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
-	kind := s.Namespace + "-deployment"
-	s.Create(fmt.Sprintf(`
-apiVersion: servicecatalog.kyma-project.io/v1alpha1
-kind: UsageKind
-metadata: {name: %s}
-spec:
-  displayName: Deployment
-  resource: {group: apps, kind: deployment, version: v1}
-  labelsPath: spec.template.metadata.labels`, kind))
-	t.Cleanup(func() {
-		_ = s.Kube.Client.Delete(context.Background(), &sc.UsageKind{ObjectMeta: metav1.ObjectMeta{Name: kind}})
-	})
-	s.Create(fmt.Sprintf(`
-apiVersion: servicecatalog.kyma-project.io/v1alpha1
-kind: ServiceBindingUsage
-metadata: {name: web-db, namespace: %s}
-spec:
-  serviceBindingRef: {name: db}
-  usedBy: {kind: %s, name: web}
-  parameters: {envPrefix: {name: DB_}}`, s.Namespace, kind))
-	s.Create(fmt.Sprintf(`
-apiVersion: servicebinding.io/v1
-kind: ServiceBinding
-metadata: {name: web-claim, namespace: %s}
-spec:
-  service: {apiVersion: primaza.io/v1alpha1, kind: ServiceClaim, name: resolved}
-  workload: {apiVersion: apps/v1, kind: Deployment, name: web}`, s.Namespace))
-
-	loops := []string{runs.AllocatorID(s.Namespace), runs.ClaimID(s.Namespace, "resolved"), runs.ClaimID(s.Namespace, "pending"),
-		runs.BindingUsageID(s.Namespace, "web-db"), runs.ServiceBindingID(s.Namespace, "web-claim")}
-	for shard := range healthcheck.Shards {
-		loops = append(loops, runs.HealthChecksID(shard))
-	}
-	settled := func(c *assert.CollectT) {
-		for _, id := range loops {
-			resp, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
-			if assert.NoError(c, err, id) {
-				assert.Equal(c, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, resp.GetWorkflowExecutionInfo().GetStatus(), id)
-			}
-		}
-		var svcs primazav1alpha1.RegisteredServiceList
-		require.NoError(c, s.Kube.Client.List(ctx, &svcs, ctrlclient.InNamespace(s.Namespace)))
-		up := 0
-		for _, svc := range svcs.Items {
-			if svc.Status.State == primazav1alpha1.ServiceAvailable || svc.Status.State == primazav1alpha1.ServiceClaimed {
-				up++
-			}
-		}
-		assert.Equal(c, upgradeServices, up, "every service checked and up")
-		var claims primazav1alpha1.ServiceClaimList
-		require.NoError(c, s.Kube.Client.List(ctx, &claims, ctrlclient.InNamespace(s.Namespace)))
-		states := map[string]primazav1alpha1.ClaimState{}
-		for _, claim := range claims.Items {
-			states[claim.Name] = claim.Status.State
-		}
-		assert.Equal(c, map[string]primazav1alpha1.ClaimState{"resolved": primazav1alpha1.ClaimResolved, "pending": primazav1alpha1.ClaimPending}, states)
-		var usage sc.ServiceBindingUsage
-		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "web-db"}, &usage))
-		assert.Equal(c, sc.UsageReady, usage.Status.State)
-	}
-	require.EventuallyWithT(t, settled, 2*time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", upgradeFrom)
+	l := startLongLived(t, s, "db")
+	require.EventuallyWithT(t, l.settled, 2*time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", upgradeFrom)
 
 	baseline := r.baseline("base", baselineProvisions)
 	stalls := map[string]time.Duration{}
@@ -202,39 +113,24 @@ spec:
 		{"down", earlier, upgradeFrom, func() {}, routeUnversioned, ""},
 	} {
 		step.before()
-		before := checks.Load()
+		before := l.checks.Load()
 		gen := startMassUpdate(t, s, r.planID, "upgrade-"+step.name)
 		binds := make(chan error, 1)
-		go func() { binds <- bindAll(r.f, s.ServiceID, instant, "db", step.name, upgradeBinds) }()
+		go func() { binds <- bindAll(r.f, s.ServiceID, l.plan, "db", step.name, upgradeBinds) }()
 		stalls[step.name] = r.checkStall(step.name, baseline, r.roll(step.name, step.qm, step.routed))
 		checkBuilds(t, s, deployment, step.build)
 		r.checkOnce(step.name)
 		require.NoError(t, <-binds)
 		checkBinds(t, s, step.name, upgradeBinds)
 		checkMassUpdate(t, s, r.planID, "upgrade-"+step.name, gen)
-		require.EventuallyWithT(t, settled, time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", step.release)
-		assert.Greater(t, checks.Load()-before, int64(upgradeServices), "the checks went on through the replacements")
-		// A service registered now is checked by the release now running.
-		name := "late-" + step.name
-		s.Create(fmt.Sprintf(`
-apiVersion: primaza.io/v1alpha1
-kind: RegisteredService
-metadata: {name: %s, namespace: %s}
-spec:
-  serviceClassIdentity: [{name: type, value: late}]
-  serviceEndpointDefinition: [{name: host, value: 127.0.0.1}]
-  healthcheck:
-    tcp: {host: 127.0.0.1, port: %d, minutes: 1, timeoutSeconds: 1}`, name, s.Namespace, closedPort(t)))
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			var svc primazav1alpha1.RegisteredService
-			require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &svc))
-			assert.Equal(c, primazav1alpha1.ServiceUnreachable, svc.Status.State)
-		}, 3*upgradeCheckMinute, 200*time.Millisecond, "a service whose endpoint is down turns Unreachable on %s", step.release)
+		require.EventuallyWithT(t, l.settled, time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", step.release)
+		assert.Greater(t, l.checks.Load()-before, int64(upgradeServices), "the checks went on through the replacements")
+		checkLateService(t, s, "late-"+step.name, step.release)
 	}
 
 	// No failed workflow task in any run of the test, and no process
 	// logged a non-determinism error.
-	failed, crossed := taskFailures(t, e, s.Namespace)
+	failed, crossed := taskFailures(t, s, s.Namespace)
 	assert.Empty(t, failed, "workflow tasks failed")
 	var logged []string
 	for _, p := range r.f.all {
@@ -355,14 +251,14 @@ func checkBinds(t *testing.T, s *testenv.System, prefix string, n int) {
 // resources and of the health-check shards, and returns the workflow
 // tasks that failed ("ID: cause") and how many long-lived runs there are
 // per workflow type.
-func taskFailures(t *testing.T, e processEnv, ns string) ([]string, string) {
+func taskFailures(t *testing.T, s *testenv.System, ns string) ([]string, string) {
 	t.Helper()
 	ctx := context.Background()
 	var failed []string
 	types := map[string]int{}
 	var token []byte
 	for {
-		resp, err := e.s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1000, NextPageToken: token})
+		resp, err := s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1000, NextPageToken: token})
 		require.NoError(t, err)
 		for _, ex := range resp.GetExecutions() {
 			id := ex.GetExecution().GetWorkflowId()
@@ -372,7 +268,7 @@ func taskFailures(t *testing.T, e processEnv, ns string) ([]string, string) {
 			if ex.GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 				types[ex.GetType().GetName()]++
 			}
-			for _, ev := range e.s.History(id, ex.GetExecution().GetRunId()).GetEvents() {
+			for _, ev := range s.History(id, ex.GetExecution().GetRunId()).GetEvents() {
 				if attrs := ev.GetWorkflowTaskFailedEventAttributes(); attrs != nil {
 					msg := attrs.GetFailure().GetMessage()
 					failed = append(failed, fmt.Sprintf("%s: %s: %s", id, attrs.GetCause(), msg[:min(len(msg), 300)]))
