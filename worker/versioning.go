@@ -53,6 +53,12 @@ const DefaultDrainTimeout = 15 * time.Minute
 // drainPoll is how often a draining worker asks whether its runs are done.
 const drainPoll = 2 * time.Second
 
+// drainSettle is how long a draining worker sees no run pinned to its
+// build before it stops: visibility lists a run a moment after it starts
+// (on SQL visibility, asynchronously), so one look could miss a run just
+// started.
+const drainSettle = 5 * time.Second
+
 // Enabled says whether the worker is versioned.
 func (v Versioning) Enabled() bool { return v.BuildID != "" }
 
@@ -129,7 +135,7 @@ func setCurrent(ctx context.Context, c client.Client, v Versioning) error {
 		client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v.BuildID}); err != nil {
 		return fmt.Errorf("making build %s the current version of %s: %w", v.BuildID, v.Deployment, err)
 	}
-	return awaitPropagated(ctx, c, v)
+	return AwaitRouted(ctx, c, v)
 }
 
 // propagated says whether the task queues route as the deployment says:
@@ -144,8 +150,9 @@ func propagated(ctx context.Context, c client.Client, v Versioning) (bool, error
 	return resp.GetWorkerDeploymentInfo().GetRoutingConfigUpdateState() != enums.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS, nil
 }
 
-// awaitPropagated returns once the task queues route as the deployment says.
-func awaitPropagated(ctx context.Context, c client.Client, v Versioning) error {
+// AwaitRouted returns once the task queues route as v's deployment says
+// (after a routing change; `qm builds current --wait`).
+func AwaitRouted(ctx context.Context, c client.Client, v Versioning) error {
 	for {
 		done, err := propagated(ctx, c, v)
 		if err != nil || done {
@@ -198,7 +205,7 @@ func adopt(ctx context.Context, c client.Client, v Versioning, log *slog.Logger)
 		return fmt.Errorf("making build %s current: %w", v.BuildID, err)
 	}
 	log.Warn("made its build current: no worker of the current build was left", "gone", cur.BuildID, "buildID", v.BuildID)
-	return awaitPropagated(ctx, c, v)
+	return AwaitRouted(ctx, c, v)
 }
 
 // pollerGone is how long after its last poll a worker counts as gone: a
@@ -286,16 +293,26 @@ func Drain(ctx context.Context, c client.Client, v Versioning, log *slog.Logger)
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(v.DrainTimeout, DefaultDrainTimeout))
 	defer cancel()
 	said := false
+	var drained time.Time // when no pinned run was seen first, in a row
 	for {
 		r, err := routing(ctx, c, v)
 		switch {
 		case err != nil:
 			log.Warn("could not tell whether runs are pinned to this build", "buildID", v.BuildID, "error", err.Error())
-		case versioning.Leave(r):
+		case versioning.Leave(r) && (r.Current || r.Ramping):
 			return
-		case !said:
-			log.Info("serving the runs pinned to this build before it stops", "buildID", v.BuildID, "pinned", r.Pinned)
-			said = true
+		case versioning.Leave(r) && drained.IsZero():
+			drained = time.Now()
+		case versioning.Leave(r):
+			if time.Since(drained) >= drainSettle {
+				return
+			}
+		default:
+			drained = time.Time{}
+			if !said {
+				log.Info("serving the runs pinned to this build before it stops", "buildID", v.BuildID, "pinned", r.Pinned)
+				said = true
+			}
 		}
 		select {
 		case <-ctx.Done():

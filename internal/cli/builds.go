@@ -83,6 +83,11 @@ docs/upgrades.md).`,
 			} else {
 				_, err = tc.WorkerDeploymentClient().GetHandle(deployment).SetCurrentVersion(cmd.Context(),
 					client.WorkerDeploymentSetCurrentVersionOptions{BuildID: build})
+				if err == nil && wait > 0 {
+					ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+					defer cancel()
+					err = worker.AwaitRouted(ctx, tc, worker.Versioning{Deployment: deployment, Namespace: opts.Namespace})
+				}
 			}
 			if err != nil {
 				return fmt.Errorf("making %s current: %w", buildName(build), err)
@@ -92,7 +97,7 @@ docs/upgrades.md).`,
 		},
 	}
 	current.Flags().BoolVar(&unversioned, "unversioned", false, "route to the unversioned workers (a rollback to a release before Worker Versioning)")
-	current.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the build's workers to poll first, and until the task queues route to it (the chart's rollback hook)")
+	current.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the build's workers to poll first (the chart's rollback hook), and for the task queues to route as set")
 	ramp := &cobra.Command{
 		Use:   "ramp BUILD PERCENT",
 		Short: "Send a share of new runs and never-ending ones to a build besides the current one (0 ends the ramp)",

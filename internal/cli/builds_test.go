@@ -84,7 +84,7 @@ func TestBuildsCommand(t *testing.T) {
 	if assert.Error(t, err, out) {
 		assert.Contains(t, err.Error(), "waiting for Temporal to know build b3")
 	}
-	out, err = qm("current", "--unversioned")
+	out, err = qm("current", "--unversioned", "--wait", "30s")
 	require.NoError(t, err, out)
 	assert.Equal(t, "qm-cli routes to the unversioned workers\n", out)
 	assert.Equal(t, map[string]string{"b1": "-", "b2": "-", "(unversioned)": "current"}, routing(t), "a rollback to unversioned workers")

@@ -72,7 +72,7 @@ func TestChartUpgradeUnderLoad(t *testing.T) {
 	// routes to its unversioned workers once one polls.
 	routeUnversioned := func() {
 		qm := filepath.Join(this.root, this.config.Entrypoint[0])
-		out, err := exec.Command(qm, "builds", "current", "--unversioned", "--deployment-name", r.fullname,
+		out, err := exec.Command(qm, "builds", "current", "--unversioned", "--wait", "1m", "--deployment-name", r.fullname,
 			"--temporal-address", testenv.TemporalAddress(t)).CombinedOutput()
 		require.NoError(t, err, "qm builds current --unversioned: %s", out)
 	}

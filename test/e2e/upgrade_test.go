@@ -89,7 +89,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	// Rolling back to a release before Worker Versioning, the operator
 	// routes to its unversioned workers once one polls (docs/upgrades.md).
 	routeUnversioned := func() {
-		out, err := exec.Command(e.qm, slices.Concat([]string{"builds", "current", "--unversioned", "--deployment-name", deployment}, e.common)...).CombinedOutput()
+		out, err := exec.Command(e.qm, slices.Concat([]string{"builds", "current", "--unversioned", "--wait", "1m", "--deployment-name", deployment}, e.common)...).CombinedOutput()
 		require.NoError(t, err, "qm builds current --unversioned: %s", out)
 	}
 
