@@ -2,12 +2,16 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/quartermaster/qm/internal/healthcheck"
@@ -58,9 +62,27 @@ func current(t require.TestingT, tc client.Client) string {
 	return ""
 }
 
-// versionOf is the build a run is on, and whether it is pinned there.
+// versionOf is the build the latest run under id is on, and whether it is
+// pinned there.
 func versionOf(t require.TestingT, tc client.Client, id string) (build string, pinned bool, status enums.WorkflowExecutionStatus) {
-	d, err := tc.DescribeWorkflowExecution(context.Background(), id, "")
+	return runVersion(t, tc, id, "")
+}
+
+// firstVersionOf is versionOf for the first run under id: an operation's
+// run that did the work, not a start repeated from a lagging cache, which
+// finds the work done.
+func firstVersionOf(t require.TestingT, tc client.Client, id string) (build string, pinned bool, status enums.WorkflowExecutionStatus) {
+	resp, err := tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = %q", id)})
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.GetExecutions(), id)
+	first := slices.MinFunc(resp.GetExecutions(), func(a, b *workflowpb.WorkflowExecutionInfo) int {
+		return a.GetStartTime().AsTime().Compare(b.GetStartTime().AsTime())
+	})
+	return runVersion(t, tc, id, first.GetExecution().GetRunId())
+}
+
+func runVersion(t require.TestingT, tc client.Client, id, runID string) (build string, pinned bool, status enums.WorkflowExecutionStatus) {
+	d, err := tc.DescribeWorkflowExecution(context.Background(), id, runID)
 	require.NoError(t, err, id)
 	info := d.GetWorkflowExecutionInfo()
 	v := info.GetVersioningInfo()
@@ -104,9 +126,11 @@ func TestBuildsHandOver(t *testing.T) {
 	r1.stop()
 	s.Instance("after", instant, "")
 	after := s.WaitInstance("after", "provisioned on r2", testenv.Succeeded(1))
-	build, pinned, _ := versionOf(t, tc, runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: s.Namespace, Name: after.Name}))
-	assert.Equal(t, "r2", build, "a new operation starts on the current build")
-	assert.True(t, pinned)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		build, pinned, _ := firstVersionOf(c, tc, runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: s.Namespace, Name: after.Name}))
+		assert.Equal(c, "r2", build, "a new operation starts on the current build")
+		assert.True(c, pinned)
+	}, 10*time.Second, 100*time.Millisecond, "as visibility lists the runs")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		build, _, _ := versionOf(c, tc, shard)
 		assert.Equal(c, "r2", build, "the never-ending run moved to the new build at its next task")
@@ -118,9 +142,11 @@ func TestBuildsHandOver(t *testing.T) {
 	}
 	s.OpenGate("held", "gate")
 	s.WaitInstance("held", "provisioned on r1", testenv.Succeeded(1))
-	build, pinned, status := versionOf(t, tc, held)
-	assert.Equal(t, []any{"r1", true, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED}, []any{build, pinned, status},
-		"the run pinned to r1 finished there, after r1's worker was told to stop")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		build, pinned, status := firstVersionOf(c, tc, held)
+		assert.Equal(c, []any{"r1", true, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED}, []any{build, pinned, status},
+			"the run pinned to r1 finished there, after r1's worker was told to stop")
+	}, 10*time.Second, 100*time.Millisecond, "as visibility lists the runs")
 	select {
 	case err := <-r1.stopped:
 		require.NoError(t, err, "r1's worker stops once its pinned runs are done")
