@@ -17,13 +17,20 @@ import (
 // says they are under way and whose run Temporal does not have. The
 // watcher starts an operation on a request, and "in progress" is none:
 // after Temporal's state is lost, such an instance or binding would stay
-// "in progress" for good. A run that ended is done (endedCounts): what it
-// wrote, or failed to, is its outcome, not a loss.
+// "in progress" for good. Only the running runs are listed (a kind keeps
+// every run it ever ran), and a suspect's own description decides: a run
+// that ended is done (endedCounts), as what it wrote, or failed to, is its
+// outcome, not a loss.
 func (s *Starter) keepInFlight(keep *Loops) {
-	keep.add(runKind{name: loops.InstanceOperation, query: fmt.Sprintf("%s = %q", runs.AttrKind.GetName(), lifecycle.KindInstance),
+	keep.add(runKind{name: loops.InstanceOperation, query: runningOf(lifecycle.KindInstance),
 		endedCounts: true, wants: s.instancesInFlight, wake: byRequest(s.restartInstance)})
-	keep.add(runKind{name: loops.BindingOperation, query: fmt.Sprintf("%s = %q", runs.AttrKind.GetName(), lifecycle.KindBinding),
+	keep.add(runKind{name: loops.BindingOperation, query: runningOf(lifecycle.KindBinding),
 		endedCounts: true, wants: s.bindingsInFlight, wake: byRequest(s.restartBinding)})
+}
+
+// runningOf is the visibility query of the running operations on kind.
+func runningOf(kind lifecycle.Kind) string {
+	return fmt.Sprintf("%s = %q AND ExecutionStatus = 'Running'", runs.AttrKind.GetName(), kind)
 }
 
 func (s *Starter) instancesInFlight(ctx context.Context) ([]loops.Want, error) {

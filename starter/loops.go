@@ -1,7 +1,6 @@
 package starter
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +45,8 @@ type runKind struct {
 	// name labels the kind in the metric and the log (loops.Claim, …).
 	name string
 	// workflowType is the runs' registered type, which visibility lists;
-	// query, when set, lists them instead (runs of several types).
+	// query, when set, lists them instead (runs of several types), as it
+	// says, endedCounts or not.
 	workflowType, query string
 	// endedCounts: a run that ended is done (a one-off run); otherwise
 	// only a running run counts.
@@ -169,9 +169,12 @@ func (l *Loops) keep(ctx context.Context, k runKind) error {
 // listed is the workflow IDs visibility lists for the kind: those running,
 // or with endedCounts every one Temporal keeps.
 func (l *Loops) listed(ctx context.Context, k runKind) (map[string]bool, error) {
-	query := cmp.Or(k.query, fmt.Sprintf("WorkflowType = %q", k.workflowType))
-	if !k.endedCounts {
-		query += " AND ExecutionStatus = 'Running'"
+	query := k.query
+	if query == "" {
+		query = fmt.Sprintf("WorkflowType = %q", k.workflowType)
+		if !k.endedCounts {
+			query += " AND ExecutionStatus = 'Running'"
+		}
 	}
 	ids := map[string]bool{}
 	var token []byte
