@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -89,30 +88,16 @@ func TestChartUpgradeUnderLoad(t *testing.T) {
 	} {
 		applyRelease(t, kube, step.objs, false)
 		k.img = step.img
-		before := l.checks.Load()
-		gen := startMassUpdate(t, s, ro.planID, "chart-"+step.name)
-		binds := make(chan error, 1)
-		go func() { binds <- bindAll(ro.f, s.ServiceID, l.plan, "db", step.name, upgradeBinds) }()
-		stalls[step.name] = ro.checkStall(step.name, baseline, rollPods(ro, k, step.objs, r.fullname, step.name, step.routed))
-		checkBuilds(t, s, r.fullname, step.build)
-		ro.checkOnce(step.name)
-		require.NoError(t, <-binds)
-		checkBinds(t, s, step.name, upgradeBinds)
-		checkMassUpdate(t, s, ro.planID, "chart-"+step.name, gen)
-		require.EventuallyWithT(t, l.settled, time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", step.release)
-		assert.Greater(t, l.checks.Load()-before, int64(upgradeServices), "the checks went on through the replacements")
-		checkLateService(t, s, "late-"+step.name, step.release)
+		stalls[step.name] = upgradeStep(t, s, ro, l, baseline, upgradeStepOf{name: step.name, massUpdate: "chart-" + step.name,
+			release: step.release, deployment: r.fullname, build: step.build},
+			func() []time.Duration { return rollPods(ro, k, step.objs, r.fullname, step.name, step.routed) })
 	}
 
 	failed, crossed := taskFailures(t, s, s.Namespace)
 	assert.Empty(t, failed, "workflow tasks failed")
 	var logged []string
 	for _, p := range append(k.pods, k.gone...) {
-		for line := range strings.Lines(p.log.String()) {
-			if strings.Contains(line, "TMPRL1100") || strings.Contains(line, "Failed to process workflow task") {
-				logged = append(logged, p.name+": "+line[:min(len(line), 300)])
-			}
-		}
+		logged = append(logged, failedTaskLines(p.name, p.log.String())...)
 	}
 	assert.Empty(t, logged, "pods logged failed workflow tasks")
 	t.Logf("longest stall: upgrade %s, rollback %s; runs that crossed both: %s", stalls["up"].Round(time.Millisecond),

@@ -113,19 +113,9 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		{"down", earlier, upgradeFrom, func() {}, routeUnversioned, ""},
 	} {
 		step.before()
-		before := l.checks.Load()
-		gen := startMassUpdate(t, s, r.planID, "upgrade-"+step.name)
-		binds := make(chan error, 1)
-		go func() { binds <- bindAll(r.f, s.ServiceID, l.plan, "db", step.name, upgradeBinds) }()
-		stalls[step.name] = r.checkStall(step.name, baseline, r.roll(step.name, step.qm, step.routed))
-		checkBuilds(t, s, deployment, step.build)
-		r.checkOnce(step.name)
-		require.NoError(t, <-binds)
-		checkBinds(t, s, step.name, upgradeBinds)
-		checkMassUpdate(t, s, r.planID, "upgrade-"+step.name, gen)
-		require.EventuallyWithT(t, l.settled, time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", step.release)
-		assert.Greater(t, l.checks.Load()-before, int64(upgradeServices), "the checks went on through the replacements")
-		checkLateService(t, s, "late-"+step.name, step.release)
+		stalls[step.name] = upgradeStep(t, s, r, l, baseline, upgradeStepOf{name: step.name, massUpdate: "upgrade-" + step.name,
+			release: step.release, deployment: deployment, build: step.build},
+			func() []time.Duration { return r.roll(step.name, step.qm, step.routed) })
 	}
 
 	// No failed workflow task in any run of the test, and no process
@@ -134,11 +124,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	assert.Empty(t, failed, "workflow tasks failed")
 	var logged []string
 	for _, p := range r.f.all {
-		for line := range strings.Lines(p.log.String()) {
-			if strings.Contains(line, "TMPRL1100") || strings.Contains(line, "Failed to process workflow task") {
-				logged = append(logged, p.name+": "+line[:min(len(line), 300)])
-			}
-		}
+		logged = append(logged, failedTaskLines(p.name, p.log.String())...)
 	}
 	assert.Empty(t, logged, "processes logged failed workflow tasks")
 	var claim primazav1alpha1.ServiceClaim
@@ -147,6 +133,51 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	assert.True(t, meta.IsStatusConditionTrue(claim.Status.Conditions, "ServiceAvailable"))
 	t.Logf("longest stall: upgrade %s, upgrade between builds %s, rollback %s; runs that crossed all three: %s", stalls["up"].Round(time.Millisecond),
 		stalls["next"].Round(time.Millisecond), stalls["down"].Round(time.Millisecond), crossed)
+}
+
+// upgradeStepOf names one step of an upgrade: its name (the provisions'
+// and binds' prefix), its mass update's, the release it ends on, and the
+// worker deployment and build Temporal routes to then ("": unversioned).
+type upgradeStepOf struct {
+	name, massUpdate, release string
+	deployment, build         string
+}
+
+// upgradeStep carries out one step of an upgrade under load: while roll
+// replaces the components and returns the times of the provisions that
+// arrive meanwhile, a mass update of the rollout's plan runs and
+// upgradeBinds binds of the instance db arrive. Then it checks what every
+// step must leave (the routing, nothing lost, stuck or done twice, every
+// long-lived run running and checking, a service registered now checked)
+// and returns the longest stall.
+func upgradeStep(t *testing.T, s *testenv.System, r *rollout, l *longLived, baseline []time.Duration, step upgradeStepOf, roll func() []time.Duration) time.Duration {
+	t.Helper()
+	before := l.checks.Load()
+	gen := startMassUpdate(t, s, r.planID, step.massUpdate)
+	binds := make(chan error, 1)
+	go func() { binds <- bindAll(r.f, s.ServiceID, l.plan, "db", step.name, upgradeBinds) }()
+	stall := r.checkStall(step.name, baseline, roll())
+	checkBuilds(t, s, step.deployment, step.build)
+	r.checkOnce(step.name)
+	require.NoError(t, <-binds)
+	checkBinds(t, s, step.name, upgradeBinds)
+	checkMassUpdate(t, s, r.planID, step.massUpdate, gen)
+	require.EventuallyWithT(t, l.settled, time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", step.release)
+	assert.Greater(t, l.checks.Load()-before, int64(upgradeServices), "the checks went on through the replacements")
+	checkLateService(t, s, "late-"+step.name, step.release)
+	return stall
+}
+
+// failedTaskLines are the lines of a component's log that say a workflow
+// task failed (a non-determinism error is one), each named after it.
+func failedTaskLines(name, log string) []string {
+	var out []string
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, "TMPRL1100") || strings.Contains(line, "Failed to process workflow task") {
+			out = append(out, name+": "+line[:min(len(line), 300)])
+		}
+	}
+	return out
 }
 
 // upgradeBuild is the build ID of this release's workers in the upgrade.
