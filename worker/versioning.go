@@ -53,12 +53,6 @@ const DefaultDrainTimeout = 15 * time.Minute
 // drainPoll is how often a draining worker asks whether its runs are done.
 const drainPoll = 2 * time.Second
 
-// drainSettle is how long a draining worker sees no run pinned to its
-// build before it stops: visibility lists a run a moment after it starts
-// (on SQL visibility, asynchronously), so one look could miss a run just
-// started.
-const drainSettle = 5 * time.Second
-
 // Enabled says whether the worker is versioned.
 func (v Versioning) Enabled() bool { return v.BuildID != "" }
 
@@ -200,12 +194,11 @@ func adopt(ctx context.Context, c client.Client, v Versioning, log *slog.Logger)
 	if g, err := gone(ctx, c, v, cur.BuildID); err != nil || !g {
 		return err
 	}
-	if _, err := c.WorkerDeploymentClient().GetHandle(v.Deployment).SetCurrentVersion(ctx,
-		client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v.BuildID}); err != nil {
-		return fmt.Errorf("making build %s current: %w", v.BuildID, err)
+	if err := setCurrent(ctx, c, v); err != nil {
+		return err
 	}
 	log.Warn("made its build current: no worker of the current build was left", "gone", cur.BuildID, "buildID", v.BuildID)
-	return AwaitRouted(ctx, c, v)
+	return nil
 }
 
 // pollerGone is how long after its last poll a worker counts as gone: a
@@ -293,23 +286,25 @@ func Drain(ctx context.Context, c client.Client, v Versioning, log *slog.Logger)
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(v.DrainTimeout, DefaultDrainTimeout))
 	defer cancel()
 	said := false
-	var drained time.Time // when no pinned run was seen first, in a row
+	var empty time.Time // since when no pinned run was seen, look after look
 	for {
 		r, err := routing(ctx, c, v)
-		switch {
-		case err != nil:
+		if err != nil {
 			log.Warn("could not tell whether runs are pinned to this build", "buildID", v.BuildID, "error", err.Error())
-		case versioning.Leave(r) && (r.Current || r.Ramping):
-			return
-		case versioning.Leave(r) && drained.IsZero():
-			drained = time.Now()
-		case versioning.Leave(r):
-			if time.Since(drained) >= drainSettle {
+		} else {
+			switch {
+			case r.Pinned > 0:
+				empty = time.Time{}
+			case empty.IsZero():
+				empty = time.Now()
+			}
+			if r.Pinned == 0 {
+				r.EmptyFor = time.Since(empty)
+			}
+			if versioning.Leave(r) {
 				return
 			}
-		default:
-			drained = time.Time{}
-			if !said {
+			if r.Pinned > 0 && !said {
 				log.Info("serving the runs pinned to this build before it stops", "buildID", v.BuildID, "pinned", r.Pinned)
 				said = true
 			}

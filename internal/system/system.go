@@ -88,9 +88,6 @@ type System struct {
 
 	cancel context.CancelFunc
 	group  *errgroup.Group
-	// stopping is done once the process is told to stop (a versioned
-	// worker then drains, and no longer takes the routing over).
-	stopping context.Context
 }
 
 // Start starts the chosen components and returns once the offerings cache
@@ -107,8 +104,8 @@ func Start(ctx context.Context, o Options) (*System, error) {
 	stopping := ctx
 	ctx, cancel := drainFirst(ctx, o)
 	g, gctx := errgroup.WithContext(ctx)
-	s := &System{Kube: kube, cancel: cancel, group: g, stopping: stopping}
-	if err := s.start(gctx, g, o); err != nil {
+	s := &System{Kube: kube, cancel: cancel, group: g}
+	if err := s.start(gctx, stopping, g, o); err != nil {
 		cancel()
 		_ = g.Wait()
 		return nil, err
@@ -126,7 +123,10 @@ func Run(ctx context.Context, o Options) error {
 	return s.Wait()
 }
 
-func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error {
+// start starts the components under ctx; stopping is done once the
+// process is told to stop (a versioned worker then drains, and no longer
+// takes the routing over).
+func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Options) error {
 	if o.Worker || o.API != nil {
 		// The API alone reads the catalog of its namespace only, which is
 		// all its role may read; the worker reads every namespace's plans.
@@ -177,7 +177,7 @@ func (s *System) start(ctx context.Context, g *errgroup.Group, o Options) error 
 				return err
 			}
 			actx, stop := context.WithCancel(ctx)
-			context.AfterFunc(s.stopping, stop)
+			context.AfterFunc(stopping, stop)
 			g.Go(func() error {
 				worker.Adopt(actx, o.Temporal, o.WorkerVersioning, slog.Default())
 				return nil

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"time"
 )
 
 // MetadataRevision is the key of a version's metadata under which a worker
@@ -64,17 +65,25 @@ type Routing struct {
 	// Current and Ramping say the deployment routes new work to the
 	// worker's version.
 	Current, Ramping bool
-	// Pinned is the count of open runs pinned to the worker's version.
-	Pinned int64
+	// Pinned is the count of open runs pinned to the worker's version, and
+	// EmptyFor how long it has been zero, look after look.
+	Pinned   int64
+	EmptyFor time.Duration
 }
+
+// Settle is how long a replaced version's worker must see no run pinned to
+// it before it stops: visibility lists a run a moment after it starts (on
+// SQL visibility, asynchronously), so one look could miss a run just
+// started.
+const Settle = 5 * time.Second
 
 // Leave says whether a stopping worker may stop now. A version that work is
 // routed to has other workers, or none is wanted (a scale-down): it stops at
 // once and its pinned runs go on on the others. A version no longer routed
 // to is being replaced: its workers keep serving the runs pinned to it
-// until none is open, since no other build may take them.
+// until none has been open for Settle, since no other build may take them.
 func Leave(r Routing) bool {
-	return r.Current || r.Ramping || r.Pinned == 0
+	return r.Current || r.Ramping || r.Pinned == 0 && r.EmptyFor >= Settle
 }
 
 // buildID is what a build ID may hold: it names a version in visibility

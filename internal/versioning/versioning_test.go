@@ -2,6 +2,7 @@ package versioning
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -39,7 +40,9 @@ func TestLeave(t *testing.T) {
 		{"current, runs pinned: the others serve them", Routing{Current: true, Pinned: 3}, true},
 		{"ramping", Routing{Ramping: true, Pinned: 3}, true},
 		{"replaced, runs pinned", Routing{Pinned: 1}, false},
-		{"replaced, drained", Routing{}, true},
+		{"replaced, none pinned at one look", Routing{}, false},
+		{"replaced, none pinned for less than Settle", Routing{EmptyFor: Settle - time.Second}, false},
+		{"replaced, drained", Routing{EmptyFor: Settle}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, Leave(tc.r))
