@@ -1,15 +1,18 @@
 package activities
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/quartermaster/qm/internal/apply"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/metrics"
 	"github.com/quartermaster/qm/internal/plan"
 )
 
@@ -68,6 +71,21 @@ func classify(err error) error {
 	default:
 		return err
 	}
+}
+
+// classifyApply is classify for the error of an apply or a prune, which
+// also says when the fence refused it: the refusal is what keeps a stale
+// worker's writes out, and an operator (or a test) sees that it happened
+// rather than that the worker simply went quiet.
+func classifyApply(ctx context.Context, tg lifecycle.Target, err error) error {
+	var superseded *apply.Superseded
+	if errors.As(err, &superseded) {
+		activity.GetLogger(ctx).Warn("the fence refused a stale apply: a newer generation's apply overtook it, and nothing of it is written",
+			"kind", string(tg.Kind), "namespace", tg.Namespace, "name", tg.Name, "object", superseded.Object,
+			"applied", superseded.Applied.String(), "rendered", superseded.Rendered.String())
+		metrics.ApplySuperseded(string(tg.Kind))
+	}
+	return classify(err)
 }
 
 // unknownPlan is the error of an instance or binding whose plan no SFPlan

@@ -153,7 +153,7 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	fence := apply.Fence{Generation: t.object().GetGeneration(), PlanGeneration: t.plan.Generation}
 	refs, err := apply.Objects(ctx, t.kube, owner, fence, tg.Namespace, objs)
 	if err != nil {
-		return nil, classify(err)
+		return nil, classifyApply(ctx, tg, err)
 	}
 	// Finish records the plan generation rendered here; the run's cache
 	// carries it (without it, after a worker restart, nothing is recorded
@@ -167,7 +167,7 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 		return t.resources(), nil
 	case lifecycle.OpUpdate:
 		if err := apply.Prune(ctx, t.kube, owner, fence, t.resources(), refs); err != nil {
-			return nil, classify(err)
+			return nil, classifyApply(ctx, tg, err)
 		}
 	}
 	return refs, nil

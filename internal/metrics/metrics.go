@@ -74,10 +74,14 @@ var (
 		Name: "qm_runs_reestablished_total",
 		Help: "Long-lived runs (health-check shards, claim allocators, claims, binding usages, ServiceBindings, automatic mass updates) that Temporal no longer had and the watcher started again from their resources, by kind.",
 	}, []string{"kind"})
+	appliesSuperseded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qm_applies_superseded_total",
+		Help: "Applies that the fence kept out because a newer generation's apply had overtaken them (a worker that was paused or cut off and went on), by kind of resource (SFServiceInstance, SFServiceBinding).",
+	}, []string{"kind"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(operationsStarted, operationsEnded, operationDuration, healthChecks, healthCheckDuration, runsReestablished, served)
+	ctrlmetrics.Registry.MustRegister(operationsStarted, operationsEnded, operationDuration, healthChecks, healthCheckDuration, runsReestablished, appliesSuperseded, served)
 }
 
 // OperationStarted counts an operation that began.
@@ -118,4 +122,10 @@ func HealthCheckRan(kind, result string, took time.Duration) {
 // was missing from Temporal and was started again.
 func RunReestablished(kind string) {
 	runsReestablished.WithLabelValues(kind).Inc()
+}
+
+// ApplySuperseded counts an apply to a resource of kind that the fence
+// refused: a stale worker's, which wrote nothing.
+func ApplySuperseded(kind string) {
+	appliesSuperseded.WithLabelValues(kind).Inc()
 }

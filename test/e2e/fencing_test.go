@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -44,8 +45,11 @@ var fencedTemplates = fmt.Sprintf(`  - action: provision
 // TestAResumedWorkerWritesNothingStale stops a worker (SIGSTOP) in the
 // middle of applying generation 2. Another worker takes the run over,
 // and generation 3 is applied. Then the first worker continues, with
-// generation 2 rendered and most of its objects still to write: the
-// fence keeps every one of them out, and the objects stay generation 3's.
+// generation 2 rendered and most of its objects still to write: it tries
+// to write the next one, the fence refuses it (the worker says so), and
+// the objects stay generation 3's. The pause is shorter than the step's
+// 30 s timeout, so the apply goes on after it rather than dying with its
+// context: what keeps the writes out is the fence.
 func TestAResumedWorkerWritesNothingStale(t *testing.T) {
 	e := newProcessEnv(t)
 	qm, kube, s := e.qm, e.kube, e.s
@@ -84,6 +88,7 @@ func TestAResumedWorkerWritesNothingStale(t *testing.T) {
 		return err == nil && count["g2"] > 0
 	}, time.Minute, time.Millisecond, "the worker applies generation 2")
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGSTOP))
+	stopped := time.Now()
 	count, err := versions()
 	require.NoError(t, err)
 	require.Less(t, count["g2"], fencedObjects, "the worker was stopped in the middle of the apply (versions: %v)", count)
@@ -99,6 +104,16 @@ func TestAResumedWorkerWritesNothingStale(t *testing.T) {
 
 	// The stopped worker continues where it was, with generation 2.
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGCONT))
+	t.Logf("worker-1 continues after a pause of %s", time.Since(stopped).Round(time.Millisecond))
+	assert.Eventually(t, func() bool {
+		for line := range strings.Lines(first.log.String()) {
+			if strings.Contains(line, "the fence refused a stale apply") && strings.Contains(line, "name=fenced") &&
+				strings.Contains(line, `rendered="2 (plan generation`) {
+				return true
+			}
+		}
+		return false
+	}, 15*time.Second, 50*time.Millisecond, "worker-1 tries to write generation 2 and the fence refuses it")
 	assert.Never(t, func() bool {
 		count, err := versions()
 		if err == nil && count["g3"] != fencedObjects {
