@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -206,4 +209,62 @@ spec:
 	status, page, body = targets(deployments, "")
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Equal(t, []string{"worker"}, names(page))
+}
+
+// TestUsageKindsContinueExpires: a page's continue token whose revision
+// etcd has since compacted away (the API server compacts every five
+// minutes) is the caller's to renew, on both endpoints: 410, saying so. The
+// API server here has no watch cache, which would otherwise keep serving
+// the page from its own copy for a while after the compaction.
+func TestUsageKindsContinueExpires(t *testing.T) {
+	sister := testenv.StartUncachedSister(t)
+	ctx := context.Background()
+	ns := sister.Namespace(t)
+	for _, manifest := range []string{
+		`{apiVersion: servicecatalog.kyma-project.io/v1alpha1, kind: UsageKind, metadata: {name: deployments},
+		  spec: {displayName: Deployments, resource: {group: apps, kind: deployment, version: v1}, labelsPath: spec.template.metadata.labels}}`,
+		`{apiVersion: servicecatalog.kyma-project.io/v1alpha1, kind: UsageKind, metadata: {name: statefulsets},
+		  spec: {displayName: StatefulSets, resource: {group: apps, kind: statefulset, version: v1}, labelsPath: spec.template.metadata.labels}}`,
+	} {
+		require.NoError(t, sister.Client.Create(ctx, testenv.Decode(t, manifest)))
+	}
+	for _, name := range []string{"web", "worker"} {
+		require.NoError(t, sister.Client.Create(ctx, testenv.Decode(t, fmt.Sprintf(`{apiVersion: apps/v1, kind: Deployment,
+		  metadata: {name: %s, namespace: %s},
+		  spec: {selector: {matchLabels: {app: %s}}, template: {metadata: {labels: {app: %s}}, spec: {containers: [{name: app, image: example.com/app}]}}}}`,
+			name, ns, name, name))))
+	}
+	srv := httptest.NewServer((&api.Server{Kube: sister.Client, OSB: testenv.OSBCredentials, Admin: testenv.AdminCredentials,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+	t.Cleanup(srv.Close)
+	get := func(path string) (int, page) {
+		t.Helper()
+		status, body, _ := testenv.HTTP(http.MethodGet, srv.URL+path, "", &testenv.AdminCredentials, nil)
+		var p page
+		require.NoError(t, json.Unmarshal([]byte(body), &p), body)
+		return status, p
+	}
+
+	firstPages := map[string]string{}
+	for _, path := range []string{"/admin/usagekinds?limit=1", "/admin/usagekinds/deployments/resources?namespace=" + ns + "&limit=1"} {
+		status, p := get(path)
+		require.Equal(t, http.StatusOK, status, path)
+		require.NotEmpty(t, p.Continue, "%s has a second page", path)
+		firstPages[path] = p.Continue
+	}
+	// A write after the tokens, so that compacting to the current revision
+	// takes theirs away.
+	require.NoError(t, sister.Client.Create(ctx, testenv.Decode(t, fmt.Sprintf(`{apiVersion: v1, kind: ConfigMap, metadata: {name: after-the-tokens, namespace: %s}}`, ns))))
+	sister.CompactEtcd(t)
+	for path, token := range firstPages {
+		status, p := get(path + "&continue=" + url.QueryEscape(token))
+		assert.Equal(t, http.StatusGone, status, path)
+		assert.Contains(t, p.Description, "the continue token has expired; list again from the start", path)
+	}
+}
+
+// page is what the usage kinds' endpoints answer: a page, or an error.
+type page struct {
+	Continue    string `json:"continue"`
+	Description string `json:"description"`
 }

@@ -45,6 +45,10 @@ type Options struct {
 	// Bare starts only kube-apiserver and etcd: no controllers, no
 	// scheduler, no nodes. For measuring what the API server alone costs.
 	Bare bool
+	// NoWatchCache serves every read from etcd, as the API server does
+	// once its cache no longer holds what a request refers to: with it, a
+	// compaction of etcd expires an older continue token at once.
+	NoWatchCache bool
 	// Nodes is the number of simulated nodes (0: DefaultNodes).
 	Nodes int
 	// Port is the API server's secure port on 127.0.0.1; 0 picks a free one.
@@ -82,6 +86,9 @@ type ControlPlane struct {
 	Kubeconfig []byte
 	// AuditLog is the API server's audit log, with Options.Audit.
 	AuditLog string
+	// EtcdURL is etcd's client URL: tests compact it, as the API server
+	// would every five minutes, to expire what refers to old revisions.
+	EtcdURL string
 
 	clusterDir string
 	out        io.Writer
@@ -117,6 +124,9 @@ func Start(opts Options) (*ControlPlane, error) {
 	if opts.Port != 0 {
 		apiServer.SecureServing.Address = "127.0.0.1"
 		apiServer.SecureServing.Port = strconv.Itoa(opts.Port)
+	}
+	if opts.NoWatchCache {
+		apiServer.Configure().Set("watch-cache", "false")
 	}
 	if !opts.Bare {
 		key, err := serviceAccountKey(clusterDir)
@@ -177,7 +187,7 @@ func Start(opts Options) (*ControlPlane, error) {
 		_ = cp.Stop()
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", opts.BinDir, err)
 	}
-	cp.Config, cp.Kubeconfig = cfg, env.KubeConfig
+	cp.Config, cp.Kubeconfig, cp.EtcdURL = cfg, env.KubeConfig, etcd.URL.String()
 	if err := InstallAdmissionPolicies(cfg); err != nil {
 		_ = cp.Stop()
 		return nil, err

@@ -27,14 +27,28 @@ type Sister struct {
 // simulated nodes.
 func StartSister(t testing.TB, nodes int) *Sister {
 	t.Helper()
+	return startSister(t, controlplane.Options{BinDir: BinDir(), Bare: nodes == 0, Nodes: nodes})
+}
+
+// StartUncachedSister starts a bare sister whose API server has no watch
+// cache: every list is read from etcd, so that etcd's compaction
+// (CompactEtcd) expires an older continue token at once, as it does on
+// any API server once its cache has moved past the token.
+func StartUncachedSister(t testing.TB) *Sister {
+	t.Helper()
+	return startSister(t, controlplane.Options{BinDir: BinDir(), Bare: true, NoWatchCache: true})
+}
+
+func startSister(t testing.TB, opts controlplane.Options) *Sister {
+	t.Helper()
 	requireTool(t, "kube-apiserver")
 	requireTool(t, "etcd")
-	cp, err := controlplane.Start(controlplane.Options{BinDir: BinDir(), Bare: nodes == 0, Nodes: nodes})
+	cp, err := controlplane.Start(opts)
 	require.NoError(t, err, "starting a sister cluster")
 	t.Cleanup(func() { _ = cp.Stop() })
 	kube, err := crds.NewClient(cp.Config)
 	require.NoError(t, err)
-	return &Sister{Cluster: &Cluster{Config: cp.Config, Client: kube, Kubeconfig: cp.Kubeconfig}, cp: cp}
+	return &Sister{Cluster: &Cluster{Config: cp.Config, Client: kube, Kubeconfig: cp.Kubeconfig, EtcdURL: cp.EtcdURL}, cp: cp}
 }
 
 // KubeconfigOf is a kubeconfig of a new user of the sister, in groups (none:

@@ -51,6 +51,8 @@ type Cluster struct {
 	// AuditLog is the API server's audit log of every request a service
 	// account makes (controlplane.Options.Audit); empty on the bare one.
 	AuditLog string
+	// EtcdURL is the cluster's etcd (CompactEtcd).
+	EtcdURL string
 }
 
 // sharedCluster is a cluster started at most once per test binary.
@@ -159,7 +161,8 @@ func (c *sharedCluster) get(t testing.TB, bare bool) *Cluster {
 		}
 		var kube ctrlclient.Client
 		kube, c.err = crds.NewClient(c.cp.Config)
-		c.cluster = &Cluster{Config: c.cp.Config, Client: kube, Kubeconfig: c.cp.Kubeconfig, AuditLog: c.cp.AuditLog}
+		c.cluster = &Cluster{Config: c.cp.Config, Client: kube, Kubeconfig: c.cp.Kubeconfig, AuditLog: c.cp.AuditLog,
+			EtcdURL: c.cp.EtcdURL}
 	})
 	if c.err != nil {
 		t.Fatalf("starting the test cluster: %v", c.err)
