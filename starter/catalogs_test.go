@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,4 +108,88 @@ spec:
 		"prod":  {"flaky"},
 		"stage": {"flaky", "not-prod"},
 	}, "a claimed service and a deleted one leave")
+}
+
+// catalogWrite is a change of a catalog's list, as a poll saw it.
+type catalogWrite struct {
+	at         time.Time
+	generation int64
+}
+
+// TestCatalogsWrittenAtMostEveryFiveSeconds: a burst of services, one
+// every 300 ms for 6 s, reaches the dev catalog in few writes, each at
+// least five seconds after the one before (catalogInterval: a catalog of
+// a thousand services is costly to write), and the last one lists every
+// service within seconds of the burst's end.
+func TestCatalogsWrittenAtMostEveryFiveSeconds(t *testing.T) {
+	const burst, pace, interval = 20, 300 * time.Millisecond, 5 * time.Second
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: from-dev, namespace: %s}
+spec:
+  serviceClassIdentity: [{name: type, value: nothing}]
+  serviceEndpointDefinitionKeys: [host]
+  environmentTag: dev`, s.Namespace))
+	registered(t, s, "svc-00", "")
+	want := []string{"svc-00"}
+	waitCatalogs(t, s, map[string][]string{"dev": want}, "the dev catalog lists the first service")
+
+	// A poll of the catalog's generation, which a write of its list
+	// raises (its status's count is written apart and does not), every
+	// 20 ms on a goroutine of its own; it only records.
+	var (
+		mu     sync.Mutex
+		writes []catalogWrite
+	)
+	stop, polled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(polled)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		last := int64(0)
+		for {
+			var cat primazav1alpha1.ServiceCatalog
+			if err := s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "dev"}, &cat); err == nil && cat.Generation != last {
+				mu.Lock()
+				writes = append(writes, catalogWrite{at: time.Now(), generation: cat.Generation})
+				mu.Unlock()
+				last = cat.Generation
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+
+	tick := time.NewTicker(pace)
+	for i := 1; i <= burst; i++ {
+		<-tick.C
+		name := fmt.Sprintf("svc-%02d", i)
+		registered(t, s, name, "")
+		want = append(want, name)
+	}
+	tick.Stop()
+	waitCatalogs(t, s, map[string][]string{"dev": want}, "the dev catalog lists the whole burst within seconds")
+	close(stop)
+	<-polled
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, writes)
+	during := writes[1:] // the first is the catalog as it was before the burst
+	require.GreaterOrEqual(t, len(during), 2, "the burst of %s took more than one write: %v", time.Duration(burst)*pace, writes)
+	assert.LessOrEqual(t, len(during), 3, "a burst of %s is written at most once every %s: %v", time.Duration(burst)*pace, interval, writes)
+	// The first write the poll saw is the catalog as it was before the
+	// burst, seen when the poll began: only the gaps after it are writes'.
+	for i := 2; i < len(writes); i++ {
+		// The poll sees a write up to 20 ms late, and the one before it
+		// as late: 100 ms is what that and the API server's own time
+		// allow.
+		gap := writes[i].at.Sub(writes[i-1].at)
+		assert.GreaterOrEqual(t, gap, interval-100*time.Millisecond, "write %d came %s after the one before", i, gap)
+	}
 }
