@@ -159,7 +159,7 @@ func Run(ctx context.Context, o Options) error {
 		HealthCheckMinute: o.HealthCheckMinute,
 		Scheduler:         o.Scheduler,
 		Worker:            true,
-		Watcher:           &starter.WatcherOptions{TemporalAddress: o.temporalAddress()},
+		Watcher:           &starter.WatcherOptions{TemporalAddress: o.temporalAddress(), TemporalNamespace: o.Namespace},
 		API:               &api.Server{Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger},
 		APIListener:       apiLn,
 		Probes:            probes,

@@ -13,12 +13,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	temporalclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -34,9 +38,11 @@ import (
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/devenv"
 	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // TestDevStartsStopsAndRestarts runs `qm dev` as `make run` does, on free
@@ -172,7 +178,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 
 	// The restart listens on the API's address again, as `make run` does.
 	opts.APIListener = nil
-	stop, _ = start(t, opts)
+	stop, out2 := start(t, opts)
 	defer stop()
 	kube = client(t, kubeconfig)
 	var got osbv1alpha1.SFServiceInstance
@@ -189,6 +195,50 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "a token of the first start authenticates after the restart: %v", err)
+
+	// The Temporal dev server dies, and its port is taken for a while: qm
+	// dev restarts it with backoff, and operations carry on once it is back.
+	temporalBack(t, opts, out2)
+	status, body = osbCall(http.MethodPut, "/v2/service_instances/osb-2?accepts_incomplete=true",
+		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "organization_guid": "org", "space_guid": "space", "parameters": {"pods": 1}}`)
+	require.Equal(t, http.StatusAccepted, status, body)
+	require.Eventually(t, func() bool {
+		status, body := osbCall(http.MethodGet, "/v2/service_instances/osb-2/last_operation?operation=provision", "")
+		return status == http.StatusOK && strings.Contains(body, `"state":"succeeded"`)
+	}, time.Minute, 100*time.Millisecond, "a provision after the dev server came back succeeds")
+}
+
+// temporalBack kills qm dev's Temporal dev server and holds its port until
+// two restarts have failed, the second a backoff of a second after the
+// first; then it lets the port go and waits until qm dev says the server
+// is back.
+func temporalBack(t *testing.T, opts devenv.Options, out *testenv.SyncBuffer) {
+	t.Helper()
+	pid, running := childproc.Running(filepath.Join(opts.DataDir, "temporal", "pids", "temporal.pid"))
+	require.True(t, running, "the dev server runs")
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	addr := fmt.Sprintf("127.0.0.1:%d", opts.TemporalPort)
+	var taken net.Listener
+	require.Eventually(t, func() bool {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return false
+		}
+		taken = ln
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the dead server's port is free to take")
+	seen := func(line string) time.Time {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Contains(out.String(), line) }, 30*time.Second, 20*time.Millisecond,
+			"qm dev says %q:\n%s", line, out.String())
+		return time.Now()
+	}
+	seen(fmt.Sprintf("The Temporal dev server (pid %d) died; restarting it", pid))
+	first := seen("failed (try 1 of 5, next in 1s)")
+	second := seen("failed (try 2 of 5, next in 2s)")
+	assert.GreaterOrEqual(t, second.Sub(first), 900*time.Millisecond, "the second try waits out the first backoff")
+	require.NoError(t, taken.Close())
+	seen(fmt.Sprintf("The Temporal dev server is back at %s (try 3); operations carry on.", addr))
 }
 
 // serviceAccountToken returns a token of the default namespace's default
@@ -284,4 +334,81 @@ func temporalMetrics(t *testing.T) temporalclient.MetricsHandler {
 	h, err := sdkMetrics()
 	require.NoError(t, err)
 	return h
+}
+
+// TestDevOnAnExistingClusterAndTemporal: with a kubeconfig and a Temporal
+// of the user's, qm dev starts neither server of its own, registers
+// Quartermaster's search attributes on that Temporal (it had none), and an
+// OSB provision runs there: its instance on the user's cluster, its run in
+// the user's Temporal.
+func TestDevOnAnExistingClusterAndTemporal(t *testing.T) {
+	ctx := context.Background()
+	kube := testenv.Kubernetes(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, kube.Kubeconfig, 0o600))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
+	temporal, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath:  filepath.Join(testenv.BinDir(), "temporal"),
+		ClientOptions: &temporalclient.Options{HostPort: addr, Namespace: "default"},
+		LogLevel:      "warn",
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = temporal.Stop() })
+	attributes := func() map[string]enumspb.IndexedValueType {
+		t.Helper()
+		resp, err := temporal.Client().OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: "default"})
+		require.NoError(t, err)
+		return resp.CustomAttributes
+	}
+	for _, key := range runs.SearchAttributeKeys() {
+		require.NotContains(t, attributes(), key.GetName(), "the user's Temporal starts without Quartermaster's search attributes")
+	}
+
+	dataDir := t.TempDir()
+	apiLn := listen(t)
+	stop, out := start(t, devenv.Options{
+		BinDir:     testenv.BinDir(),
+		DataDir:    dataDir,
+		Kubeconfig: kubeconfig,
+		Temporal: func(ctx context.Context) (temporalclient.Client, error) {
+			return temporalclient.DialContext(ctx, temporalclient.Options{HostPort: addr, Namespace: "default"})
+		},
+		TemporalAddress: addr,
+		Namespace:       "default",
+		Listen:          apiLn.Addr().String(),
+		APIListener:     apiLn,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	defer stop()
+	assert.NotContains(t, out.String(), "Starting Kubernetes", "no cluster of its own")
+	assert.NotContains(t, out.String(), "Starting the Temporal dev server", "no Temporal of its own")
+	assert.NoDirExists(t, filepath.Join(dataDir, "etcd"))
+	assert.NoFileExists(t, filepath.Join(dataDir, "temporal.db"))
+	assert.Contains(t, out.String(), kubeconfig, "the banner names the user's kubeconfig")
+	for _, key := range runs.SearchAttributeKeys() {
+		assert.Equal(t, enumspb.INDEXED_VALUE_TYPE_KEYWORD, attributes()[key.GetName()], "qm dev registered %s", key.GetName())
+	}
+
+	var osb api.Credentials
+	raw, err := os.ReadFile(filepath.Join(dataDir, "osb-credentials.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &osb))
+	osbCall := func(method, path, body string) (int, string) {
+		status, got, _ := testenv.HTTP(method, "http://"+apiLn.Addr().String()+path, body, &osb, testenv.OSBHeader)
+		return status, got
+	}
+	status, body := osbCall(http.MethodPut, "/v2/service_instances/on-the-users?accepts_incomplete=true",
+		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "organization_guid": "org", "space_guid": "space", "parameters": {"pods": 1}}`)
+	require.Equal(t, http.StatusAccepted, status, body)
+	require.Eventually(t, func() bool {
+		status, body := osbCall(http.MethodGet, "/v2/service_instances/on-the-users/last_operation?operation=provision", "")
+		return status == http.StatusOK && strings.Contains(body, `"state":"succeeded"`)
+	}, time.Minute, 100*time.Millisecond, "the OSB provision succeeds")
+	var inst osbv1alpha1.SFServiceInstance
+	require.NoError(t, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: devenv.SampleNamespace, Name: "on-the-users"}, &inst),
+		"the instance is on the user's cluster")
+	assert.Equal(t, osbv1alpha1.StateSucceeded, inst.Status.State)
+	run, err := temporal.Client().DescribeWorkflowExecution(ctx, "sfserviceinstance/"+devenv.SampleNamespace+"/on-the-users", "")
+	require.NoError(t, err, "the provision ran in the user's Temporal")
+	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, run.WorkflowExecutionInfo.Status)
 }

@@ -107,7 +107,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+	pidFile := filepath.Join(runDir, "pids", filepath.Base(opts.Path)+".pid")
+	// The start is cancelled if the process exits first. startCtx is not
+	// cancelled once the server is up: the SDK's client, dialled with it,
+	// lives as long as it (its parent, ctx, ends both).
+	startCtx, cancel := context.WithCancelCause(ctx)
+	started := make(chan struct{})
+	go failOnExit(startCtx, started, pidFile, cancel)
+	srv, err := testsuite.StartDevServer(startCtx, testsuite.DevServerOptions{
 		ExistingPath: filepath.Join(linkDir, filepath.Base(opts.Path)),
 		ClientOptions: &client.Options{
 			HostPort:  opts.Address,
@@ -127,11 +134,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		Stdout:           opts.Out,
 		Stderr:           opts.Out,
 	})
-	pidFile := filepath.Join(runDir, "pids", filepath.Base(opts.Path)+".pid")
+	close(started)
 	if err != nil {
+		if cause := context.Cause(startCtx); cause != nil && ctx.Err() == nil {
+			err = cause
+		}
 		// The process may not have written its pid yet: give it a moment.
+		// One that exited already is reaped all the same.
 		for wait := 0; wait < 50; wait++ {
-			if pid, ok := childproc.Running(pidFile); ok {
+			if pid, _ := childproc.Running(pidFile); pid != 0 {
 				reap(pid)
 				break
 			}
@@ -141,6 +152,29 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	pid, _ := childproc.Running(pidFile)
 	return &Server{DevServer: srv, pid: pid}, nil
+}
+
+// failOnExit cancels a start once the server's process is gone: a server
+// that exits as it starts (its port taken, its database locked) then fails
+// its start at once, instead of after the minute the SDK spends dialling
+// it, so that qm dev's restarts with backoff back off from real failures.
+func failOnExit(ctx context.Context, started <-chan struct{}, pidFile string, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-started:
+			return
+		case <-tick.C:
+		}
+		// No pid yet: the process has not written its pid file.
+		if pid, running := childproc.Running(pidFile); pid != 0 && !running {
+			cancel(fmt.Errorf("the server (pid %d) exited as it started; its output says why", pid))
+			return
+		}
+	}
 }
 
 // Stop interrupts the server and waits until it has exited. A server that

@@ -2,12 +2,14 @@ package devserver_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -64,4 +66,23 @@ func TestAStartThatFailsLeavesNoProcess(t *testing.T) {
 	pid, _ := childproc.Running(filepath.Join(opts.RunDir, "pids", "temporal.pid"))
 	require.NotZero(t, pid, "the server was started")
 	assert.NotContains(t, children(t), strconv.Itoa(pid), "the server of a failed start is stopped and reaped")
+}
+
+// TestAStartOnATakenPortFailsAtOnce: a server that exits as it starts
+// (its port is taken) fails its start within seconds, saying so, rather
+// than after the SDK's minute of dialling it, and leaves no process behind.
+func TestAStartOnATakenPortFailsAtOnce(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = taken.Close() })
+	opts := options(t)
+	opts.Address = taken.Addr().String()
+	began := time.Now()
+	_, err = devserver.Start(context.Background(), opts)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "exited as it started")
+	assert.Less(t, time.Since(began), 20*time.Second, "the start fails once the process is gone, not after the SDK's minute")
+	pid, _ := childproc.Running(filepath.Join(opts.RunDir, "pids", "temporal.pid"))
+	require.NotZero(t, pid, "the server was started")
+	assert.NotContains(t, children(t), strconv.Itoa(pid), "the server that exited is reaped")
 }
