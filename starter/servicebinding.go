@@ -7,6 +7,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -23,6 +24,7 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
 	"github.com/quartermaster/qm/internal/loops"
+	"github.com/quartermaster/qm/internal/servicebinding"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -48,9 +50,9 @@ type serviceBindingTarget struct {
 // another Secret; the Secret changed; a workload of its kind changed
 // generation or came (a selector may match it) or went; a
 // ClusterWorkloadResourceMapping changed. Workloads are watched by
-// metadata only, one watch per kind a ServiceBinding names. Another kind
-// of Provisioned Service is looked at again within a minute while the
-// ServiceBinding is not Ready.
+// metadata only, one watch per kind a ServiceBinding names. Any other kind
+// of Provisioned Service is watched too, once a ServiceBinding names it:
+// one that comes, goes or names another Secret wakes its ServiceBindings.
 type ServiceBindings struct {
 	Client   ctrlclient.Client
 	Temporal client.Client
@@ -58,12 +60,15 @@ type ServiceBindings struct {
 	cache    cache.Cache
 	bindings controller.Controller
 	mu       sync.Mutex
-	watched  map[schema.GroupVersionKind]bool
+	// watched are the kinds of workloads, and services the kinds of
+	// Provisioned Services of others, that the watcher watches.
+	watched, services map[schema.GroupVersionKind]bool
 }
 
 // setupServiceBindings registers the ServiceBindings' controller.
 func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops) error {
-	s := &ServiceBindings{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(), watched: map[schema.GroupVersionKind]bool{}}
+	s := &ServiceBindings{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(),
+		watched: map[schema.GroupVersionKind]bool{}, services: map[schema.GroupVersionKind]bool{}}
 	keep.add(runKind{name: loops.ServiceBinding, workflowType: runs.ServiceBindingType,
 		wants: func(ctx context.Context) ([]loops.Want, error) {
 			return objectRuns(ctx, s.Client, &sbv1.ServiceBindingList{}, runs.ServiceBindingID, sbv1.Finalizer, nil)
@@ -138,6 +143,47 @@ func (s *ServiceBindings) watchWorkloads(gvk schema.GroupVersionKind) error {
 	return nil
 }
 
+// watchServices starts the watch of a kind of Provisioned Service that is
+// not one of the kinds watched from the start, once: one that comes, goes
+// or names another Secret in status.binding.name wakes the ServiceBindings
+// that name it.
+func (s *ServiceBindings) watchServices(gvk schema.GroupVersionKind) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.services[gvk] {
+		return nil
+	}
+	services := &unstructured.Unstructured{}
+	services.SetGroupVersionKind(gvk)
+	namesAnother := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return provisionedSecret(e.ObjectOld) != provisionedSecret(e.ObjectNew)
+	}}
+	key := func(o ctrlclient.Object) string { return gvk.Kind + "/" + o.GetName() }
+	if err := s.bindings.Watch(source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(services), s.by(sbServiceField, key), namesAnother)); err != nil {
+		return fmt.Errorf("watching %s for the ServiceBindings: %w", gvk, err)
+	}
+	s.services[gvk] = true
+	return nil
+}
+
+// provisionedSecret is the Secret a Provisioned Service of another kind
+// names ("" for none).
+func provisionedSecret(o ctrlclient.Object) string {
+	if u, ok := o.(*unstructured.Unstructured); ok {
+		name, _ := servicebinding.ServiceSecret(u)
+		return name
+	}
+	return ""
+}
+
+// watchedFromTheStart are the services whose kinds setupServiceBindings
+// watches.
+var watchedFromTheStart = map[schema.GroupKind]bool{
+	{Kind: "Secret"}: true,
+	{Group: osbv1alpha1.GroupVersion.Group, Kind: "SFServiceBinding"}: true,
+	{Group: primazav1alpha1.GroupVersion.Group, Kind: "ServiceClaim"}: true,
+}
+
 // by maps an object to the ServiceBindings in its namespace whose field is
 // key(obj); an empty field maps it to every ServiceBinding.
 func (s *ServiceBindings) by(field string, key func(ctrlclient.Object) string) handler.EventHandler {
@@ -145,7 +191,7 @@ func (s *ServiceBindings) by(field string, key func(ctrlclient.Object) string) h
 }
 
 // wake signals the workflow of an existing ServiceBinding, starting it if
-// it does not run, and watches its workloads' kind.
+// it does not run, and watches its workloads' kind and its service's.
 func (s *ServiceBindings) wake(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var sb sbv1.ServiceBinding
 	if err := s.Client.Get(ctx, req.NamespacedName, &sb); err != nil {
@@ -156,6 +202,12 @@ func (s *ServiceBindings) wake(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			// The kind may not be served yet; the workflow says so, and
 			// looks again within a minute.
 			log.FromContext(ctx).Info("not watching the workloads of a ServiceBinding", "error", err.Error())
+		}
+	}
+	if gv, err := schema.ParseGroupVersion(sb.Spec.Service.APIVersion); err == nil && !watchedFromTheStart[gv.WithKind(sb.Spec.Service.Kind).GroupKind()] {
+		if err := s.watchServices(gv.WithKind(sb.Spec.Service.Kind)); err != nil {
+			// As for workloads: the workflow says why, and looks again.
+			log.FromContext(ctx).Info("not watching the service of a ServiceBinding", "error", err.Error())
 		}
 	}
 	id := runs.ServiceBindingID(req.Namespace, req.Name)

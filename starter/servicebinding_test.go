@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -246,6 +247,67 @@ spec:
 	var cache appsv1.Deployment
 	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "cache"}, &cache))
 	assert.NotNil(t, cache.Spec.Template.Spec.Volumes[0].EmptyDir, "the user's volume is untouched")
+}
+
+// TestServiceBindingToAnotherProvisionedService: any resource whose
+// status.binding.name names a Secret is a service, not only
+// Quartermaster's own (a third party's Database here). While it names none
+// the ServiceBinding says so; once it names one, or another, the
+// projection follows within seconds (the watcher watches the kind as soon
+// as a ServiceBinding names it); once it is gone, Ready=False.
+func TestServiceBindingToAnotherProvisionedService(t *testing.T) {
+	ctx := context.Background()
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s.InstallCRD("database")
+	for _, name := range []string{"orders-v1", "orders-v2"} {
+		s.Create(fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: %s}\nstringData: {username: %s}", name, s.Namespace, name))
+	}
+	db := s.Create(fmt.Sprintf("apiVersion: example.com/v1\nkind: Database\nmetadata: {name: orders, namespace: %s}\nspec: {engine: postgres}", s.Namespace))
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
+	s.Create(fmt.Sprintf(`
+apiVersion: servicebinding.io/v1
+kind: ServiceBinding
+metadata: {name: orders, namespace: %s}
+spec:
+  service: {apiVersion: example.com/v1, kind: Database, name: orders}
+  workload: {apiVersion: apps/v1, kind: Deployment, name: web}`, s.Namespace))
+	sb := waitServiceBinding(t, s, "orders", "False", "ServiceNotReady")
+	assert.Equal(t, "Database orders has no status.binding.name yet: it is not a Provisioned Service, or it is not ready",
+		meta.FindStatusCondition(sb.Status.Conditions, sbv1.ConditionReady).Message)
+
+	for _, secret := range []string{"orders-v1", "orders-v2"} {
+		patch := fmt.Sprintf(`{"status": {"binding": {"name": %q}}}`, secret)
+		require.NoError(t, s.Kube.Client.Status().Patch(ctx, db, ctrlclient.RawPatch(types.MergePatchType, []byte(patch))))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			var got sbv1.ServiceBinding
+			require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "orders"}, &got))
+			require.NotNil(c, got.Status.Binding)
+			assert.Equal(c, secret, got.Status.Binding.Name)
+			assert.Equal(c, []string{secret}, projectedSecrets(getDeployment(c, s, "web").Spec.Template, "orders"))
+		}, 20*time.Second, 50*time.Millisecond, "the Database names %s: the ServiceBinding projects it into web", secret)
+	}
+	waitServiceBinding(t, s, "orders", "True", "Projected")
+
+	require.NoError(t, s.Kube.Client.Delete(ctx, db))
+	sb = waitServiceBinding(t, s, "orders", "False", "ServiceNotFound")
+	assert.Equal(t, "Database orders does not exist in namespace "+s.Namespace, meta.FindStatusCondition(sb.Status.Conditions, sbv1.ConditionReady).Message)
+}
+
+// projectedSecrets are the Secrets a ServiceBinding's volume projects in a
+// pod template.
+func projectedSecrets(tpl corev1.PodTemplateSpec, binding string) []string {
+	var names []string
+	for _, v := range tpl.Spec.Volumes {
+		if v.Name != bindingusage.VolumeName(servicebinding.UsageName(binding)) || v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.Secret != nil {
+				names = append(names, src.Secret.Name)
+			}
+		}
+	}
+	return names
 }
 
 // TestServiceBindingWithAMapping: a ClusterWorkloadResourceMapping says

@@ -155,7 +155,8 @@ func (s *System) RegistryValue(secretName, key string) any {
 var crdFiles embed.FS
 
 // InstallCRD installs the CRD of testdata/crds/<name>.yaml (a kubeless
-// Function, inter-operator's Docker and DockerBind), once per cluster, and
+// Function, inter-operator's Docker and DockerBind, a third party's Database
+// that is a Provisioned Service), once per cluster, and
 // waits until it is served and the System's client maps its kind.
 func (s *System) InstallCRD(name string) {
 	s.t.Helper()
