@@ -3,7 +3,6 @@ package activities
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -41,46 +40,42 @@ func (a *Operations) deleteApplied(ctx context.Context, t *target, refs []apply.
 }
 
 // removalOutcome is the outcome of a removal whose plan has no status
-// template: succeeded once every object it applied is gone.
+// template: succeeded once every object it applied is gone. For each
+// object in turn it reads, decides (apply.Remaining, pure) and writes
+// what that calls for: a delete again, of an object a stale apply wrote
+// after its deletion.
 func (a *Operations) removalOutcome(ctx context.Context, t *target) (Outcome, error) {
 	for _, ref := range t.resources() {
-		obj := &unstructured.Unstructured{}
-		obj.SetAPIVersion(ref.APIVersion)
-		obj.SetKind(ref.Kind)
-		err := t.kube.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj)
-		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) || err == nil && a.released(t, obj) {
+		obj, err := a.readLeftover(ctx, t, ref)
+		if err != nil {
+			return Outcome{}, err
+		}
+		remains := apply.Remaining(obj, t.registryKey().SecretName())
+		if !remains.Waiting {
 			continue
 		}
-		if err != nil {
-			return Outcome{}, fmt.Errorf("reading %s %s: %w", ref.Kind, ref.Name, err)
-		}
-		description := fmt.Sprintf("waiting for %s %s to go", ref.Kind, ref.Name)
-		if obj.GetDeletionTimestamp() == nil {
-			// It was deleted, and written again since: by an apply of a
-			// worker that hung in the middle of it and then went on, its
-			// run long taken over by another worker. Delete it again.
+		if remains.DeleteAgain {
 			if err := a.deleteApplied(ctx, t, []apply.Ref{ref}); err != nil {
 				return Outcome{}, err
 			}
-		} else if f := obj.GetFinalizers(); len(f) > 0 {
-			description += " (held by " + strings.Join(f, ", ") + ")"
 		}
-		return Outcome{State: osbv1alpha1.StateInProgress, Description: description}, nil
+		return Outcome{State: osbv1alpha1.StateInProgress, Description: remains.Description}, nil
 	}
 	return Outcome{State: osbv1alpha1.StateSucceeded}, nil
 }
 
-// released says whether obj is a singleton that other instances still
-// share and that no longer lists the target among its owners: it stays,
-// and the target is done with it.
-func (a *Operations) released(t *target, obj *unstructured.Unstructured) bool {
-	if obj.GetAnnotations()[apply.SingletonAnnotation] != "true" {
-		return false
+// readLeftover reads an object the removal deleted: nil once it is gone,
+// or its kind is no longer served.
+func (a *Operations) readLeftover(ctx context.Context, t *target, ref apply.Ref) (*unstructured.Unstructured, error) {
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(ref.APIVersion)
+	obj.SetKind(ref.Kind)
+	err := t.kube.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, obj)
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading %s %s: %w", ref.Kind, ref.Name, err)
 	}
-	for _, ref := range obj.GetOwnerReferences() {
-		if ref.Kind == "Secret" && ref.Name == t.registryKey().SecretName() {
-			return false
-		}
-	}
-	return true
+	return obj, nil
 }
