@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -29,6 +31,10 @@ type Build struct {
 func Builds(ctx context.Context, c client.Client, deployment string) (builds []Build, unversioned string, err error) {
 	h := c.WorkerDeploymentClient().GetHandle(deployment)
 	d, err := h.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return nil, "", fmt.Errorf("no worker deployment %s: no versioned worker of it has polled yet (qm dev, and the chart with worker.versioning.enabled=false, run unversioned workers, which have no builds)", deployment)
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("describing the worker deployment %s: %w", deployment, err)
 	}

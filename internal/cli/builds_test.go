@@ -65,6 +65,11 @@ func TestBuildsCommand(t *testing.T) {
 		}
 	}
 
+	_, _, err := worker.Builds(context.Background(), temporal.Client(), "nobody")
+	if assert.Error(t, err) {
+		assert.Contains(t, err.Error(), "no worker deployment nobody: no versioned worker of it has polled yet")
+	}
+
 	out, err := qm("current", "b1")
 	require.NoError(t, err, out)
 	assert.Equal(t, "qm-cli routes to build b1\n", out)
