@@ -227,6 +227,9 @@ func (c *Claims) record(ctx context.Context, claim *primazav1alpha1.ServiceClaim
 	st := claim.Status.DeepCopy()
 	st.State, st.ObservedGeneration = res.State, claim.Generation
 	st.RegisteredService, st.RegisteredServiceUID, st.Binding = res.Service, res.ServiceUID, nil
+	if st.ClaimID == "" {
+		st.ClaimID = string(claim.UID)
+	}
 	if binding != "" {
 		st.Binding = &primazav1alpha1.BindingReference{Name: binding}
 	}

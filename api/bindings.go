@@ -64,6 +64,7 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) *requestErro
 			ID: bid, InstanceID: inst.Name, ServiceID: req.ServiceID, PlanID: req.PlanID,
 			BindResource: toJSON(bindResource), Context: toJSON(req.Context), Parameters: toJSON(req.Parameters),
 			AcceptsIncomplete: acceptsIncomplete(r), PredecessorBinding: predecessorName(req.PredecessorBindingID),
+			AppGUID: req.appGUID(),
 		},
 	}
 	if identity != "" {

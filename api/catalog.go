@@ -105,11 +105,11 @@ func (s *Server) getCatalog(w http.ResponseWriter, r *http.Request) {
 func toService(s osbv1alpha1.SFServiceSpec, plans []plan) service {
 	out := service{
 		Name: s.Name, ID: s.ID, Description: s.Description, Tags: s.Tags, Requires: s.Requires,
-		Bindable: s.Bindable, InstancesRetrievable: s.InstancesRetrievable, BindingsRetrievable: s.BindingsRetrievable,
+		Bindable: s.Bindable, InstancesRetrievable: s.InstancesRetrievable || s.InstanceRetrievable, BindingsRetrievable: s.BindingsRetrievable || s.BindingRetrievable,
 		AllowContextUpdates: s.AllowContextUpdates, Metadata: raw(s.Metadata), PlanUpdateable: s.PlanUpdatable, Plans: plans,
 	}
 	if d := s.DashboardClient; d != nil {
-		out.DashboardClient = &dashboardClient{ID: d.ID, Secret: d.Secret, RedirectURI: d.RedirectURI}
+		out.DashboardClient = &dashboardClient{ID: d.ID, Secret: d.Secret, RedirectURI: d.RedirectTo()}
 	}
 	return out
 }

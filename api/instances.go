@@ -121,11 +121,11 @@ func (s *Server) answerInstance(w http.ResponseWriter, r *http.Request, inst *os
 	}
 	switch {
 	case lo.State == osbSucceeded && (created || waited) && op == string(lifecycle.OpProvision):
-		writeJSON(w, http.StatusCreated, operationResponse{DashboardURL: inst.Status.DashboardURL, Metadata: inst.Status.Metadata})
+		writeJSON(w, http.StatusCreated, operationResponse{DashboardURL: inst.Status.DashboardURL, Metadata: inst.ServedMetadata()})
 	case lo.State == osbSucceeded:
-		writeJSON(w, http.StatusOK, operationResponse{DashboardURL: inst.Status.DashboardURL, Metadata: inst.Status.Metadata})
+		writeJSON(w, http.StatusOK, operationResponse{DashboardURL: inst.Status.DashboardURL, Metadata: inst.ServedMetadata()})
 	case acceptsIncomplete(r):
-		writeJSON(w, http.StatusAccepted, operationResponse{DashboardURL: inst.Status.DashboardURL, Metadata: inst.Status.Metadata, Operation: op})
+		writeJSON(w, http.StatusAccepted, operationResponse{DashboardURL: inst.Status.DashboardURL, Metadata: inst.ServedMetadata(), Operation: op})
 	case lo.State == osbFailed:
 		writeError(w, http.StatusInternalServerError, "", lo.Description)
 	default:
@@ -252,7 +252,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) *requestErr
 	}
 	writeJSON(w, http.StatusOK, instanceResponse{
 		ServiceID: applied.ServiceID, PlanID: applied.PlanID, DashboardURL: inst.Status.DashboardURL,
-		Metadata: inst.Status.Metadata, Parameters: rawOf(applied.Parameters), MaintenanceInfo: applied.MaintenanceInfo,
+		Metadata: inst.ServedMetadata(), Parameters: rawOf(applied.Parameters), MaintenanceInfo: applied.MaintenanceInfo,
 	})
 	return nil
 }

@@ -67,5 +67,8 @@ func (b *bindRequest) inherit(spec osbv1alpha1.SFServiceBindingSpec) *requestErr
 		}
 		b.BindResource = &r
 	}
+	if b.appGUID() == "" {
+		b.AppGUID = spec.AppGUID
+	}
 	return nil
 }

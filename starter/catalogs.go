@@ -116,7 +116,10 @@ func (c *Catalogs) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 			continue
 		}
 		kept[env] = true
-		wrote, err := c.write(ctx, req.Namespace, env, claims.Catalog(env, services.Items))
+		wrote, err := c.write(ctx, req.Namespace, env, primazav1alpha1.ServiceCatalogSpec{
+			Services:        claims.Catalog(env, services.Items),
+			ClaimedByLabels: claims.ClaimedByLabels(env, services.Items, claimList.Items),
+		})
 		if wrote {
 			c.mu.Lock()
 			c.written[req.Namespace] = time.Now()
@@ -136,17 +139,18 @@ func (c *Catalogs) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
-// write creates or updates the catalog of env to list services, and its
-// status to count them, each only if it changed, and says whether it sent
+// write creates or updates the catalog of env to be spec, and its status
+// to count its services, each only if it changed, and says whether it sent
 // a write (a write refused costs the API server the decoding all the same).
-func (c *Catalogs) write(ctx context.Context, namespace, env string, services []primazav1alpha1.ServiceCatalogService) (bool, error) {
+func (c *Catalogs) write(ctx context.Context, namespace, env string, spec primazav1alpha1.ServiceCatalogSpec) (bool, error) {
+	services := spec.Services
 	var cat primazav1alpha1.ServiceCatalog
 	err := c.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: env}, &cat)
 	switch {
 	case apierrors.IsNotFound(err):
 		cat = primazav1alpha1.ServiceCatalog{
 			ObjectMeta: metav1.ObjectMeta{Name: env, Namespace: namespace, Labels: map[string]string{catalogLabel: env}},
-			Spec:       primazav1alpha1.ServiceCatalogSpec{Services: services},
+			Spec:       spec,
 		}
 		if err := c.Client.Create(ctx, &cat); err != nil {
 			return true, fmt.Errorf("creating the catalog of %s: %w", env, err)
@@ -156,8 +160,8 @@ func (c *Catalogs) write(ctx context.Context, namespace, env string, services []
 	case cat.Labels[catalogLabel] != env:
 		// Someone else's catalog of that name: leave it alone.
 		return false, nil
-	case !equality.Semantic.DeepEqual(cat.Spec.Services, services):
-		cat.Spec.Services = services
+	case !equality.Semantic.DeepEqual(cat.Spec, spec):
+		cat.Spec = spec
 		if err := c.Client.Update(ctx, &cat); err != nil {
 			return true, fmt.Errorf("updating the catalog of %s: %w", env, err)
 		}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -75,7 +76,18 @@ spec:
     kind: Deployment
     selector: {matchLabels: {team: shop}}
   envs: [{name: DB_PASSWORD, key: password}]`, s.Namespace))
-	waitClaim(t, s, "shop-db", primazav1alpha1.ClaimResolved, "db-1")
+	claim := waitClaim(t, s, "shop-db", primazav1alpha1.ClaimResolved, "db-1")
+	assert.Equal(t, string(claim.UID), claim.Status.ClaimID, "the claim's ID, as Primaza writes it")
+	// Held for the workloads a selector names, the service is listed in
+	// the dev catalog's claimedByLabels (and no longer among its services).
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var dev primazav1alpha1.ServiceCatalog
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "dev"}, &dev))
+		assert.Empty(c, dev.Spec.Services)
+		require.Len(c, dev.Spec.ClaimedByLabels, 1)
+		assert.Equal(c, "db-1", dev.Spec.ClaimedByLabels[0].Name)
+		assert.Equal(c, &metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}}, dev.Spec.ClaimedByLabels[0].Labels)
+	}, 30*time.Second, 50*time.Millisecond, "the dev catalog lists db-1 as claimed by labels")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		claim := getClaim(c, s, "shop-db")
 		assert.Equal(c, 2, claim.Status.Projected)

@@ -137,7 +137,8 @@ func (r *ClusterRegistry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		sfc.Status.Requests = probe.requests
 		sfc.Status.ProbedAt = metav1.Now()
 		sfc.Status.CurrentCapacity = probe.allocatable.DeepCopy()
-		maps.Copy(sfc.Status.CurrentCapacity, sfc.Spec.TotalCapacity)
+		sfc.Status.TotalCapacity = probe.allocatable.DeepCopy()
+		maps.Copy(sfc.Status.TotalCapacity, sfc.Spec.TotalCapacity)
 	}
 	if sfc.DeletionTimestamp != nil {
 		ready.Message += fmt.Sprintf("; deleted, held until its %d instances are deprovisioned", len(insts.Items))

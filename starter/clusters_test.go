@@ -85,8 +85,9 @@ func TestClusterRegistry(t *testing.T) {
 	assert.Equal(t, resourcev1alpha1.ClusterReady, sfc.Status.State)
 	assert.Regexp(t, `^v1\.\d+\.\d+`, sfc.Status.KubernetesVersion)
 	assert.Equal(t, "Kubernetes "+sfc.Status.KubernetesVersion+", 2 schedulable nodes", readyCondition(sfc).Message)
-	assert.Equal(t, "6", ptr.To(sfc.Status.CurrentCapacity[corev1.ResourceCPU]).String())
-	assert.Equal(t, "12Gi", ptr.To(sfc.Status.CurrentCapacity[corev1.ResourceMemory]).String())
+	assert.Equal(t, "6", ptr.To(sfc.Status.TotalCapacity[corev1.ResourceCPU]).String())
+	assert.Equal(t, "12Gi", ptr.To(sfc.Status.TotalCapacity[corev1.ResourceMemory]).String())
+	assert.Equal(t, sfc.Status.Allocatable, sfc.Status.CurrentCapacity, "the nodes' capacity now, as Service Fabrik names it")
 	assert.Equal(t, "1500m", ptr.To(sfc.Status.Requests[corev1.ResourceCPU]).String())
 	assert.Equal(t, "1", ptr.To(sfc.Status.Requests[corev1.ResourcePods]).String())
 	assert.Zero(t, sfc.Status.ServiceInstanceCount)
@@ -96,7 +97,7 @@ func TestClusterRegistry(t *testing.T) {
 	sfc.Spec.TotalCapacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
 	require.NoError(t, s.Kube.Client.Patch(ctx, sfc, ctrlclient.MergeFrom(base)))
 	waitCluster(t, s, "eu-1", "capacity from totalCapacity", func(c *resourcev1alpha1.SFCluster) bool {
-		return ptr.To(c.Status.CurrentCapacity[corev1.ResourceCPU]).String() == "64" && ptr.To(c.Status.Allocatable[corev1.ResourceCPU]).String() == "6"
+		return ptr.To(c.Status.TotalCapacity[corev1.ResourceCPU]).String() == "64" && ptr.To(c.Status.Allocatable[corev1.ResourceCPU]).String() == "6"
 	})
 
 	// What kubectl shows.

@@ -2,6 +2,9 @@ package starter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -96,10 +99,14 @@ func (c *OfferingStatus) ReconcilePlan(ctx context.Context, req ctrl.Request) (c
 	base := sfplan.DeepCopy()
 	cond.ObservedGeneration = sfplan.Generation
 	changed := meta.SetStatusCondition(&sfplan.Status.Conditions, cond)
-	if !changed && sfplan.Status.ObservedGeneration == sfplan.Generation {
+	hash, err := specHash(sfplan.Spec)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !changed && sfplan.Status.ObservedGeneration == sfplan.Generation && sfplan.Status.SpecHash == hash {
 		return ctrl.Result{}, nil
 	}
-	sfplan.Status.ObservedGeneration = sfplan.Generation
+	sfplan.Status.ObservedGeneration, sfplan.Status.SpecHash = sfplan.Generation, hash
 	return ctrl.Result{}, ctrlclient.IgnoreNotFound(c.Client.Status().Patch(ctx, &sfplan, ctrlclient.MergeFrom(base)))
 }
 
@@ -119,4 +126,14 @@ func (c *OfferingStatus) ReconcileService(ctx context.Context, req ctrl.Request)
 	}
 	svc.Status.ObservedGeneration = svc.Generation
 	return ctrl.Result{}, ctrlclient.IgnoreNotFound(c.Client.Status().Patch(ctx, &svc, ctrlclient.MergeFrom(base)))
+}
+
+// specHash is the digest of a plan's spec that its status records.
+func specHash(spec osbv1alpha1.SFPlanSpec) (string, error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("hashing the plan's spec: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:16]), nil
 }

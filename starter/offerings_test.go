@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -32,8 +33,18 @@ func TestPlanReadiness(t *testing.T) {
 	}
 
 	s.Plan("good", "", testenv.Templates("gated-password"))
-	cond := meta.FindStatusCondition(ready("good").Status.Conditions, "Ready")
+	good := ready("good")
+	cond := meta.FindStatusCondition(good.Status.Conditions, "Ready")
 	assert.Equal(t, "True", string(cond.Status))
+	// The spec's digest, as Service Fabrik records it, follows the spec.
+	require.Len(t, good.Status.SpecHash, 32)
+	hash := good.Status.SpecHash
+	require.NoError(t, s.Kube.Client.Patch(ctx, good, ctrlclient.RawPatch(types.MergePatchType, []byte(`{"spec": {"description": "changed"}}`))))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(good), good))
+		assert.Equal(c, good.Generation, good.Status.ObservedGeneration)
+		assert.NotEqual(c, hash, good.Status.SpecHash)
+	}, 30*time.Second, 20*time.Millisecond, "a new spec has a new digest")
 
 	s.Plan("broken", "", `
   - action: provision

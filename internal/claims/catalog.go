@@ -1,6 +1,7 @@
 package claims
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"maps"
 	"slices"
 	"strings"
@@ -51,15 +52,46 @@ func Catalog(env string, services []primazav1alpha1.RegisteredService) []primaza
 		if !Claimable(svc) || !Admits(svc.Spec.Constraints, env) {
 			continue
 		}
-		keys := make([]string, 0, len(svc.Spec.ServiceEndpointDefinition))
-		for _, item := range svc.Spec.ServiceEndpointDefinition {
-			keys = append(keys, item.Name)
-		}
-		slices.Sort(keys)
-		identity := slices.Clone(svc.Spec.ServiceClassIdentity)
-		slices.SortFunc(identity, func(a, b primazav1alpha1.ServiceClassIdentityItem) int { return strings.Compare(a.Name, b.Name) })
-		out = append(out, primazav1alpha1.ServiceCatalogService{Name: svc.Name, ServiceClassIdentity: identity, ServiceEndpointDefinitionKeys: keys})
+		out = append(out, catalogEntry(svc))
 	}
 	slices.SortFunc(out, func(a, b primazav1alpha1.ServiceCatalogService) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// ClaimedByLabels lists the services of environment env that a claim
+// among claims holds for the workloads its application's label selector
+// matches, each with that selector, as Primaza's catalogs do.
+func ClaimedByLabels(env string, services []primazav1alpha1.RegisteredService, claims []primazav1alpha1.ServiceClaim) []primazav1alpha1.ServiceCatalogServiceByLabel {
+	selectors := map[string]*metav1.LabelSelector{}
+	for i := range claims {
+		c := &claims[i]
+		if c.Spec.Application != nil && c.Spec.Application.Selector != nil {
+			selectors[string(c.UID)] = c.Spec.Application.Selector
+		}
+	}
+	out := []primazav1alpha1.ServiceCatalogServiceByLabel{}
+	for i := range services {
+		svc := &services[i]
+		if svc.Status.ClaimRef == nil || !Admits(svc.Spec.Constraints, env) {
+			continue
+		}
+		if selector, ok := selectors[string(svc.Status.ClaimRef.UID)]; ok {
+			out = append(out, primazav1alpha1.ServiceCatalogServiceByLabel{ServiceCatalogService: catalogEntry(svc), Labels: selector.DeepCopy()})
+		}
+	}
+	slices.SortFunc(out, func(a, b primazav1alpha1.ServiceCatalogServiceByLabel) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// catalogEntry is how a catalog lists svc: by name, with its class
+// identity and its endpoint keys, never their values.
+func catalogEntry(svc *primazav1alpha1.RegisteredService) primazav1alpha1.ServiceCatalogService {
+	keys := make([]string, 0, len(svc.Spec.ServiceEndpointDefinition))
+	for _, item := range svc.Spec.ServiceEndpointDefinition {
+		keys = append(keys, item.Name)
+	}
+	slices.Sort(keys)
+	identity := slices.Clone(svc.Spec.ServiceClassIdentity)
+	slices.SortFunc(identity, func(a, b primazav1alpha1.ServiceClassIdentityItem) int { return strings.Compare(a.Name, b.Name) })
+	return primazav1alpha1.ServiceCatalogService{Name: svc.Name, ServiceClassIdentity: identity, ServiceEndpointDefinitionKeys: keys}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -93,6 +94,42 @@ func TestEnvironments(t *testing.T) {
 	claims := []primazav1alpha1.ServiceClaim{{Spec: primazav1alpha1.ServiceClaimSpec{EnvironmentTag: "stage"}}, {}}
 	assert.Equal(t, []string{"dev", "prod", "stage"}, Environments(services, claims))
 	assert.Empty(t, Environments(nil, nil))
+}
+
+// TestClaimedByLabels: a catalog lists under claimedByLabels the services
+// of its environment that a claim holds for the workloads its selector
+// matches, with that selector; a claim by name, or no claim, lists none.
+func TestClaimedByLabels(t *testing.T) {
+	heldBy := func(svc primazav1alpha1.RegisteredService, claim string) primazav1alpha1.RegisteredService {
+		svc.Status.ClaimRef = &primazav1alpha1.ClaimReference{Name: claim, UID: types.UID("uid-" + claim)}
+		return svc
+	}
+	claim := func(name string, app *primazav1alpha1.ApplicationSelector) primazav1alpha1.ServiceClaim {
+		return primazav1alpha1.ServiceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+			Spec: primazav1alpha1.ServiceClaimSpec{Application: app}}
+	}
+	shop := &metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}}
+	services := []primazav1alpha1.RegisteredService{
+		heldBy(service("by-labels", primazav1alpha1.ServiceClaimed, "dev"), "shop"),
+		heldBy(service("by-labels-prod", primazav1alpha1.ServiceClaimed, "prod"), "shop"),
+		heldBy(service("by-name", primazav1alpha1.ServiceClaimed), "orders"),
+		heldBy(service("by-nothing", primazav1alpha1.ServiceClaimed), "bare"),
+		heldBy(service("by-a-gone-claim", primazav1alpha1.ServiceClaimed), "gone"),
+		service("free", primazav1alpha1.ServiceAvailable),
+	}
+	claims := []primazav1alpha1.ServiceClaim{
+		claim("shop", &primazav1alpha1.ApplicationSelector{APIVersion: "apps/v1", Kind: "Deployment", Selector: shop}),
+		claim("orders", &primazav1alpha1.ApplicationSelector{APIVersion: "apps/v1", Kind: "Deployment", Name: "orders"}),
+		claim("bare", nil),
+	}
+	got := ClaimedByLabels("dev", services, claims)
+	if assert.Len(t, got, 1) {
+		assert.Equal(t, "by-labels", got[0].Name)
+		assert.Equal(t, shop, got[0].Labels, "with the claim's selector")
+		assert.Equal(t, []string{"host", "password"}, got[0].ServiceEndpointDefinitionKeys, "keys, never values")
+	}
+	assert.Equal(t, "by-labels-prod", ClaimedByLabels("prod", services, claims)[0].Name, "the environment's constraints apply")
+	assert.NotNil(t, ClaimedByLabels("stage", nil, nil), "none lists nothing, not null")
 }
 
 // TestCheckedOnly: a health check's bookkeeping wakes no claim; a change

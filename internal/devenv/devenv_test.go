@@ -101,13 +101,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 		status, got, _ := testenv.HTTP(method, "http://"+opts.Listen+path, body, &osb, testenv.OSBHeader)
 		return status, got
 	}
-	status, body := osbCall(http.MethodPut, "/v2/service_instances/osb-1?accepts_incomplete=true",
-		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "organization_guid": "org", "space_guid": "space", "parameters": {"pods": 3}}`)
-	require.Equal(t, http.StatusAccepted, status, body)
-	require.Eventually(t, func() bool {
-		status, body := osbCall(http.MethodGet, "/v2/service_instances/osb-1/last_operation?operation=provision", "")
-		return status == http.StatusOK && strings.Contains(body, `"state":"succeeded"`)
-	}, time.Minute, 100*time.Millisecond, "the OSB provision succeeds")
+	provisionTenant(t, osbCall, "osb-1", 3, "the OSB provision succeeds")
 	// The banner's metrics endpoint counts it: the operation by its plan,
 	// and the instance in its state.
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", opts.MetricsPort)
@@ -199,13 +193,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	// The Temporal dev server dies, and its port is taken for a while: qm
 	// dev restarts it with backoff, and operations carry on once it is back.
 	temporalBack(t, opts, out2)
-	status, body = osbCall(http.MethodPut, "/v2/service_instances/osb-2?accepts_incomplete=true",
-		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "organization_guid": "org", "space_guid": "space", "parameters": {"pods": 1}}`)
-	require.Equal(t, http.StatusAccepted, status, body)
-	require.Eventually(t, func() bool {
-		status, body := osbCall(http.MethodGet, "/v2/service_instances/osb-2/last_operation?operation=provision", "")
-		return status == http.StatusOK && strings.Contains(body, `"state":"succeeded"`)
-	}, time.Minute, 100*time.Millisecond, "a provision after the dev server came back succeeds")
+	provisionTenant(t, osbCall, "osb-2", 1, "a provision after the dev server came back succeeds")
 }
 
 // temporalBack kills qm dev's Temporal dev server and holds its port until
@@ -397,13 +385,7 @@ func TestDevOnAnExistingClusterAndTemporal(t *testing.T) {
 		status, got, _ := testenv.HTTP(method, "http://"+apiLn.Addr().String()+path, body, &osb, testenv.OSBHeader)
 		return status, got
 	}
-	status, body := osbCall(http.MethodPut, "/v2/service_instances/on-the-users?accepts_incomplete=true",
-		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "organization_guid": "org", "space_guid": "space", "parameters": {"pods": 1}}`)
-	require.Equal(t, http.StatusAccepted, status, body)
-	require.Eventually(t, func() bool {
-		status, body := osbCall(http.MethodGet, "/v2/service_instances/on-the-users/last_operation?operation=provision", "")
-		return status == http.StatusOK && strings.Contains(body, `"state":"succeeded"`)
-	}, time.Minute, 100*time.Millisecond, "the OSB provision succeeds")
+	provisionTenant(t, osbCall, "on-the-users", 1, "the OSB provision succeeds")
 	var inst osbv1alpha1.SFServiceInstance
 	require.NoError(t, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: devenv.SampleNamespace, Name: "on-the-users"}, &inst),
 		"the instance is on the user's cluster")
@@ -411,4 +393,17 @@ func TestDevOnAnExistingClusterAndTemporal(t *testing.T) {
 	run, err := temporal.Client().DescribeWorkflowExecution(ctx, "sfserviceinstance/"+devenv.SampleNamespace+"/on-the-users", "")
 	require.NoError(t, err, "the provision ran in the user's Temporal")
 	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, run.WorkflowExecutionInfo.Status)
+}
+
+// provisionTenant provisions the sample tenant-namespace plan as id with
+// pods, through OSB (call), and waits until it succeeded.
+func provisionTenant(t *testing.T, call func(method, path, body string) (int, string), id string, pods int, why string) {
+	t.Helper()
+	status, body := call(http.MethodPut, "/v2/service_instances/"+id+"?accepts_incomplete=true", fmt.Sprintf(
+		`{"service_id": "6f3c1f8e-4c5e-4a55-9b53-6f1d2b7a9c01", "plan_id": "0a7b4a4e-2d0e-4f3e-8a53-3e1f0c7d5b11", "organization_guid": "org", "space_guid": "space", "parameters": {"pods": %d}}`, pods))
+	require.Equal(t, http.StatusAccepted, status, body)
+	require.Eventually(t, func() bool {
+		status, body := call(http.MethodGet, "/v2/service_instances/"+id+"/last_operation?operation=provision", "")
+		return status == http.StatusOK && strings.Contains(body, `"state":"succeeded"`)
+	}, time.Minute, 100*time.Millisecond, why)
 }

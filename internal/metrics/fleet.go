@@ -275,7 +275,7 @@ func countClusters(ctx context.Context, r client.Reader, add adder) error {
 			limit = int(*c.Spec.SchedulingLimitPercentage)
 		}
 		add(clusterLimitDesc, float64(limit)/100, c.Namespace, c.Name)
-		for name, capacity := range c.Status.CurrentCapacity {
+		for name, capacity := range c.Status.TotalCapacity {
 			if capacity.IsZero() {
 				continue
 			}

@@ -55,7 +55,10 @@ type MaintenanceInfo struct {
 	Description string `json:"description,omitempty"`
 }
 
-// ManagerSpec says how Quartermaster runs a plan's operations.
+// ManagerSpec says how Quartermaster runs a plan's operations. Service
+// Fabrik's manager is free-form: any other field it carries is kept as
+// written, and Quartermaster reads none of them.
+// +kubebuilder:pruning:PreserveUnknownFields
 type ManagerSpec struct {
 	// Async makes provision, update and deprovision asynchronous OSB operations.
 	// +optional
@@ -144,6 +147,10 @@ type MassUpdateSettings struct {
 type SFPlanStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// SpecHash is a digest of the spec last observed, as Service Fabrik
+	// records it: it changes exactly when what the plan means changes.
+	// +optional
+	SpecHash string `json:"specHash,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -11,8 +11,21 @@ type DashboardClient struct {
 	ID string `json:"id,omitempty"`
 	// +optional
 	Secret string `json:"secret,omitempty"`
+	// RedirectURI is OSB's redirect_uri. Service Fabrik spells it
+	// redirectUri; either is served, this one first.
 	// +optional
 	RedirectURI string `json:"redirectURI,omitempty"`
+	// RedirectUri is Service Fabrik's spelling of RedirectURI.
+	// +optional
+	RedirectUri string `json:"redirectUri,omitempty"`
+}
+
+// RedirectTo is the client's redirect URI, whichever spelling sets it.
+func (d *DashboardClient) RedirectTo() string {
+	if d.RedirectURI != "" {
+		return d.RedirectURI
+	}
+	return d.RedirectUri
 }
 
 // SFServiceSpec is an OSB service offering, as served by /v2/catalog, plus the
@@ -35,6 +48,14 @@ type SFServiceSpec struct {
 	InstancesRetrievable bool `json:"instancesRetrievable,omitempty"`
 	// +optional
 	BindingsRetrievable bool `json:"bindingsRetrievable,omitempty"`
+	// InstanceRetrievable is Service Fabrik's spelling of
+	// InstancesRetrievable; either served true makes it so.
+	// +optional
+	InstanceRetrievable bool `json:"instanceRetrievable,omitempty"`
+	// BindingRetrievable is Service Fabrik's spelling of
+	// BindingsRetrievable; either served true makes it so.
+	// +optional
+	BindingRetrievable bool `json:"bindingRetrievable,omitempty"`
 	// +optional
 	AllowContextUpdates bool `json:"allowContextUpdates,omitempty"`
 	// Metadata is the OSB service metadata, served as given.

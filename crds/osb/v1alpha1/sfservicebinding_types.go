@@ -28,6 +28,11 @@ type SFServiceBindingSpec struct {
 	// Parameters are the OSB parameters of the request.
 	// +optional
 	Parameters *apiextensionsv1.JSON `json:"parameters,omitempty"`
+	// AppGUID is the app the binding is made for: OSB's
+	// bind_resource.app_guid (or the deprecated top-level app_guid), as
+	// Service Fabrik's broker records it.
+	// +optional
+	AppGUID string `json:"appGuid,omitempty"`
 	// AcceptsIncomplete records whether the client accepts an asynchronous bind.
 	// +optional
 	AcceptsIncomplete bool `json:"acceptsIncomplete,omitempty"`

@@ -35,6 +35,20 @@ type SFServiceInstanceSpec struct {
 	// ClusterID is the name of the SFCluster the instance is scheduled on.
 	// +optional
 	ClusterID string `json:"clusterId,omitempty"`
+	// Metadata is the instance's OSB metadata as its author gives it
+	// (Service Fabrik keeps it in the spec). The OSB API serves it where
+	// the plan's status template reports none (status.metadata).
+	// +optional
+	Metadata *InstanceMetadata `json:"metadata,omitempty"`
+}
+
+// ServedMetadata is the OSB metadata the API serves of an instance: what
+// its status template reported, else what its spec gives.
+func (i *SFServiceInstance) ServedMetadata() *InstanceMetadata {
+	if i.Status.Metadata != nil {
+		return i.Status.Metadata
+	}
+	return i.Spec.Metadata
 }
 
 // SFServiceInstanceStatus is what a user and the OSB last_operation see.

@@ -17,12 +17,28 @@ type ServiceCatalogService struct {
 	ServiceEndpointDefinitionKeys []string `json:"serviceEndpointDefinitionKeys"`
 }
 
-// ServiceCatalogSpec lists the Available registered services of an environment.
+// ServiceCatalogServiceByLabel is a service that a claim holds for the
+// workloads its labels select: more of them may come and use it.
+type ServiceCatalogServiceByLabel struct {
+	ServiceCatalogService `json:",inline"`
+	// Labels select the workloads the claim binds the service to.
+	Labels *metav1.LabelSelector `json:"labels"`
+}
+
+// ServiceCatalogSpec lists the Available registered services of an
+// environment, and those claimed for the workloads a label selector names.
 type ServiceCatalogSpec struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	Services []ServiceCatalogService `json:"services,omitempty"`
+	// ClaimedByLabels are the services of the environment that a claim
+	// holds for the workloads its application's selector matches, with
+	// that selector, as Primaza lists them.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	ClaimedByLabels []ServiceCatalogServiceByLabel `json:"claimedByLabels,omitempty"`
 }
 
 // ServiceCatalogStatus is what Quartermaster observed when it last wrote the catalog.

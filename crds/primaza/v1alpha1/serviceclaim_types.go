@@ -123,6 +123,10 @@ type ServiceClaimStatus struct {
 	// RegisteredServiceUID is the UID of the service held.
 	// +optional
 	RegisteredServiceUID types.UID `json:"registeredServiceUID,omitempty"`
+	// ClaimID identifies the claim, as Primaza writes it: its UID, set
+	// when the claim is first resolved or found pending.
+	// +optional
+	ClaimID string `json:"claimID,omitempty"`
 	// Binding names the Secret that holds the service's endpoint values,
 	// in servicebinding.io's provisioned-service style.
 	// +optional

@@ -49,8 +49,13 @@ type SFClusterStatus struct {
 	// ServiceInstanceCount is the number of instances scheduled on the cluster.
 	// +optional
 	ServiceInstanceCount int64 `json:"serviceInstanceCount"`
-	// CurrentCapacity is what the scheduler fills: spec.totalCapacity for
-	// the resources it names, the nodes' allocatable for the others.
+	// TotalCapacity is what the scheduler fills: spec.totalCapacity for
+	// the resources it names (capacity an autoscaler may still add), the
+	// nodes' allocatable for the others.
+	// +optional
+	TotalCapacity corev1.ResourceList `json:"totalCapacity,omitempty"`
+	// CurrentCapacity is the capacity of the nodes there are now: the sum
+	// of the schedulable nodes' allocatable, as Service Fabrik names it.
 	// +optional
 	CurrentCapacity corev1.ResourceList `json:"currentCapacity,omitempty"`
 	// Allocatable is the sum of the schedulable nodes' allocatable.
@@ -81,9 +86,9 @@ type SFClusterStatus struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.kubernetesVersion`
 // +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.serviceInstanceCount`
 // +kubebuilder:printcolumn:name="CPU",type=string,JSONPath=`.status.requests.cpu`,description="CPU requested by the cluster's pods"
-// +kubebuilder:printcolumn:name="CPU Capacity",type=string,JSONPath=`.status.currentCapacity.cpu`
+// +kubebuilder:printcolumn:name="CPU Capacity",type=string,JSONPath=`.status.totalCapacity.cpu`
 // +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.status.requests.memory`,description="memory requested by the cluster's pods"
-// +kubebuilder:printcolumn:name="Memory Capacity",type=string,JSONPath=`.status.currentCapacity.memory`
+// +kubebuilder:printcolumn:name="Memory Capacity",type=string,JSONPath=`.status.totalCapacity.memory`
 // +kubebuilder:printcolumn:name="Limit",type=integer,JSONPath=`.spec.schedulingLimitPercentage`,description="percent of the capacity the scheduler fills"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.spec.secretRef`,priority=1
