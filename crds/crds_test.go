@@ -67,6 +67,7 @@ func TestDefinitionsCoverEveryKind(t *testing.T) {
 		"primaza.io/RegisteredService",
 		"primaza.io/ServiceCatalog",
 		"primaza.io/ServiceClaim",
+		"primaza.io/ServiceClass",
 		"resource.servicefabrik.io/SFCluster",
 		"servicebinding.io/ClusterWorkloadResourceMapping",
 		"servicebinding.io/ServiceBinding",

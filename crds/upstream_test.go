@@ -17,7 +17,7 @@ import (
 // kind, each written with every field of the upstream project's CRD.
 var upstreamFixtures = []string{
 	"sfservice.yaml", "sfplan.yaml", "sfserviceinstance.yaml", "sfservicebinding.yaml", "sfcluster.yaml",
-	"servicecatalog.yaml", "serviceclaim.yaml",
+	"servicecatalog.yaml", "serviceclaim.yaml", "serviceclass.yaml",
 }
 
 // TestUpstreamManifestsAreKeptWhole applies, for each kind the seed

@@ -160,6 +160,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupHealthChecks(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}
+	if err := setupServiceClasses(mgr, copts); err != nil {
+		return nil, err
+	}
 	if err := setupCatalogs(mgr, copts); err != nil {
 		return nil, err
 	}

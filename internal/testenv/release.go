@@ -29,6 +29,14 @@ func AtCommit(t testing.TB, ref, path string) []byte {
 	return out
 }
 
+// ExistsAtCommit says whether path was a file of the repository at ref:
+// a kind added since has no definition in an earlier release.
+func ExistsAtCommit(t testing.TB, ref, path string) bool {
+	t.Helper()
+	haveCommit(t, ref)
+	return exec.Command("git", "-C", RepoDir(), "cat-file", "-e", ref+":"+path).Run() == nil
+}
+
 // BuildRelease builds qm as it was at ref, a commit of the repository's
 // history, into the test's own directory, and returns the binary's path:
 // an earlier release, to run beside this one. The source is a git worktree

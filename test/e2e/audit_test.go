@@ -278,6 +278,12 @@ func checkAccess(t *testing.T, kube *testenv.Cluster, r podsRelease) {
 
 // keptUnused are permissions the chart grants that TestChartPods does not
 // use, by "component group resource verb", with the path that needs them.
+// serviceClassWrites is why the watcher may write RegisteredServices and
+// Secrets: a ServiceClass's services and their secret values. The pods
+// test makes no ServiceClass yet; TestServiceClassRegistersItsResources
+// drives them on the processes.
+const serviceClassWrites = "a ServiceClass's RegisteredServices and the Secrets of their secret values"
+
 var keptUnused = map[string]string{
 	"watcher osb.servicefabrik.io sfserviceinstances patch":        "the finalizer, on clusters without the admission policies (before Kubernetes 1.36)",
 	"watcher osb.servicefabrik.io sfservicebindings patch":         "the finalizer, on clusters without the admission policies (before Kubernetes 1.36)",
@@ -287,6 +293,13 @@ var keptUnused = map[string]string{
 	"watcher primaza.io servicecatalogs update":                    "a ServiceCatalog whose services change",
 	"watcher primaza.io servicecatalogs delete":                    "a ServiceCatalog of an environment no service or claim names any more",
 	"watcher core events patch":                                    "the event recorder patches the count of a repeated event",
+	"watcher primaza.io registeredservices create":                 serviceClassWrites,
+	"watcher primaza.io registeredservices update":                 serviceClassWrites,
+	"watcher primaza.io registeredservices delete":                 serviceClassWrites,
+	"watcher primaza.io serviceclasses/status patch":               serviceClassWrites,
+	"watcher core secrets create":                                  serviceClassWrites,
+	"watcher core secrets update":                                  serviceClassWrites,
+	"watcher core secrets delete":                                  serviceClassWrites,
 	"worker primaza.io registeredservices get":                     "a service just given to a claim, read afresh when the worker's cache does not show the hold yet; a hold that met a conflict; a hold let go of for a claim already gone",
 	"worker core events patch":                                     "the event recorder patches the count of a repeated event",
 }
