@@ -34,7 +34,7 @@ func TestServiceFabrikFieldsAreHonoured(t *testing.T) {
 	svc.Name, svc.Namespace = "svc", s.Namespace
 	require.NoError(t, s.Kube.Client.Patch(ctx, svc, ctrlclient.RawPatch(types.MergePatchType, []byte(patch))))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		status, body, _ := s.Do(http.MethodGet, "/v2/catalog", "", nil)
+		status, body, _ := testenv.HTTP(http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
 		require.Equal(c, http.StatusOK, status, body)
 		var catalog struct {
 			Services []struct {
