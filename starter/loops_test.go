@@ -198,10 +198,15 @@ func TestLostNamespaceComesBack(t *testing.T) {
 			resp, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
 			if assert.NoError(c, err, id) {
 				assert.Equal(c, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, resp.GetWorkflowExecutionInfo().GetStatus(), id)
+				// Served, not only started: a worker's long polls issued
+				// to the lost namespace hold some task queue partitions
+				// until they time out (up to a minute), and a loop's
+				// first workflow task waits for them.
+				assert.GreaterOrEqual(c, resp.GetWorkflowExecutionInfo().GetHistoryLength(), int64(4), "%s has completed a workflow task", id)
 			}
 		}
-	}, 2*time.Minute, 200*time.Millisecond, "the search attributes and the health-check shards are back")
-	t.Logf("the namespace's search attributes and loops were back %v after it was lost", time.Since(lost).Round(time.Millisecond))
+	}, 2*time.Minute, 200*time.Millisecond, "the search attributes and the health-check shards are back, and served")
+	t.Logf("the namespace's search attributes and loops were back, and served, %v after it was lost", time.Since(lost).Round(time.Millisecond))
 
 	s.Instance("after", plan, "")
 	s.WaitInstance("after", "provisioned in the namespace registered again", testenv.Succeeded(1))
