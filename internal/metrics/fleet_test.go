@@ -65,7 +65,7 @@ func TestFleetCountsEachKindByState(t *testing.T) {
 			Spec: resourcev1alpha1.SFClusterSpec{SchedulingLimitPercentage: &limit},
 			Status: resourcev1alpha1.SFClusterStatus{State: resourcev1alpha1.ClusterReady, ServiceInstanceCount: 1,
 				TotalCapacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")},
-				Requests:        corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}},
+				Requests:      corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}},
 		&primazav1alpha1.RegisteredService{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s1"},
 			Status: primazav1alpha1.RegisteredServiceStatus{State: primazav1alpha1.ServiceUnreachable}},
 		&primazav1alpha1.RegisteredService{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s2"},
