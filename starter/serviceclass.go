@@ -146,7 +146,8 @@ func (s *ServiceClasses) register(ctx context.Context, class *primazav1alpha1.Se
 	if err != nil {
 		return 0, &classProblem{reason: "NotServed", message: err.Error(), retry: true}, nil
 	}
-	missing, err := bindingusage.AccessOf(ctx, s.Client, mapping.Resource, class.Namespace, "", bindingusage.WatchVerbs)
+	// Cluster-wide: the watcher's cache watches a kind in every namespace.
+	missing, err := bindingusage.AccessOf(ctx, s.Client, mapping.Resource, "", "", bindingusage.WatchVerbs)
 	if err != nil {
 		return 0, nil, err
 	}
