@@ -170,14 +170,20 @@ func TestHealthChecksTCPAndHTTP(t *testing.T) {
 		waitService(t, s, name, primazav1alpha1.ServiceAvailable, flipWithin)
 	}
 
-	var events corev1.EventList
-	require.NoError(t, s.Kube.Client.List(context.Background(), &events, ctrlclient.InNamespace(s.Namespace)))
-	var transitions []string
-	for _, e := range events.Items {
-		if e.InvolvedObject.Name == "tcp" && e.InvolvedObject.Kind == "RegisteredService" {
-			transitions = append(transitions, e.Type+" "+e.Reason+": "+e.Message[:strings.Index(e.Message, ":")])
+	// The recorder writes Events after the status, on a goroutine of its
+	// own: the last one may come a moment after the state it reports.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var events corev1.EventList
+		require.NoError(c, s.Kube.Client.List(context.Background(), &events, ctrlclient.InNamespace(s.Namespace)))
+		var transitions []string
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == "tcp" && e.InvolvedObject.Kind == "RegisteredService" {
+				transitions = append(transitions, e.Type+" "+e.Reason+": "+e.Message[:strings.Index(e.Message, ":")])
+			}
 		}
-	}
+		assert.ElementsMatch(c, []string{"Normal Available: (new) → Available", "Warning Unreachable: Available → Unreachable",
+			"Normal Available: Unreachable → Available"}, transitions, "every transition is an Event")
+	}, 10*time.Second, 100*time.Millisecond, "every transition is an Event, once")
 	// The loop's current details in the UI list the latest changes.
 	id := runs.HealthChecksID(healthcheck.Shard(s.Namespace, "tcp"))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -190,9 +196,6 @@ func TestHealthChecksTCPAndHTTP(t *testing.T) {
 		assert.Contains(c, md.GetCurrentDetails(), s.Namespace+"/tcp: Unreachable → Available: tcp "+l.addr+" accepts connections")
 	}, 10*time.Second, 100*time.Millisecond, "the loop shows the changes of state")
 	recorded(t, s.History(id, ""), "healthchecks")
-
-	assert.ElementsMatch(t, []string{"Normal Available: (new) → Available", "Warning Unreachable: Available → Unreachable",
-		"Normal Available: Unreachable → Available"}, transitions, "every transition is an Event")
 }
 
 // TestHealthCheckThresholdsAndSpecChange: with failureThreshold 2 one
