@@ -142,6 +142,10 @@ func (s *ServiceClasses) register(ctx context.Context, class *primazav1alpha1.Se
 	if err != nil {
 		return 0, &classProblem{reason: "InvalidResource", message: err.Error()}, nil
 	}
+	selects, err := serviceclass.Selector(class)
+	if err != nil {
+		return 0, &classProblem{reason: "InvalidResource", message: err.Error()}, nil
+	}
 	mapping, err := bindingusage.Resolve(s.Client.RESTMapper(), sc.ResourceReference{Group: gv.Group, Version: gv.Version, Kind: class.Spec.Resource.Kind})
 	if err != nil {
 		return 0, &classProblem{reason: "NotServed", message: err.Error(), retry: true}, nil
@@ -164,12 +168,13 @@ func (s *ServiceClasses) register(ctx context.Context, class *primazav1alpha1.Se
 	}
 	wanted := map[string]bool{}
 	var problem *classProblem
+	secretHas := s.secretHas(ctx, class.Namespace)
 	for i := range resources.Items {
 		res := &resources.Items[i]
-		if !res.GetDeletionTimestamp().IsZero() {
+		if !res.GetDeletionTimestamp().IsZero() || !selects(res) {
 			continue
 		}
-		reg, err := serviceclass.Register(class, res, s.secretHas(ctx, class.Namespace))
+		reg, err := serviceclass.Register(class, res, secretHas)
 		if err != nil {
 			if problem == nil {
 				// A linked Secret made later wakes no class: look again.
@@ -211,11 +216,23 @@ func (s *ServiceClasses) watch(gvk schema.GroupVersionKind) error {
 	return nil
 }
 
-// secretHas is serviceclass.SecretKeys over the Secrets of namespace.
+// secretHas is serviceclass.SecretKeys over the Secrets of namespace. Each
+// Secret is read once per reconcile: a class's fields often link to one
+// Secret per resource.
 func (s *ServiceClasses) secretHas(ctx context.Context, namespace string) serviceclass.SecretKeys {
+	type read struct {
+		secret corev1.Secret
+		err    error
+	}
+	reads := map[string]*read{}
 	return func(name, key string) error {
-		var secret corev1.Secret
-		err := s.Live.Get(ctx, ctrlclient.ObjectKey{Namespace: namespace, Name: name}, &secret)
+		r, ok := reads[name]
+		if !ok {
+			r = &read{}
+			r.err = s.Live.Get(ctx, ctrlclient.ObjectKey{Namespace: namespace, Name: name}, &r.secret)
+			reads[name] = r
+		}
+		secret, err := r.secret, r.err
 		switch {
 		case apierrors.IsNotFound(err):
 			return fmt.Errorf("the linked Secret %s does not exist", name)

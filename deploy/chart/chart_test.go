@@ -145,7 +145,7 @@ var variations = []variation{
 			assert.NotContains(t, strings.Join(envOf(c), " "), "QM_BUILD_ID")
 			assert.EqualValues(t, 60, worker["terminationGracePeriodSeconds"])
 		}},
-	{name: "custom scheduler and samples", set: "schedulerName=zone-aware,sampleCatalog={key-value-store},catalogNamespace=brokers",
+	{name: "custom scheduler and samples", set: "schedulerName=zone-aware,sampleCatalog={key-value-store,key-value-store-class},catalogNamespace=brokers",
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
 			for _, d := range []string{"api", "watcher", "worker"} {
 				assert.Equal(t, "zone-aware", podSpec(t, objs["Deployment/qm-quartermaster-"+d])["schedulerName"], d)
@@ -153,6 +153,9 @@ var variations = []variation{
 			plan := objs["SFPlan/key-value-store-small"]
 			require.NotNil(t, plan, "the sample plan is installed")
 			assert.Equal(t, "brokers", plan.GetNamespace())
+			class := objs["ServiceClass/key-value-stores"]
+			require.NotNil(t, class, "the sample class is installed")
+			assert.Equal(t, "brokers", class.GetNamespace(), "beside the instances it registers")
 			assert.Equal(t, "brokers", objs["Role/qm-quartermaster-api"].GetNamespace(), "the API's role is in the catalog namespace")
 		}},
 }

@@ -1,8 +1,10 @@
 // Package samples holds sample catalogs. `qm dev` installs those that
 // Installed names: tenant-namespace and key-value-store, which need a
 // cluster's controllers (the namespace controller; the workload
-// controllers, a scheduler and nodes), as the embedded cluster has them,
-// and usage-kinds, the UsageKinds of the built-in workloads.
+// controllers, a scheduler and nodes), as the embedded cluster has them;
+// usage-kinds, the UsageKinds of the built-in workloads; and
+// key-value-store-class, which registers every key-value store as a
+// claimable service.
 // postgresql.yaml is the seed's plan for clusters that run the Zalando
 // postgres operator.
 package samples
@@ -11,6 +13,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,8 +24,14 @@ import (
 //go:embed *.yaml
 var files embed.FS
 
-// Installed names the samples `qm dev` installs.
-var Installed = []string{"tenant-namespace", "key-value-store", "usage-kinds"}
+// Catalog names the samples of the catalog `qm dev` serves, and tests
+// install.
+var Catalog = []string{"tenant-namespace", "key-value-store", "usage-kinds"}
+
+// Installed names the samples `qm dev` installs: the catalog, and the
+// class that registers its key-value stores (which tests that provision
+// them in a shared namespace do without).
+var Installed = append(slices.Clone(Catalog), "key-value-store-class")
 
 // Load returns the SFService and SFPlans of the sample <name>.yaml.
 func Load(name string) ([]*unstructured.Unstructured, error) {
@@ -37,10 +46,10 @@ func Load(name string) ([]*unstructured.Unstructured, error) {
 	return objs, nil
 }
 
-// Install applies the samples that Installed names in namespace, with
-// server-side apply under fieldOwner, so that a repeated install is a no-op.
-func Install(ctx context.Context, c client.Client, namespace, fieldOwner string) error {
-	for _, name := range Installed {
+// Install applies the samples names in namespace, with server-side apply
+// under fieldOwner, so that a repeated install is a no-op.
+func Install(ctx context.Context, c client.Client, namespace, fieldOwner string, names []string) error {
+	for _, name := range names {
 		objs, err := Load(name)
 		if err != nil {
 			return err

@@ -169,7 +169,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// The sample services and plans, so that a new user can provision,
 	// bind, unbind and deprovision at once.
-	if err := samples.Install(ctx, sys.Kube, SampleNamespace, "qm-dev"); err != nil {
+	if err := samples.Install(ctx, sys.Kube, SampleNamespace, "qm-dev", samples.Installed); err != nil {
 		_ = sys.Stop()
 		return err
 	}
@@ -204,8 +204,8 @@ func Run(ctx context.Context, o Options) error {
 			{"", "export KUBECONFIG=" + kubeconfigPath},
 			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get crds"},
 			{"logs", filepath.Join(o.DataDir, "logs")},
-			{"samples", "services key-value-store and tenant-namespace, plan small each; UsageKinds of the built-in workloads"},
-			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get sfservices,sfplans -n " + SampleNamespace},
+			{"samples", "services key-value-store and tenant-namespace, plan small each; UsageKinds of the built-in workloads; ServiceClass key-value-stores (every key-value store is a claimable service)"},
+			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get sfservices,sfplans,serviceclasses -n " + SampleNamespace},
 			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get usagekinds"},
 			{"nodes", "simulated by kwok: pods are scheduled and run, no container starts"},
 			{"", kubectl + " --kubeconfig " + kubeconfigPath + " get nodes,pods -A"},

@@ -135,6 +135,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	}
 	assert.Contains(t, out.String(), fmt.Sprintf("http://127.0.0.1:%d", opts.UIPort), "the banner names the UI")
 	kube := client(t, kubeconfig)
+	keyValueStoresAreClaimable(t, osbCall, kube)
 	var list apiextensionsv1.CustomResourceDefinitionList
 	require.NoError(t, kube.List(context.Background(), &list))
 	defs, err := crds.Definitions()

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/util/jsonpath"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -40,6 +41,32 @@ func Name(kind, name string) string {
 	return registry.BoundedName(strings.ToLower(kind)+"-", name)
 }
 
+// Selector is the class's fieldSelector as a test of a resource: every
+// resource when it has none. A field a resource lacks is empty, so that
+// status.state!=failed holds for a resource without a state.
+func Selector(class *primazav1alpha1.ServiceClass) (func(*unstructured.Unstructured) bool, error) {
+	text := class.Spec.Resource.FieldSelector
+	if text == "" {
+		return func(*unstructured.Unstructured) bool { return true }, nil
+	}
+	sel, err := fields.ParseSelector(text)
+	if err != nil {
+		return nil, fmt.Errorf("fieldSelector %q does not parse: %w", text, err)
+	}
+	requirements := sel.Requirements()
+	return func(resource *unstructured.Unstructured) bool {
+		set := fields.Set{}
+		for _, r := range requirements {
+			value, err := Eval(resource, "."+r.Field)
+			if err != nil {
+				value = ""
+			}
+			set[r.Field] = value
+		}
+		return sel.Matches(set)
+	}, nil
+}
+
 // Register makes the registration of resource by class. A mapping that
 // does not resolve (a field the resource does not have, a Secret or key
 // that is missing) is an error naming the mapping.
@@ -50,9 +77,12 @@ func Register(class *primazav1alpha1.ServiceClass, resource *unstructured.Unstru
 		Constraints:          class.Spec.Constraints.DeepCopy(),
 	}}
 	if hc := class.Spec.HealthCheck; hc != nil {
+		// The API server's defaults spelled out, so that a service as
+		// stored equals one made again, and a reconcile writes nothing.
 		r.Spec.HealthCheck = &primazav1alpha1.HealthCheck{Container: &primazav1alpha1.HealthCheckContainer{
 			Image: hc.Container.Image, Command: []string{"sh", "-c", hc.Container.Command}, EndpointEnv: true,
-		}}
+			Minutes: 5, TimeoutSeconds: 60,
+		}, FailureThreshold: 1, SuccessThreshold: 1}
 	}
 	mappings := class.Spec.Resource.ServiceEndpointDefinitionMappings
 	for _, field := range mappings.ResourceFields {

@@ -84,7 +84,8 @@ func TestRegister(t *testing.T) {
 				Constraints:               &primazav1alpha1.Constraints{Environments: []string{"dev"}},
 				ServiceEndpointDefinition: []primazav1alpha1.ServiceEndpointDefinitionItem{{Name: "port", Value: ptr.To("5432")}},
 				HealthCheck: &primazav1alpha1.HealthCheck{Container: &primazav1alpha1.HealthCheckContainer{
-					Image: "postgres:16", Command: []string{"sh", "-c", "pg_isready"}, EndpointEnv: true}},
+					Image: "postgres:16", Command: []string{"sh", "-c", "pg_isready"}, EndpointEnv: true, Minutes: 5, TimeoutSeconds: 60},
+					FailureThreshold: 1, SuccessThreshold: 1},
 			},
 		}},
 		{name: "a field the resource does not have", class: class(func(s *primazav1alpha1.ServiceClassSpec) {
@@ -108,6 +109,34 @@ func TestRegister(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestSelector(t *testing.T) {
+	for _, tc := range []struct {
+		name, selector string
+		want           bool
+		err            string
+	}{
+		{name: "none: every resource", want: true},
+		{name: "a field that matches", selector: "spec.host=orders.db", want: true},
+		{name: "a field that does not", selector: "spec.host=other.db"},
+		{name: "every requirement must hold", selector: "spec.host=orders.db,spec.user!=app"},
+		{name: "a number, as text", selector: "spec.port=5432", want: true},
+		{name: "a field the resource lacks is empty", selector: "status.state!=failed", want: true},
+		{name: "metadata too", selector: "metadata.name==orders", want: true},
+		{name: "a selector that does not parse", selector: "spec.host~orders", err: `fieldSelector "spec.host~orders" does not parse: invalid selector: 'spec.host~orders'; can't understand 'spec.host~orders'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := class(func(s *primazav1alpha1.ServiceClassSpec) { s.Resource.FieldSelector = tc.selector })
+			selects, err := serviceclass.Selector(c)
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, selects(database()))
 		})
 	}
 }

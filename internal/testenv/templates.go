@@ -99,6 +99,6 @@ var installSample sync.Once
 func (s *System) installSample() {
 	s.t.Helper()
 	installSample.Do(func() {
-		require.NoError(s.t, samples.Install(context.Background(), s.Kube.Client, "default", "test"))
+		require.NoError(s.t, samples.Install(context.Background(), s.Kube.Client, "default", "test", samples.Catalog))
 	})
 }

@@ -106,6 +106,8 @@ type InstanceMetadata struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sfsi,categories=quartermaster
+// +kubebuilder:selectablefield:JSONPath=`.spec.serviceId`
+// +kubebuilder:selectablefield:JSONPath=`.spec.planId`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.metadata.generation`,description="the generation of the spec"
 // +kubebuilder:printcolumn:name="Observed",type=integer,JSONPath=`.status.observedGeneration`,description="the generation the state is about: lower than Generation while a change is pending"

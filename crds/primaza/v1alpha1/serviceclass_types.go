@@ -67,6 +67,13 @@ type ServiceClassResource struct {
 	APIVersion string `json:"apiVersion"`
 	// +kubebuilder:validation:MinLength=1
 	Kind string `json:"kind"`
+	// FieldSelector narrows the class to the resources whose fields match,
+	// in kubectl's --field-selector syntax over JSON field paths
+	// (spec.serviceId=ID,status.state!=failed). Quartermaster's own: a
+	// class over its SFServiceInstances registers one service's instances,
+	// not every instance in the namespace. Empty: every resource.
+	// +optional
+	FieldSelector string `json:"fieldSelector,omitempty"`
 	// ServiceEndpointDefinitionMappings give each RegisteredService its
 	// endpoint definition.
 	ServiceEndpointDefinitionMappings ServiceEndpointDefinitionMappings `json:"serviceEndpointDefinitionMappings"`
