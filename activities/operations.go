@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,6 +22,7 @@ import (
 	"github.com/quartermaster/qm/internal/parameters"
 	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/registry"
+	"github.com/quartermaster/qm/internal/rotation"
 )
 
 // Offerings finds the plan and service an instance names.
@@ -88,6 +90,12 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 			return Begun{}, err
 		}
 	}
+	if op == lifecycle.OpBind {
+		var refusal *rotation.Refusal
+		if err := rotation.CheckPolicy(t.plan, t.binding); errors.As(err, &refusal) {
+			return Begun{}, temporal.NewNonRetryableApplicationError(refusal.Error(), ErrRotation, nil)
+		}
+	}
 	if op == lifecycle.OpBind && (t.instance.Status.AppliedSpec == nil || t.instance.DeletionTimestamp != nil) {
 		// Retried until the instance is provisioned, or the bind fails;
 		// each retry reads the instance again, not the run's copy.
@@ -108,6 +116,12 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 	b.Schedule = op == lifecycle.OpProvision && a.Schedules && t.instance.Spec.ClusterID == ""
 	if op == lifecycle.OpUnbind {
 		b.NoUnbindTemplate = (&plan.Subject{Plan: t.plan}).Template(osbv1alpha1.ActionUnbind) == nil
+	}
+	if t.binding != nil && rotation.Front(t.plan, t.binding) {
+		b.Rotates = true
+		if r := t.binding.Status.Rotation; r != nil {
+			b.RotationGeneration = r.Generation
+		}
 	}
 	if p := t.plan.Spec.MaximumPollingDuration; p != nil {
 		b.MaxPolling = time.Duration(*p) * time.Second

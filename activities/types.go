@@ -27,6 +27,12 @@ type Begun struct {
 	// the operation's metrics.
 	Service string `json:"service,omitempty"`
 	Plan    string `json:"plan,omitempty"`
+	// Rotates is set for a binding whose credentials rotate
+	// (rotation.Front): its bind publishes a successor's credentials, and
+	// its unbind takes its successors away. RotationGeneration is the
+	// generation it publishes already.
+	Rotates            bool  `json:"rotates,omitempty"`
+	RotationGeneration int64 `json:"rotationGeneration,omitempty"`
 }
 
 // Scheduled is the outcome of a scheduling step.

@@ -210,3 +210,28 @@ func hold(t *testing.T, s *testenv.System, name string) {
 		}
 	})
 }
+
+// TestOSBBindingsRotateOnThePlansSchedule: a plan's bindingRotation is the
+// policy of the bindings a platform makes: the bind answers with the
+// credentials of the binding's first successor, and OSB's metadata says
+// when to renew them (the next rotation) and when they expire (the end of
+// its overlap), not what the plan's status template says; GET agrees.
+func TestOSBBindingsRotateOnThePlansSchedule(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	plan := s.Plan("scheduled", "  bindingRotatable: true\n  bindingRotation: {every: 1h, keepFor: 10m}", testenv.Templates("rotating"))
+	s.Expect(http.MethodPut, "/v2/service_instances/db", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`,
+		s.ServiceID, plan), http.StatusCreated, "")
+	before := time.Now().Truncate(time.Second)
+	body := s.Expect(http.MethodPut, "/v2/service_instances/db/service_bindings/b-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan),
+		http.StatusCreated, "")
+	var got boundCredentials
+	require.NoError(t, json.Unmarshal([]byte(body), &got), body)
+	assert.Equal(t, "u-b-1-r1", got.Credentials.User, "the first successor's login")
+	renew, err := time.Parse(time.RFC3339, got.Metadata.RenewBefore)
+	require.NoError(t, err, body)
+	expires, err := time.Parse(time.RFC3339, got.Metadata.ExpiresAt)
+	require.NoError(t, err, body)
+	assert.WithinDuration(t, before.Add(time.Hour), renew, time.Minute, "renew before the next rotation")
+	assert.Equal(t, 10*time.Minute, expires.Sub(renew), "they expire when its overlap ends")
+	assert.JSONEq(t, body, s.Expect(http.MethodGet, "/v2/service_instances/db/service_bindings/b-1", "", http.StatusOK, ""))
+}

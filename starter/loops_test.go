@@ -37,7 +37,7 @@ const lostInFlight = 100
 // recreated namespace). Within a few of the watcher's looks, every
 // long-lived run runs again, started from the resources: the 16
 // health-check shards, the namespace's claim allocator, the claim, the
-// binding usage and the ServiceBinding; and the 100 provisions that were
+// binding usage, the ServiceBinding and a binding's rotation; and the 100 provisions that were
 // under way (their plan waits for a gate) run again and succeed once the
 // gates open, each still at its first generation. The metric counts each
 // kind. A
@@ -84,8 +84,19 @@ spec:
 	createUsage(t, s, "web-db", kind, "web", "{name: db}", "{envPrefix: {name: DB_}}")
 	waitUsage(t, s, "web-db", sc.UsageReady, "Injected")
 
+	// A binding whose credentials rotate every hour.
+	rotating := s.Plan("rotating", "  bindingRotatable: true", testenv.Templates("rotating"))
+	s.Instance("keys", rotating, "")
+	s.WaitInstance("keys", "provisioned", testenv.Succeeded(1))
+	s.Create(fmt.Sprintf(`
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceBinding
+metadata: {name: keys, namespace: %s}
+spec: {id: keys, instanceId: keys, serviceId: %s, planId: %s, rotation: {every: 1h, keepFor: 1m}}`, s.Namespace, s.ServiceID, rotating))
+	rotated := waitRotation(t, s, "keys", 1).Status.Rotation
+
 	want := []string{runs.AllocatorID(s.Namespace), runs.ClaimID(s.Namespace, "app"), runs.ServiceBindingID(s.Namespace, "web-pg"),
-		runs.BindingUsageID(s.Namespace, "web-db")}
+		runs.BindingUsageID(s.Namespace, "web-db"), runs.CredentialRotationID(s.Namespace, "keys")}
 	for shard := range healthcheck.Shards {
 		want = append(want, runs.HealthChecksID(shard))
 	}
@@ -125,7 +136,7 @@ spec:
 
 	after := testenv.Scrape(t, s.WatcherMetrics)
 	for kind, least := range map[string]int{loops.HealthChecks: healthcheck.Shards, loops.ClaimAllocator: 1, loops.Claim: 1,
-		loops.ServiceBinding: 1, loops.BindingUsage: 1} {
+		loops.ServiceBinding: 1, loops.BindingUsage: 1, loops.CredentialRotation: 1} {
 		assert.GreaterOrEqual(t, after.Count("qm_runs_reestablished_total", "kind", kind)-metrics.Count("qm_runs_reestablished_total", "kind", kind),
 			least, "re-established runs of kind %s counted", kind)
 	}
@@ -159,6 +170,7 @@ spec:
 	var boundNow osbv1alpha1.SFServiceBinding
 	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(bound), &boundNow))
 	assert.Equal(t, bound.Status, boundNow.Status, "the binding was not done again")
+	assert.Equal(t, rotated, getBinding(t, s, "keys").Status.Rotation, "the rotation that came back did not rotate before its time")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var sb sbv1.ServiceBinding
 		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "web-pg"}, &sb))

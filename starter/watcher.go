@@ -175,6 +175,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupServiceBindings(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}
+	if err := setupCredentialRotations(mgr, tc, copts, keep); err != nil {
+		return nil, err
+	}
 	if err := setupAutoUpdates(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}

@@ -80,6 +80,7 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	ops := &activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds,
 		Clusters: a.Clusters, Schedules: a.Scheduler.Schedules(), Events: a.Events}
 	w.RegisterActivity(ops)
+	w.RegisterActivity(&activities.Rotations{Ops: ops})
 	w.RegisterActivity(&activities.Scheduling{Client: a.Kube, Instances: a.Instances, Offerings: a.Offerings, Scheduler: a.Scheduler, Bounds: a.Bounds,
 		Events: a.Events, Runs: ops})
 	if a.HealthChecks == nil {

@@ -97,6 +97,11 @@ func create(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 	}
 	m := measure(ctx, op, begun)
 	s := newSteps(ctx, t, op, begun.MaxPolling)
+	if begun.Rotates {
+		// A rotating binding publishes a successor's credentials, and
+		// applies nothing of its own.
+		return m.end(finish(ctx, t, op, begun.Generation, firstCredentials(ctx, s, begun), nil))
+	}
 	if begun.Schedule {
 		gen, o, ok := schedule(ctx, s, begun)
 		if !ok {
@@ -123,6 +128,10 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 	}
 	m := measure(ctx, op, begun)
 	s := newSteps(ctx, t, op, begun.MaxPolling)
+	if begun.Rotates {
+		o, _ := waitForSuccessors(ctx, s, begun.MaxPolling)
+		return m.end(finish(ctx, t, op, begun.Generation, o, nil))
+	}
 	// Unbinding an instance's bindings first came later: runs that began
 	// before it keep their old path.
 	if op == lifecycle.OpDeprovision && workflow.GetVersion(ctx, unbindFirst, workflow.DefaultVersion, 1) == 1 {
@@ -340,12 +349,13 @@ func ptr[T any](v T) *T { return &v }
 func Register(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(SelfCheck)
 	for name, wf := range map[string]any{
-		runs.HealthChecksType:   HealthChecks,
-		runs.ClaimType:          ServiceClaim,
-		runs.AllocatorType:      ClaimAllocator,
-		runs.BindingUsageType:   BindingUsage,
-		runs.ServiceBindingType: ServiceBinding,
-		runs.MassUpdateType:     MassUpdate,
+		runs.HealthChecksType:       HealthChecks,
+		runs.ClaimType:              ServiceClaim,
+		runs.AllocatorType:          ClaimAllocator,
+		runs.BindingUsageType:       BindingUsage,
+		runs.ServiceBindingType:     ServiceBinding,
+		runs.MassUpdateType:         MassUpdate,
+		runs.CredentialRotationType: CredentialRotation,
 	} {
 		r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: name, VersioningBehavior: workflow.VersioningBehaviorAutoUpgrade})
 	}

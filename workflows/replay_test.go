@@ -47,6 +47,9 @@ var histories = []string{
 	"mass-update-steered",          // a mass update paused by its failure budget, resumed, paused again, cancelled
 	"provision-scheduled",          // scheduled on a sister cluster first, then applied there
 	"provision-waited-for-cluster", // waited while no cluster had room, then scheduled on a new one
+	"bind-rotating",                // a binding with a rotation policy: its first successor bound, its credentials published
+	"unbind-rotating",              // a rotating binding unbound: its successors deleted and waited for
+	"credential-rotation",          // a binding's rotations: three scheduled, their predecessors retired, one forced, one failed
 }
 
 // frozen are histories recorded by earlier code, kept as they are (never

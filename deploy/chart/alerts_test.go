@@ -33,7 +33,7 @@ func promtool(t *testing.T, dir string, args ...string) string {
 // that should raise it and quiet on a healthy neighbour
 // (testdata/alerts_test.yaml).
 func TestAlertRules(t *testing.T) {
-	assert.Contains(t, promtool(t, ".", "check", "rules", rulesFile), "SUCCESS: 7 rules found")
+	assert.Contains(t, promtool(t, ".", "check", "rules", rulesFile), "SUCCESS: 8 rules found")
 	assert.Contains(t, promtool(t, "testdata", "test", "rules", "alerts_test.yaml"), "SUCCESS")
 }
 
@@ -58,7 +58,7 @@ func TestChartShipsDashboardAndAlerts(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "rendered.rules.yaml")
 	require.NoError(t, os.WriteFile(path, spec, 0o600))
-	assert.Contains(t, promtool(t, ".", "check", "rules", path), "SUCCESS: 7 rules found")
+	assert.Contains(t, promtool(t, ".", "check", "rules", path), "SUCCESS: 8 rules found")
 
 	raw, err := os.ReadFile(rulesFile)
 	require.NoError(t, err)

@@ -22,6 +22,8 @@ const (
 	BindingUsage   = "binding-usage"
 	ServiceBinding = "service-binding"
 	AutoMassUpdate = "auto-mass-update"
+	// CredentialRotation is a rotating binding's schedule.
+	CredentialRotation = "credential-rotation"
 	// InstanceOperation and BindingOperation are operations whose
 	// resource says they are under way: they end, but until then a lost
 	// run leaves its resource "in progress" for good.

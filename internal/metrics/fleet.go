@@ -112,6 +112,9 @@ var (
 	bindingsDesc = prometheus.NewDesc("qm_bindings",
 		"SFServiceBindings by plan and state of their last operation.",
 		[]string{"service", "plan", "state"}, nil)
+	overdueDesc = prometheus.NewDesc("qm_bindings_rotation_overdue",
+		"Rotating SFServiceBindings whose next rotation is more than a minute late (status.rotation.nextRotation), by plan.",
+		[]string{"service", "plan"}, nil)
 	maxPollingDesc = prometheus.NewDesc("qm_plan_maximum_polling_seconds",
 		"Each plan's maximum_polling_duration (an hour when it sets none): the time an operation may stay in progress.",
 		[]string{"service", "plan"}, nil)
@@ -146,7 +149,7 @@ var (
 
 var counters = []counter{
 	{&osbv1alpha1.SFServiceInstance{}, []*prometheus.Desc{instancesDesc, waitingDesc, reservationsDesc}, countInstances},
-	{&osbv1alpha1.SFServiceBinding{}, []*prometheus.Desc{bindingsDesc}, countBindings},
+	{&osbv1alpha1.SFServiceBinding{}, []*prometheus.Desc{bindingsDesc, overdueDesc}, countBindings},
 	{&osbv1alpha1.SFPlan{}, []*prometheus.Desc{maxPollingDesc}, countPlans},
 	{&resourcev1alpha1.SFCluster{}, []*prometheus.Desc{clusterInstancesDesc, clusterUseDesc, clusterLimitDesc, clusterReadyDesc}, countClusters},
 	{&primazav1alpha1.RegisteredService{}, []*prometheus.Desc{servicesDesc}, byState(servicesDesc, &primazav1alpha1.RegisteredServiceList{}, serviceState)},
@@ -234,7 +237,12 @@ func countInstances(ctx context.Context, r client.Reader, add adder) error {
 	return nil
 }
 
+// RotationGrace is how late a rotation may be before it counts as
+// overdue: a rotation takes a bind's time.
+const RotationGrace = time.Minute
+
 func countBindings(ctx context.Context, r client.Reader, add adder) error {
+	now := time.Now()
 	var l osbv1alpha1.SFServiceBindingList
 	if err := listAll(ctx, r, &l); err != nil {
 		return err
@@ -242,6 +250,12 @@ func countBindings(ctx context.Context, r client.Reader, add adder) error {
 	for i := range l.Items {
 		b := &l.Items[i]
 		add(bindingsDesc, 1, b.Spec.ServiceID, b.Spec.PlanID, state(string(b.Status.State)))
+		if r := b.Status.Rotation; r != nil && r.NextRotation != nil && b.DeletionTimestamp.IsZero() {
+			// Every rotating binding counts, 0 or 1, so that the alert's
+			// series exists before the first one is late.
+			late := now.Sub(r.NextRotation.Time) > RotationGrace
+			add(overdueDesc, map[bool]float64{true: 1, false: 0}[late], b.Spec.ServiceID, b.Spec.PlanID)
+		}
 	}
 	return nil
 }

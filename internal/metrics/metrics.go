@@ -72,8 +72,12 @@ var (
 	}, []string{"kind"})
 	runsReestablished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qm_runs_reestablished_total",
-		Help: "Long-lived runs (health-check shards, claim allocators, claims, binding usages, ServiceBindings, automatic mass updates) that Temporal no longer had and the watcher started again from their resources, by kind.",
+		Help: "Long-lived runs (health-check shards, claim allocators, claims, binding usages, ServiceBindings, credential rotations, automatic mass updates) that Temporal no longer had and the watcher started again from their resources, by kind.",
 	}, []string{"kind"})
+	rotations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qm_rotations_total",
+		Help: "Scheduled and forced rotations of binding credentials, by plan and outcome (succeeded, failed: the old credentials stay).",
+	}, []string{"service", "plan", "outcome"})
 	appliesSuperseded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qm_applies_superseded_total",
 		Help: "Applies that the fence kept out because a newer generation's apply had overtaken them (a worker that was paused or cut off and went on), by kind of resource (SFServiceInstance, SFServiceBinding).",
@@ -81,7 +85,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(operationsStarted, operationsEnded, operationDuration, healthChecks, healthCheckDuration, runsReestablished, appliesSuperseded, served)
+	ctrlmetrics.Registry.MustRegister(operationsStarted, operationsEnded, operationDuration, healthChecks, healthCheckDuration, runsReestablished, appliesSuperseded, rotations, served)
 }
 
 // OperationStarted counts an operation that began.
@@ -128,4 +132,10 @@ func RunReestablished(kind string) {
 // refused: a stale worker's, which wrote nothing.
 func ApplySuperseded(kind string) {
 	appliesSuperseded.WithLabelValues(kind).Inc()
+}
+
+// Rotated counts a rotation of a binding's credentials of the plan, by
+// outcome (Succeeded, Failed).
+func Rotated(service, plan, outcome string) {
+	rotations.WithLabelValues(service, plan, outcome).Inc()
 }

@@ -167,6 +167,20 @@ func ServiceBindingID(namespace, name string) string {
 	return "servicebinding/" + namespace + "/" + name
 }
 
+// CredentialRotationType is the registered name of a rotating binding's
+// workflow, which replaces its credentials on a schedule.
+const CredentialRotationType = "CredentialRotation"
+
+// SignalRotationChanged tells a rotation's workflow to look again: its
+// binding's policy or force annotation changed, or it is being deleted.
+const SignalRotationChanged = "rotation-changed"
+
+// CredentialRotationID is the ID of the rotation workflow of the
+// SFServiceBinding namespace/name, e.g. "credentialrotation/apps/app-db".
+func CredentialRotationID(namespace, name string) string {
+	return "credentialrotation/" + namespace + "/" + name
+}
+
 // MassUpdateType is the registered name of the mass update workflow.
 const MassUpdateType = "MassUpdate"
 

@@ -74,6 +74,7 @@ type ManagerSpec struct {
 
 // SFPlanSpec is an OSB plan, as served by /v2/catalog, plus the templates
 // that map each OSB action to Kubernetes resources.
+// +kubebuilder:validation:XValidation:rule="!has(self.bindingRotation) || (has(self.bindingRotatable) && self.bindingRotatable)",message="bindingRotation needs bindingRotatable: true"
 type SFPlanSpec struct {
 	// Name is the OSB plan name.
 	// +kubebuilder:validation:MinLength=1
@@ -102,6 +103,11 @@ type SFPlanSpec struct {
 	// false unless set.
 	// +optional
 	BindingRotatable *bool `json:"bindingRotatable,omitempty"`
+	// BindingRotation is the rotation of the plan's bindings that set
+	// none (SFServiceBinding spec.rotation), made after it is set:
+	// Quartermaster's own. It needs bindingRotatable.
+	// +optional
+	BindingRotation *CredentialRotation `json:"bindingRotation,omitempty"`
 	// AutoUpdateInstances re-renders every instance of the plan when the
 	// plan's spec changes: a MassUpdate run per generation, with MassUpdate's
 	// settings.

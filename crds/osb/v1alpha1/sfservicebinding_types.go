@@ -42,6 +42,75 @@ type SFServiceBindingSpec struct {
 	// .predecessor. The predecessor keeps working until it is unbound.
 	// +optional
 	PredecessorBinding string `json:"predecessorBinding,omitempty"`
+	// Rotation replaces the binding's credentials on a schedule
+	// (Quartermaster's own): each rotation binds a successor by the rules
+	// of OSB rotation, writes its credentials into this binding's Secret,
+	// and unbinds the predecessor once keepFor has passed. It needs a plan
+	// with bindingRotatable, and is set when the binding is made or never
+	// (the plan's bindingRotation is the default). The annotation
+	// quartermaster.io/rotate, set to a new value, rotates at once.
+	// +optional
+	Rotation *CredentialRotation `json:"rotation,omitempty"`
+}
+
+// RotateAnnotation, set to any new value on a rotating binding, rotates
+// its credentials at once.
+const RotateAnnotation = "quartermaster.io/rotate"
+
+// RotationOfLabel marks the successor bindings a rotating binding made,
+// with the rotating binding's UID as its value (a name may be longer than
+// a label value).
+const RotationOfLabel = "quartermaster.io/rotation-of"
+
+// ConditionRotated says whether a rotating binding's last rotation
+// succeeded, and if not, why.
+const ConditionRotated = "Rotated"
+
+// CredentialRotation says how often a binding's credentials are replaced,
+// and how long the replaced ones stay valid.
+// +kubebuilder:validation:XValidation:rule="duration(self.keepFor) < duration(self.every)",message="keepFor must be shorter than every: at most two sets of credentials are valid at once"
+// +kubebuilder:validation:XValidation:rule="duration(self.every) >= duration('10s')",message="every must be at least 10s"
+type CredentialRotation struct {
+	// Every is how long a set of credentials is the current one, e.g. 720h.
+	Every metav1.Duration `json:"every"`
+	// KeepFor is how long credentials stay valid once replaced, so that
+	// every workload moves to the new ones first, e.g. 1h.
+	KeepFor metav1.Duration `json:"keepFor"`
+}
+
+// RotationStatus is where a rotating binding's rotations stand.
+type RotationStatus struct {
+	// Generation counts the sets of credentials the binding has had: the
+	// current ones are its successor binding of that generation.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// Current names the successor SFServiceBinding whose credentials the
+	// binding publishes.
+	// +optional
+	Current string `json:"current,omitempty"`
+	// LastRotated is when the current credentials were published.
+	// +optional
+	LastRotated *metav1.Time `json:"lastRotated,omitempty"`
+	// NextRotation is when they are to be replaced.
+	// +optional
+	NextRotation *metav1.Time `json:"nextRotation,omitempty"`
+	// Forced is the last value of the quartermaster.io/rotate annotation
+	// that was honoured.
+	// +optional
+	Forced string `json:"forced,omitempty"`
+	// Retiring are the replaced credentials still valid, each until it is
+	// unbound.
+	// +optional
+	// +listType=atomic
+	Retiring []RetiringCredentials `json:"retiring,omitempty"`
+}
+
+// RetiringCredentials are replaced credentials that stay valid until.
+type RetiringCredentials struct {
+	// Binding is the successor SFServiceBinding that holds them.
+	Binding string `json:"binding"`
+	// Until is when it is unbound.
+	Until metav1.Time `json:"until"`
 }
 
 // BindingResponse is what a bind gave back: where its credentials are, and
@@ -121,6 +190,10 @@ type SFServiceBindingStatus struct {
 	// once the instance is gone. Empty: the cluster Quartermaster runs in.
 	// +optional
 	ClusterID string `json:"clusterId,omitempty"`
+	// Rotation is set on a binding whose credentials rotate: it publishes
+	// those of a successor binding, replaced on a schedule.
+	// +optional
+	Rotation *RotationStatus `json:"rotation,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional
@@ -139,6 +212,8 @@ type SecretReference struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sfsb,categories=quartermaster
 // +kubebuilder:validation:XValidation:rule=`(has(self.spec.predecessorBinding) ? self.spec.predecessorBinding : "") == (has(oldSelf.spec.predecessorBinding) ? oldSelf.spec.predecessorBinding : "")`,message="spec.predecessorBinding is immutable"
+// +kubebuilder:validation:XValidation:rule=`has(self.spec.rotation) == has(oldSelf.spec.rotation)`,message="spec.rotation is set when the binding is made, or never: a binding that rotates publishes a successor's credentials, and one made without it holds its own"
+// +kubebuilder:printcolumn:name="Rotated",type=date,JSONPath=`.status.rotation.lastRotated`,priority=1
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Instance",type=string,JSONPath=`.spec.instanceId`
 // +kubebuilder:printcolumn:name="Predecessor",type=string,JSONPath=`.spec.predecessorBinding`,priority=1

@@ -1,0 +1,271 @@
+package starter_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/bindingusage"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/servicebinding"
+	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// TestCredentialsRotateOnSchedule: a binding made with a rotation policy of
+// a 20 s period and a 10 s overlap, injected into one Deployment by a
+// usage and into another by a ServiceBinding. Over three rotations its
+// Secret keeps its name and its credentials change; the predecessor's
+// login is there until its overlap ends, then gone; each Deployment's pod
+// template changes exactly once per rotation. The force annotation
+// rotates at once; a successor that fails to bind leaves the credentials
+// working, and the binding's condition says why; a plan whose bindings do
+// not rotate refuses the policy; the unbind takes every successor away.
+func TestCredentialsRotateOnSchedule(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	ctx := context.Background()
+	plan := s.Plan("rotating", "  bindingRotatable: true", testenv.Templates("rotating"))
+	fixed := s.Plan("fixed", "", testenv.Templates("rotating"))
+	s.Instance("db", plan, "")
+	s.WaitInstance("db", "provisioned", testenv.Succeeded(1))
+	binding := func(name, planID string) {
+		s.Create(fmt.Sprintf(`
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceBinding
+metadata: {name: %s, namespace: %s}
+spec: {id: %s, instanceId: db, serviceId: %s, planId: %s, rotation: {every: 20s, keepFor: 10s}}`, name, s.Namespace, name, s.ServiceID, planID))
+	}
+
+	// A plan whose bindings do not rotate refuses the policy.
+	binding("refused", fixed)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		b := getBinding(c, s, "refused")
+		assert.Equal(c, osbv1alpha1.StateFailed, b.Status.State)
+		assert.Contains(c, b.Status.Description, `plan "fixed" does not rotate bindings (its bindingRotatable is not true): spec.rotation cannot be honoured`)
+	}, 30*time.Second, 50*time.Millisecond, "the policy is refused")
+
+	binding("app", plan)
+	b := waitRotation(t, s, "app", 1)
+	bindID := runs.WorkflowID(lifecycle.BindingTarget(b))
+	recorded(t, s.History(bindID, s.ClosedRun(bindID, runs.WorkflowType(lifecycle.OpBind))), "bind-rotating")
+	secretName := b.Status.Response.SecretRef
+	require.NotEmpty(t, secretName)
+	assert.Equal(t, &osbv1alpha1.SecretReference{Name: secretName}, b.Status.Binding, "the Secret is published for servicebinding.io")
+	creds := secretData(t, s, secretName)
+	assert.Equal(t, "u-app-r1", creds["user"], "the first successor's login")
+
+	// Two workloads: web by a usage, api by a ServiceBinding to the binding.
+	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
+	s.Kube.Kubectl(t, strings.ReplaceAll(testenv.WebManifest(s.Namespace), "web", "api"), "apply", "-f", "-")
+	createUsage(t, s, "web-db", usageKind(t, s, "deployment", deploymentKind), "web", "{name: app}", "")
+	s.Create(fmt.Sprintf(`
+apiVersion: servicebinding.io/v1
+kind: ServiceBinding
+metadata: {name: api-db, namespace: %s}
+spec:
+  service: {apiVersion: osb.servicefabrik.io/v1alpha1, kind: SFServiceBinding, name: app}
+  workload: {apiVersion: apps/v1, kind: Deployment, name: api}`, s.Namespace))
+	hashKeys := map[string]string{"web": bindingusage.HashKey("web-db"), "api": bindingusage.HashKey(servicebinding.UsageName("api-db"))}
+	projected := func(hash string) map[string]int64 {
+		t.Helper()
+		gens := map[string]int64{}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			for name, key := range hashKeys {
+				d := getDeployment(c, s, name)
+				assert.Equal(c, hash, d.Spec.Template.Annotations[key], "the pod template of %s carries the credentials' hash", name)
+				gens[name] = d.Generation
+			}
+		}, 30*time.Second, 50*time.Millisecond, "both Deployments carry the credentials")
+		return gens
+	}
+	gens := projected(bindingusage.Hash(secretBytes(t, s, secretName)))
+
+	for gen := int64(2); gen <= 4; gen++ {
+		predecessorLogin := fmt.Sprintf("db-login-app-r%d", gen-1)
+		requireConfigMap(t, s, predecessorLogin, true)
+		b = waitRotation(t, s, "app", gen)
+		assert.Equal(t, secretName, b.Status.Response.SecretRef, "the Secret's name stays")
+		now := secretData(t, s, secretName)
+		assert.NotEqual(t, creds["password"], now["password"], "rotation %d changes the credentials", gen-1)
+		assert.Equal(t, "u-app-r1", now["user"], "the successor keeps the predecessor's user, as the plan says")
+		creds = now
+
+		// The predecessor's login stays for the overlap, then goes.
+		require.Len(t, b.Status.Rotation.Retiring, 1)
+		until := b.Status.Rotation.Retiring[0].Until.Time
+		assert.Equal(t, fmt.Sprintf("app-r%d", gen-1), b.Status.Rotation.Retiring[0].Binding)
+		assert.WithinDuration(t, b.Status.Rotation.LastRotated.Add(10*time.Second), until, time.Second)
+		if time.Until(until) > time.Second {
+			requireConfigMap(t, s, predecessorLogin, true)
+		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: predecessorLogin}, &corev1.ConfigMap{})
+			assert.True(c, apierrors.IsNotFound(err), "the predecessor's login is gone: %v", err)
+		}, 30*time.Second, 50*time.Millisecond, "the predecessor of generation %d is unbound", gen)
+		assert.False(t, time.Now().Before(until.Add(-time.Second)), "not before its overlap ended (%s)", until)
+
+		// Each pod template changed exactly once.
+		next := projected(bindingusage.Hash(secretBytes(t, s, secretName)))
+		for name := range hashKeys {
+			assert.Equal(t, gens[name]+1, next[name], "rotation %d rolls %s once", gen-1, name)
+		}
+		gens = next
+	}
+
+	// The force annotation rotates at once, well within the period.
+	forced := time.Now()
+	s.Kube.Kubectl(t, "", "annotate", "sfservicebinding", "app", "-n", s.Namespace, osbv1alpha1.RotateAnnotation+"=one")
+	b = waitRotation(t, s, "app", 5)
+	assert.Less(t, b.Status.Rotation.LastRotated.Sub(forced.Truncate(time.Second)), 15*time.Second)
+	assert.Equal(t, "one", b.Status.Rotation.Forced)
+	creds = secretData(t, s, secretName)
+
+	// A successor that fails leaves the credentials as they are.
+	s.Kube.Kubectl(t, "", "patch", "sfservicebinding", "app", "-n", s.Namespace, "--type=merge", "-p", `{"spec":{"parameters":{"fail":true}}}`)
+	s.Kube.Kubectl(t, "", "annotate", "--overwrite", "sfservicebinding", "app", "-n", s.Namespace, osbv1alpha1.RotateAnnotation+"=two")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		b := getBinding(c, s, "app")
+		cond := meta.FindStatusCondition(b.Status.Conditions, osbv1alpha1.ConditionRotated)
+		if assert.NotNil(c, cond) {
+			assert.Equal(c, "False", string(cond.Status))
+			assert.Equal(c, "generation 6 failed: the successor's bind failed: the database refused the login; the credentials of app-r5 stay", cond.Message)
+		}
+		assert.EqualValues(c, 5, b.Status.Rotation.Generation)
+	}, 30*time.Second, 50*time.Millisecond, "the failed rotation is on the binding's condition")
+	assert.Equal(t, creds, secretData(t, s, secretName), "the credentials still work")
+	requireConfigMap(t, s, "db-login-app-r5", true)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "app-r6"}, &osbv1alpha1.SFServiceBinding{})
+		assert.True(c, apierrors.IsNotFound(err), "the failed successor is unbound: %v", err)
+	}, 30*time.Second, 50*time.Millisecond)
+
+	// The unbind takes every successor, and their logins, away.
+	require.NoError(t, s.Kube.Client.Delete(ctx, &osbv1alpha1.SFServiceBinding{ObjectMeta: metaName(s.Namespace, "app")}))
+	s.WaitGone(&osbv1alpha1.SFServiceBinding{ObjectMeta: metaName(s.Namespace, "app")})
+	var left osbv1alpha1.SFServiceBindingList
+	require.NoError(t, s.Kube.Client.List(ctx, &left, ctrlclient.InNamespace(s.Namespace)))
+	for _, l := range left.Items {
+		assert.Equal(t, "refused", l.Name, "no successor is left")
+	}
+	requireConfigMap(t, s, "db-login-app-r5", false)
+	recorded(t, s.History(bindID, s.ClosedRun(bindID, runs.WorkflowType(lifecycle.OpUnbind))), "unbind-rotating")
+	rotationID := runs.CredentialRotationID(s.Namespace, "app")
+	recorded(t, s.History(rotationID, s.ClosedRun(rotationID, runs.CredentialRotationType)), "credential-rotation")
+}
+
+// waitRotation waits until the binding has published generation gen and
+// its operation succeeded, and returns it.
+func waitRotation(t *testing.T, s *testenv.System, name string, gen int64) *osbv1alpha1.SFServiceBinding {
+	t.Helper()
+	var b *osbv1alpha1.SFServiceBinding
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		b = getBinding(c, s, name)
+		assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State, b.Status.Description)
+		if assert.NotNil(c, b.Status.Rotation) {
+			assert.Equal(c, gen, b.Status.Rotation.Generation)
+		}
+	}, 45*time.Second, 50*time.Millisecond, "binding %s publishes generation %d", name, gen)
+	return b
+}
+
+func getBinding(c require.TestingT, s *testenv.System, name string) *osbv1alpha1.SFServiceBinding {
+	var b osbv1alpha1.SFServiceBinding
+	require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &b))
+	return &b
+}
+
+func secretBytes(t *testing.T, s *testenv.System, name string) map[string][]byte {
+	t.Helper()
+	var secret corev1.Secret
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &secret))
+	return secret.Data
+}
+
+func secretData(t *testing.T, s *testenv.System, name string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for k, v := range secretBytes(t, s, name) {
+		out[k] = string(v)
+	}
+	return out
+}
+
+// requireConfigMap says that the ConfigMap exists, or not.
+func requireConfigMap(t *testing.T, s *testenv.System, name string, exists bool) {
+	t.Helper()
+	err := s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &corev1.ConfigMap{})
+	if exists {
+		require.NoError(t, err, "ConfigMap %s exists", name)
+		return
+	}
+	require.True(t, apierrors.IsNotFound(err), "ConfigMap %s is gone: %v", name, err)
+}
+
+// TestRotationSurvivesAWorkerKilledMidway: the worker stops while a forced
+// rotation waits for its successor's bind, and another takes over. The
+// rotation completes once: generation 2 is published once, no third
+// successor is made, and the first one is retired after its overlap.
+func TestRotationSurvivesAWorkerKilledMidway(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	ctx := context.Background()
+	plan := s.Plan("gated", "  bindingRotatable: true", testenv.Templates("gated-binding"))
+	s.Instance("db", plan, "")
+	s.WaitInstance("db", "provisioned", testenv.Succeeded(1))
+	s.OpenGate("db", "bind-gate")
+	s.OpenGate("db", "unbind-gate")
+	s.Create(fmt.Sprintf(`
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceBinding
+metadata: {name: app, namespace: %s}
+spec: {id: app, instanceId: db, serviceId: %s, planId: %s, rotation: {every: 1h, keepFor: 5s}}`, s.Namespace, s.ServiceID, plan))
+	waitRotation(t, s, "app", 1)
+
+	// The gate closed: the next successor's bind waits.
+	gate := &corev1.ConfigMap{ObjectMeta: metaName(s.Namespace, "db-bind-gate")}
+	require.NoError(t, s.Kube.Client.Delete(ctx, gate))
+	s.Kube.Kubectl(t, "", "annotate", "sfservicebinding", "app", "-n", s.Namespace, osbv1alpha1.RotateAnnotation+"=now")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, osbv1alpha1.StateInProgress, getBinding(c, s, "app-r2").Status.State)
+	}, 30*time.Second, 50*time.Millisecond, "the successor's bind waits at the gate")
+
+	s.StopWorker()
+	s.StartWorker()
+	s.OpenGate("db", "bind-gate")
+	b := waitRotation(t, s, "app", 2)
+	assert.Equal(t, "app-r2", b.Status.Rotation.Current)
+	assert.Equal(t, "now", b.Status.Rotation.Forced)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "app-r1"}, &osbv1alpha1.SFServiceBinding{})
+		assert.True(c, apierrors.IsNotFound(err), "the first successor is retired: %v", err)
+		assert.Empty(c, getBinding(c, s, "app").Status.Rotation.Retiring)
+	}, 30*time.Second, 50*time.Millisecond, "the overlap ends")
+
+	// Once: one Event for the generation, and no successor beyond it.
+	var events corev1.EventList
+	require.NoError(t, s.Kube.Client.List(ctx, &events, ctrlclient.InNamespace(s.Namespace)))
+	published := 0
+	for _, e := range events.Items {
+		if e.InvolvedObject.Name == "app" && e.Reason == "Rotated" && strings.Contains(e.Message, "generation 2 published") {
+			published += int(max(e.Count, 1))
+		}
+	}
+	assert.Equal(t, 1, published, "generation 2 is published once")
+	var all osbv1alpha1.SFServiceBindingList
+	require.NoError(t, s.Kube.Client.List(ctx, &all, ctrlclient.InNamespace(s.Namespace)))
+	var names []string
+	for _, x := range all.Items {
+		names = append(names, x.Name)
+	}
+	assert.ElementsMatch(t, []string{"app", "app-r2"}, names, "nothing half done is left")
+	assert.EqualValues(t, 2, getBinding(t, s, "app").Status.Rotation.Generation)
+}
