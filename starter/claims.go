@@ -58,6 +58,9 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, ke
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &primazav1alpha1.RegisteredService{}, claims.HolderField, claims.Holder); err != nil {
 		return fmt.Errorf("indexing RegisteredServices by their claim: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &primazav1alpha1.RegisteredService{}, claims.SecretsField, claims.SecretsOf); err != nil {
+		return fmt.Errorf("indexing RegisteredServices by the Secrets they read: %w", err)
+	}
 	// A claim's own finalizer and status writes wake nothing.
 	if err := ctrl.NewControllerManagedBy(mgr).For(&primazav1alpha1.ServiceClaim{}, builder.WithPredicates(specOrDeletion)).
 		Named("serviceclaim").WithOptions(copts()).Complete(reconcile.Func(c.ReconcileClaim)); err != nil {
@@ -92,6 +95,9 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, ke
 	}})
 	err := ctrl.NewControllerManagedBy(mgr).Named("serviceclaim-services").
 		Watches(&primazav1alpha1.RegisteredService{}, services).
+		// A Secret a held service reads changed (rotated credentials): the
+		// claim's Secret, and what projects it, follow.
+		Watches(secretsMetadata(), handler.EnqueueRequestsFromMapFunc(c.holdersOf)).
 		Watches(&sbv1.ServiceBinding{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &primazav1alpha1.ServiceClaim{}, handler.OnlyControllerOwner()), projection).
 		WithOptions(copts()).Complete(reconcile.Func(c.wake))
 	if err != nil {
@@ -183,6 +189,22 @@ func (c *Claims) claimsOf(ctx context.Context, o ctrlclient.Object) []reconcile.
 		claim := &list.Items[i]
 		if claim.Status.State != primazav1alpha1.ClaimResolved && claims.Match(claim, svc) == claims.Matches {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}})
+		}
+	}
+	return out
+}
+
+// holdersOf maps a Secret to the claims that hold a service reading it.
+func (c *Claims) holdersOf(ctx context.Context, secret ctrlclient.Object) []reconcile.Request {
+	var list primazav1alpha1.RegisteredServiceList
+	if err := c.Client.List(ctx, &list, ctrlclient.InNamespace(secret.GetNamespace()), ctrlclient.MatchingFields{claims.SecretsField: secret.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "listing the services that read a Secret", "secret", secret.GetName())
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if ref := list.Items[i].Status.ClaimRef; ref != nil {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: secret.GetNamespace(), Name: ref.Name}})
 		}
 	}
 	return out

@@ -25,8 +25,9 @@ import (
 // RegisteredService within seconds that carries the class's identity and
 // constraints, its host and port in clear, its user in a Secret of its own
 // and its password by reference to the Secret it names; a changed field
-// changes it; a claim resolves against it and holds the values; the
-// Database deleted takes it away, and the claim goes Pending.
+// changes it; a claim resolves against it and holds the values, and
+// follows the linked Secret when it changes; the Database deleted takes it
+// away, and the claim goes Pending.
 func TestServiceClassRegistersItsResources(t *testing.T) {
 	ctx := context.Background()
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
@@ -107,6 +108,13 @@ spec:
 		assert.Equal(c, "app", got["user"])
 		assert.Equal(c, "s3cret", got["password"])
 	}, 15*time.Second, 50*time.Millisecond, "the claim's Secret holds the service's values")
+
+	// The linked Secret rotated: the claim's Secret follows, as the service
+	// refers to it rather than copying it.
+	s.Kube.Kubectl(t, "", "patch", "secret", "orders-creds", "-n", s.Namespace, "--type=merge", "-p", `{"stringData":{"password":"n3w"}}`)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "n3w", binding(c, s, "orders-db")["password"])
+	}, 15*time.Second, 50*time.Millisecond, "the claim's Secret follows the linked Secret")
 
 	// The Database deleted: its RegisteredService and Secret go, and the
 	// claim waits for another.

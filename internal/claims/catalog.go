@@ -25,6 +25,27 @@ func Holder(o client.Object) []string {
 	return nil
 }
 
+// SecretsField is the index of RegisteredServices by the Secrets their
+// endpoint definition reads (valueFromSecret), so that a Secret that
+// changes finds the claim that holds its service.
+const SecretsField = "spec.serviceEndpointDefinition.valueFromSecret.name"
+
+// SecretsOf is the SecretsField index's value of a RegisteredService: the
+// names of the Secrets its endpoint definition reads, each once.
+func SecretsOf(o client.Object) []string {
+	svc, ok := o.(*primazav1alpha1.RegisteredService)
+	if !ok {
+		return nil
+	}
+	var names []string
+	for _, e := range svc.Spec.ServiceEndpointDefinition {
+		if e.ValueFromSecret != nil && !slices.Contains(names, e.ValueFromSecret.Name) {
+			names = append(names, e.ValueFromSecret.Name)
+		}
+	}
+	return names
+}
+
 // Claimable says whether a service can be claimed now: Available (which a
 // claimed, Unreachable or Unknown service is not) and held by no claim.
 func Claimable(svc *primazav1alpha1.RegisteredService) bool {

@@ -166,3 +166,25 @@ func TestCheckedOnly(t *testing.T) {
 		assert.Equal(t, tc.only, CheckedOnly(&base, after), tc.name)
 	}
 }
+
+func TestSecretsOf(t *testing.T) {
+	ref := func(name, key string) primazav1alpha1.ServiceEndpointDefinitionItem {
+		return primazav1alpha1.ServiceEndpointDefinitionItem{Name: key, ValueFromSecret: &primazav1alpha1.SecretKeyRef{Name: name, Key: key}}
+	}
+	value := "db.example"
+	for _, tc := range []struct {
+		name  string
+		items []primazav1alpha1.ServiceEndpointDefinitionItem
+		want  []string
+	}{
+		{name: "values in clear read no Secret", items: []primazav1alpha1.ServiceEndpointDefinitionItem{{Name: "host", Value: &value}}},
+		{name: "each Secret once, in order", items: []primazav1alpha1.ServiceEndpointDefinitionItem{
+			ref("creds", "user"), {Name: "host", Value: &value}, ref("creds", "password"), ref("ca", "ca.crt")}, want: []string{"creds", "ca"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := &primazav1alpha1.RegisteredService{Spec: primazav1alpha1.RegisteredServiceSpec{ServiceEndpointDefinition: tc.items}}
+			assert.Equal(t, tc.want, SecretsOf(svc))
+		})
+	}
+	assert.Nil(t, SecretsOf(&primazav1alpha1.ServiceClaim{}), "not a service")
+}
