@@ -3,7 +3,6 @@ package starter
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"go.temporal.io/sdk/client"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -60,16 +59,15 @@ type BindingUsages struct {
 	// WorkerServiceAccount is WatcherOptions'.
 	WorkerServiceAccount string
 
-	cache   cache.Cache
-	usages  controller.Controller
-	mu      sync.Mutex
-	watched map[schema.GroupVersionKind]bool
+	cache     cache.Cache
+	usages    controller.Controller
+	workloads kindWatches
 }
 
 // setupBindingUsages registers the usages' controller and the UsageKinds'.
 func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, workerServiceAccount string, keep *Loops) error {
 	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, WorkerServiceAccount: workerServiceAccount, cache: mgr.GetCache(),
-		watched: map[schema.GroupVersionKind]bool{}}
+		workloads: kindWatches{of: "the ServiceBindingUsages"}}
 	keep.add(runKind{name: loops.BindingUsage, workflowType: runs.BindingUsageType,
 		wants: func(ctx context.Context) ([]loops.Want, error) {
 			return objectRuns(ctx, u.Client, &sc.ServiceBindingUsageList{}, runs.BindingUsageID, sc.UsageProtection, nil)
@@ -127,19 +125,11 @@ func indexBy[T ctrlclient.Object](mgr ctrl.Manager, obj T, indexes map[string]fu
 
 // watchWorkloads starts the watch of a kind's workloads, once.
 func (u *BindingUsages) watchWorkloads(gvk schema.GroupVersionKind) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.watched[gvk] {
-		return nil
-	}
-	workloads := &metav1.PartialObjectMetadata{}
-	workloads.SetGroupVersionKind(gvk)
-	src := source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(workloads), u.by(usageWorkloadField, nameOf), predicate.GenerationChangedPredicate{})
-	if err := u.usages.Watch(src); err != nil {
-		return fmt.Errorf("watching %s for the ServiceBindingUsages: %w", gvk, err)
-	}
-	u.watched[gvk] = true
-	return nil
+	return u.workloads.ensure(u.usages, gvk, func() source.Source {
+		workloads := &metav1.PartialObjectMetadata{}
+		workloads.SetGroupVersionKind(gvk)
+		return source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(workloads), u.by(usageWorkloadField, nameOf), predicate.GenerationChangedPredicate{})
+	})
 }
 
 // by maps an object to the usages in its namespace whose field is key(obj).

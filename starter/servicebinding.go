@@ -3,7 +3,6 @@ package starter
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"go.temporal.io/sdk/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,16 +58,15 @@ type ServiceBindings struct {
 
 	cache    cache.Cache
 	bindings controller.Controller
-	mu       sync.Mutex
-	// watched are the kinds of workloads, and services the kinds of
+	// workloads are the kinds of workloads, and services the kinds of
 	// Provisioned Services of others, that the watcher watches.
-	watched, services map[schema.GroupVersionKind]bool
+	workloads, services kindWatches
 }
 
 // setupServiceBindings registers the ServiceBindings' controller.
 func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops) error {
 	s := &ServiceBindings{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(),
-		watched: map[schema.GroupVersionKind]bool{}, services: map[schema.GroupVersionKind]bool{}}
+		workloads: kindWatches{of: "the ServiceBindings"}, services: kindWatches{of: "the ServiceBindings"}}
 	keep.add(runKind{name: loops.ServiceBinding, workflowType: runs.ServiceBindingType,
 		wants: func(ctx context.Context) ([]loops.Want, error) {
 			return objectRuns(ctx, s.Client, &sbv1.ServiceBindingList{}, runs.ServiceBindingID, sbv1.Finalizer, nil)
@@ -126,21 +124,13 @@ func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOp
 // generation (someone's apply dropped the projection), a new one (a
 // selector may match it) or one gone wakes the ServiceBindings of the kind.
 func (s *ServiceBindings) watchWorkloads(gvk schema.GroupVersionKind) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.watched[gvk] {
-		return nil
-	}
-	workloads := &metav1.PartialObjectMetadata{}
-	workloads.SetGroupVersionKind(gvk)
-	kind := gvk.GroupVersion().String() + "/" + gvk.Kind
-	changed := predicate.Or[ctrlclient.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})
-	src := source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(workloads), s.by(sbWorkloadKindField, func(ctrlclient.Object) string { return kind }), changed)
-	if err := s.bindings.Watch(src); err != nil {
-		return fmt.Errorf("watching %s for the ServiceBindings: %w", gvk, err)
-	}
-	s.watched[gvk] = true
-	return nil
+	return s.workloads.ensure(s.bindings, gvk, func() source.Source {
+		workloads := &metav1.PartialObjectMetadata{}
+		workloads.SetGroupVersionKind(gvk)
+		kind := gvk.GroupVersion().String() + "/" + gvk.Kind
+		changed := predicate.Or[ctrlclient.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})
+		return source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(workloads), s.by(sbWorkloadKindField, func(ctrlclient.Object) string { return kind }), changed)
+	})
 }
 
 // watchServices starts the watch of a kind of Provisioned Service that is
@@ -148,22 +138,15 @@ func (s *ServiceBindings) watchWorkloads(gvk schema.GroupVersionKind) error {
 // or names another Secret in status.binding.name wakes the ServiceBindings
 // that name it.
 func (s *ServiceBindings) watchServices(gvk schema.GroupVersionKind) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.services[gvk] {
-		return nil
-	}
-	services := &unstructured.Unstructured{}
-	services.SetGroupVersionKind(gvk)
-	namesAnother := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return provisionedSecret(e.ObjectOld) != provisionedSecret(e.ObjectNew)
-	}}
-	key := func(o ctrlclient.Object) string { return gvk.Kind + "/" + o.GetName() }
-	if err := s.bindings.Watch(source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(services), s.by(sbServiceField, key), namesAnother)); err != nil {
-		return fmt.Errorf("watching %s for the ServiceBindings: %w", gvk, err)
-	}
-	s.services[gvk] = true
-	return nil
+	return s.services.ensure(s.bindings, gvk, func() source.Source {
+		services := &unstructured.Unstructured{}
+		services.SetGroupVersionKind(gvk)
+		namesAnother := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+			return provisionedSecret(e.ObjectOld) != provisionedSecret(e.ObjectNew)
+		}}
+		key := func(o ctrlclient.Object) string { return gvk.Kind + "/" + o.GetName() }
+		return source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(services), s.by(sbServiceField, key), namesAnother)
+	})
 }
 
 // provisionedSecret is the Secret a Provisioned Service of another kind

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -52,13 +51,12 @@ type ServiceClasses struct {
 
 	cache   cache.Cache
 	classes controller.Controller
-	mu      sync.Mutex
-	watched map[schema.GroupVersionKind]bool
+	kinds   kindWatches
 }
 
 // setupServiceClasses registers the ServiceClasses' controller.
 func setupServiceClasses(mgr ctrl.Manager, copts reconcilerOptions) error {
-	s := &ServiceClasses{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), cache: mgr.GetCache(), watched: map[schema.GroupVersionKind]bool{}}
+	s := &ServiceClasses{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), cache: mgr.GetCache(), kinds: kindWatches{of: "the ServiceClasses"}}
 	if err := indexBy(mgr, &primazav1alpha1.ServiceClass{}, map[string]func(*primazav1alpha1.ServiceClass) string{
 		serviceClassKindField: func(c *primazav1alpha1.ServiceClass) string {
 			return c.Spec.Resource.APIVersion + "/" + c.Spec.Resource.Kind
@@ -199,21 +197,14 @@ func (s *ServiceClasses) register(ctx context.Context, class *primazav1alpha1.Se
 // watch starts the watch of a class's kind once: a resource of it that
 // comes, changes or goes wakes the classes of that kind in its namespace.
 func (s *ServiceClasses) watch(gvk schema.GroupVersionKind) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.watched[gvk] {
-		return nil
-	}
-	resources := &unstructured.Unstructured{}
-	resources.SetGroupVersionKind(gvk)
-	key := gvk.GroupVersion().String() + "/" + gvk.Kind
-	classes := mapBy(s.Client, func() ctrlclient.ObjectList { return &primazav1alpha1.ServiceClassList{} }, serviceClassKindField,
-		func(ctrlclient.Object) string { return key })
-	if err := s.classes.Watch(source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(resources), classes)); err != nil {
-		return fmt.Errorf("watching %s for the ServiceClasses: %w", gvk, err)
-	}
-	s.watched[gvk] = true
-	return nil
+	return s.kinds.ensure(s.classes, gvk, func() source.Source {
+		resources := &unstructured.Unstructured{}
+		resources.SetGroupVersionKind(gvk)
+		key := gvk.GroupVersion().String() + "/" + gvk.Kind
+		classes := mapBy(s.Client, func() ctrlclient.ObjectList { return &primazav1alpha1.ServiceClassList{} }, serviceClassKindField,
+			func(ctrlclient.Object) string { return key })
+		return source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(resources), classes)
+	})
 }
 
 // secretHas is serviceclass.SecretKeys over the Secrets of namespace. Each
