@@ -248,6 +248,33 @@ spec:
 			want: []string{"spec.target", "target: give exactly one of environmentTag or applicationClusterContext"},
 		},
 		{
+			name: "rotation whose overlap outlasts its period",
+			yaml: `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceBinding
+metadata: {name: long-overlap}
+spec: {id: b, instanceId: i, serviceId: s, planId: p, rotation: {every: 1h, keepFor: 2h}}`,
+			want: []string{"spec.rotation", "keepFor must be shorter than every: at most two sets of credentials are valid at once"},
+		},
+		{
+			name: "rotation more often than every 10s",
+			yaml: `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceBinding
+metadata: {name: hasty}
+spec: {id: b, instanceId: i, serviceId: s, planId: p, rotation: {every: 5s, keepFor: 1s}}`,
+			want: []string{"spec.rotation", "every must be at least 10s"},
+		},
+		{
+			name: "a plan's binding rotation without bindingRotatable",
+			yaml: `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFPlan
+metadata: {name: unrotatable}
+spec: {name: p, id: p, description: d, serviceId: s, bindingRotation: {every: 1h, keepFor: 1m}}`,
+			want: []string{"bindingRotation needs bindingRotatable: true"},
+		},
+		{
 			name: "instance without a plan",
 			yaml: `
 apiVersion: osb.servicefabrik.io/v1alpha1
@@ -305,6 +332,41 @@ spec:
 	}
 	require.NoError(t, unstructured.SetNestedField(claim.Object, "stage", "spec", "environmentTag"))
 	assert.NoError(t, kube.Client.Update(ctx, claim), "the environment can change")
+}
+
+// TestRotationIsSetWhenTheBindingIsMade: a binding's spec.rotation cannot
+// be added or removed later (a rotating binding publishes successors'
+// credentials, one without a policy holds its own); its values can change.
+func TestRotationIsSetWhenTheBindingIsMade(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	ctx := context.Background()
+	const refused = "spec.rotation is set when the binding is made, or never"
+	plain := decode(t, `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceBinding
+metadata: {name: plain}
+spec: {id: plain, instanceId: i, serviceId: s, planId: p}`)
+	plain.SetNamespace(ns)
+	require.NoError(t, kube.Client.Create(ctx, plain))
+	require.NoError(t, unstructured.SetNestedMap(plain.Object, map[string]any{"every": "1h", "keepFor": "1m"}, "spec", "rotation"))
+	err := kube.Client.Update(ctx, plain)
+	require.True(t, apierrors.IsInvalid(err), "want 422 Invalid, got %v", err)
+	assert.Contains(t, err.Error(), refused)
+
+	rotating := decode(t, `
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceBinding
+metadata: {name: rotating}
+spec: {id: rotating, instanceId: i, serviceId: s, planId: p, rotation: {every: 1h, keepFor: 1m}}`)
+	rotating.SetNamespace(ns)
+	require.NoError(t, kube.Client.Create(ctx, rotating))
+	require.NoError(t, unstructured.SetNestedField(rotating.Object, "2h", "spec", "rotation", "every"))
+	require.NoError(t, kube.Client.Update(ctx, rotating), "the policy's values can change")
+	unstructured.RemoveNestedField(rotating.Object, "spec", "rotation")
+	err = kube.Client.Update(ctx, rotating)
+	require.True(t, apierrors.IsInvalid(err), "want 422 Invalid, got %v", err)
+	assert.Contains(t, err.Error(), refused)
 }
 
 func registeredService(extraSpec, endpoints string) string {
