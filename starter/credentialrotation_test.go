@@ -24,7 +24,8 @@ import (
 
 // TestCredentialsRotateOnSchedule: a binding made with a rotation policy of
 // a 20 s period and a 10 s overlap, injected into one Deployment by a
-// usage and into another by a ServiceBinding. Over three rotations its
+// usage, into another by a ServiceBinding, and into a third by a claim of
+// a RegisteredService that reads its Secret. Over three rotations its
 // Secret keeps its name and its credentials change; the predecessor's
 // login is there until its overlap ends, then gone; each Deployment's pod
 // template changes exactly once per rotation. The force annotation
@@ -75,20 +76,58 @@ metadata: {name: api-db, namespace: %s}
 spec:
   service: {apiVersion: osb.servicefabrik.io/v1alpha1, kind: SFServiceBinding, name: app}
   workload: {apiVersion: apps/v1, kind: Deployment, name: api}`, s.Namespace))
-	hashKeys := map[string]string{"web": bindingusage.HashKey("web-db"), "api": bindingusage.HashKey(servicebinding.UsageName("api-db"))}
-	projected := func(hash string) map[string]int64 {
+	// A third, orders, by a claim of a RegisteredService that reads the
+	// binding's Secret.
+	s.Kube.Kubectl(t, appDeployment(s, "orders", "team: shop"), "apply", "-f", "-")
+	s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {name: app-db, namespace: %s}
+spec:
+  serviceClassIdentity: [{name: type, value: rotating}]
+  serviceEndpointDefinition:
+  - {name: user, valueFromSecret: {name: %s, key: user}}
+  - {name: password, valueFromSecret: {name: %s, key: password}}`, s.Namespace, secretName, secretName))
+	s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: orders-db, namespace: %s}
+spec:
+  serviceClassIdentity: [{name: type, value: rotating}]
+  serviceEndpointDefinitionKeys: [user, password]
+  environmentTag: dev
+  application: {apiVersion: apps/v1, kind: Deployment, name: orders}`, s.Namespace))
+	hashKeys := map[string]string{"web": bindingusage.HashKey("web-db"), "api": bindingusage.HashKey(servicebinding.UsageName("api-db")),
+		"orders": bindingusage.HashKey(servicebinding.UsageName("orders-db"))}
+	// projected waits until each Deployment carries the hash of the Secret
+	// it projects (orders: the claim's, once it has the binding's
+	// password), and returns their generations.
+	projected := func() map[string]int64 {
 		t.Helper()
+		published := secretBytes(t, s, secretName)
+		want := bindingusage.Hash(published)
+		var claimed string
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			var claimSecret corev1.Secret
+			require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "orders-db"}, &claimSecret))
+			assert.Equal(c, string(published["password"]), string(claimSecret.Data["password"]), "the claim's Secret follows")
+			claimed = bindingusage.Hash(claimSecret.Data)
+		}, 30*time.Second, 50*time.Millisecond, "the claim's Secret has the binding's credentials")
 		gens := map[string]int64{}
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			for name, key := range hashKeys {
+				hash := want
+				if name == "orders" {
+					hash = claimed
+				}
 				d := getDeployment(c, s, name)
 				assert.Equal(c, hash, d.Spec.Template.Annotations[key], "the pod template of %s carries the credentials' hash", name)
 				gens[name] = d.Generation
 			}
-		}, 30*time.Second, 50*time.Millisecond, "both Deployments carry the credentials")
+		}, 30*time.Second, 50*time.Millisecond, "every Deployment carries the credentials")
 		return gens
 	}
-	gens := projected(bindingusage.Hash(secretBytes(t, s, secretName)))
+	gens := projected()
 
 	for gen := int64(2); gen <= 4; gen++ {
 		predecessorLogin := fmt.Sprintf("db-login-app-r%d", gen-1)
@@ -115,7 +154,7 @@ spec:
 		assert.False(t, time.Now().Before(until.Add(-time.Second)), "not before its overlap ended (%s)", until)
 
 		// Each pod template changed exactly once.
-		next := projected(bindingusage.Hash(secretBytes(t, s, secretName)))
+		next := projected()
 		for name := range hashKeys {
 			assert.Equal(t, gens[name]+1, next[name], "rotation %d rolls %s once", gen-1, name)
 		}
