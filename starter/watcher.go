@@ -3,15 +3,12 @@ package starter
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
@@ -22,10 +19,8 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -321,67 +316,6 @@ func (s *Starter) startBinding(ctx context.Context, b *osbv1alpha1.SFServiceBind
 	t := lifecycle.BindingTarget(b)
 	text := s.describeRun(ctx, t, op, b.Spec.PlanID, b.Spec.ServiceID, [][2]string{{"binding ID", b.Spec.ID}, {"instance ID", b.Spec.InstanceID}})
 	return s.start(ctx, b, t, op, attrs, text)
-}
-
-// delete carries out a "delete" that a client wrote into the status: the
-// resource is deleted, and its finalizer runs the removal.
-func (s *Starter) delete(ctx context.Context, obj ctrlclient.Object) error {
-	err := s.Client.Delete(ctx, obj, ctrlclient.Preconditions{UID: ptr.To(obj.GetUID())})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting %s/%s, whose status asks for it: %w", obj.GetNamespace(), obj.GetName(), err)
-	}
-	return nil
-}
-
-// start starts op's workflow under the target's workflow ID, once per
-// generation of the resource. While another run is under way (the workflow
-// ID is the lock), nothing starts: the resource is looked at again shortly,
-// when that run is done. While a run is in progress, a look is a cached
-// read that starts nothing.
-func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.Target, op lifecycle.Operation, attrs []temporal.SearchAttributeUpdate, text runText) (ctrl.Result, error) {
-	key := startedKey(obj, op)
-	if _, ok := s.memo().Get(key); ok {
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	}
-	if op.Removes() && s.Live != nil {
-		// A removal ends by letting the resource go; a cache that has not
-		// seen it go yet must not start the removal a second time.
-		live := obj.DeepCopyObject().(ctrlclient.Object)
-		err := s.Live.Get(ctx, ctrlclient.ObjectKeyFromObject(obj), live)
-		if apierrors.IsNotFound(err) || err == nil && live.GetUID() != obj.GetUID() {
-			return ctrl.Result{}, nil // gone, or gone and made again
-		}
-	}
-	s.engineBack(ctx, obj)
-	id := runs.WorkflowID(t)
-	opts := runs.OperationOptions(t, op, text.summary, attrs...)
-	opts.StaticDetails = text.details
-	run, err := s.Temporal.ExecuteWorkflow(ctx, opts, runs.WorkflowType(op), t)
-	var running *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &running) {
-		s.adopt(ctx, key, id, op)
-		log.FromContext(ctx).V(1).Info("a run is under way; looking again shortly", "workflowID", id, "operation", op)
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	}
-	if err != nil {
-		s.notStarted(ctx, obj, op, err)
-		return ctrl.Result{}, fmt.Errorf("starting %s of %s: %w", op, id, err)
-	}
-	s.memo().Add(key, run.GetRunID(), startedTTL)
-	log.FromContext(ctx).V(1).Info("workflow started", "workflowID", id, "runID", run.GetRunID(), "operation", op)
-	return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-}
-
-func (s *Starter) addFinalizer(ctx context.Context, obj ctrlclient.Object, finalizer string) error {
-	base := obj.DeepCopyObject().(ctrlclient.Object)
-	if !controllerutil.AddFinalizer(obj, finalizer) {
-		return nil
-	}
-	err := s.Client.Patch(ctx, obj, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return errors.New("the resource changed while its finalizer was added; retrying")
-	}
-	return err
 }
 
 // specOrDeletion passes the updates of a resource whose spec changed (its
