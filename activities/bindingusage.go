@@ -194,33 +194,39 @@ func brokeredIdentity(ctx context.Context, offerings Offerings, serviceID string
 // it from a workload it no longer names. A problem is an outcome, not an
 // error: the workflow records it and waits for a change.
 func (b *BindingUsages) Inject(ctx context.Context, t UsageTarget, u Usage) (UsageOutcome, error) {
-	out := UsageOutcome{Generation: u.Generation, Injected: u.Injected, Problem: u.Problem}
+	return passThenRoll(ctx, func(roll bool) (UsageOutcome, bool, error) { return b.inject(ctx, t, u, roll) })
+}
+
+// inject is Inject's pass; rollDue says that it wrote nothing because only
+// the credentials changed, and roll was false (rollout.go).
+func (b *BindingUsages) inject(ctx context.Context, t UsageTarget, u Usage, roll bool) (out UsageOutcome, rollDue bool, err error) {
+	out = UsageOutcome{Generation: u.Generation, Injected: u.Injected, Problem: u.Problem}
 	if u.Injected != nil && (u.Kind == nil || u.Injected.Workload != u.Workload || u.Injected.Kind.Resource != u.Kind.Resource) && u.Problem == nil {
 		if err := b.RemoveInjection(ctx, t, u.UID, *u.Injected); err != nil {
-			return out, err
+			return out, false, err
 		}
 		out.Injected = nil
 	}
 	if u.Problem != nil {
-		return out, nil
+		return out, false, nil
 	}
 	var secret corev1.Secret
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: u.Secret}, &secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			out.Problem = pending("SecretNotFound", "the credentials Secret %s of %s does not exist", u.Secret, u.Binding)
-			return out, nil
+			return out, false, nil
 		}
-		return out, fmt.Errorf("reading Secret %s/%s: %w", t.Namespace, u.Secret, err)
+		return out, false, fmt.Errorf("reading Secret %s/%s: %w", t.Namespace, u.Secret, err)
 	}
 	in := bindingusage.Injection{Usage: t.Name, Binding: u.Binding, Secret: u.Secret, Keys: slices.Sorted(maps.Keys(secret.Data)),
 		Hash: bindingusage.Hash(secret.Data), EnvPrefix: u.EnvPrefix, Volume: u.Volume, Type: u.Type, Provider: u.Provider}
-	kind, env, problem, err := injectInto(ctx, b.Client, *u.Kind, t.Namespace, u.Workload, in, u.UID)
-	if problem != nil || err != nil {
-		out.Problem = problem
-		return out, err
+	did, err := injectInto(ctx, b.Client, *u.Kind, t.Namespace, u.Workload, in, u.UID, roll)
+	if did.problem != nil || did.rollDue || err != nil {
+		out.Problem = did.problem
+		return out, did.rollDue, err
 	}
-	out.Injected, out.Secret, out.Env = &Injected{Kind: kind, Workload: u.Workload}, u.Secret, env
-	return out, nil
+	out.Injected, out.Secret, out.Env = &Injected{Kind: did.kind, Workload: u.Workload}, u.Secret, did.env
+	return out, false, nil
 }
 
 // RecordUsage writes the outcome to the usage's status, when it changed it.
@@ -258,7 +264,7 @@ func (b *BindingUsages) RecordUsage(ctx context.Context, t UsageTarget, o UsageO
 // nothing under the usage's field manager drops exactly the fields it
 // owns. A workload that is gone has nothing to remove.
 func (b *BindingUsages) RemoveInjection(ctx context.Context, t UsageTarget, uid types.UID, in Injected) error {
-	return removeInjection(ctx, b.Client, in.Kind.GVK(), t.Namespace, in.Workload, uid)
+	return removeInjection(ctx, b.Client, in.Kind.GVK(), t.Namespace, in.Workload, t.Name, uid)
 }
 
 // ReleaseUsage lets the deleted usage go: its finalizer is removed.

@@ -16,41 +16,70 @@ import (
 	"github.com/quartermaster/qm/internal/bindingusage"
 )
 
+// injection is what injectInto did: the kind with the containers path it
+// found and the variables set; or a problem, what someone must change (or
+// wait for); or, with rollDue, nothing yet.
+type injection struct {
+	kind    sc.UsageKindSnapshot
+	env     []string
+	problem *UsageProblem
+	// rollDue: only the credentials changed, and roll was false; the
+	// activity waits the roll window and injects again with roll.
+	rollDue bool
+}
+
 // injectInto applies an injection into the workload named name, of kind,
-// under the field manager of uid. It returns the kind with the containers
-// path it found, and the variables set; a problem is what someone must
-// change (or wait for), an error what a retry may fix.
-func injectInto(ctx context.Context, c ctrlclient.Client, kind sc.UsageKindSnapshot, namespace, name string, in bindingusage.Injection, uid types.UID) (sc.UsageKindSnapshot, []string, *UsageProblem, error) {
+// under the field manager of uid. A change of the credentials alone waits
+// for roll (rollout.go); an error is what a retry may fix.
+func injectInto(ctx context.Context, c ctrlclient.Client, kind sc.UsageKindSnapshot, namespace, name string, in bindingusage.Injection, uid types.UID, roll bool) (injection, error) {
+	out := injection{kind: kind}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(kind.GVK())
 	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, obj); err != nil {
-		if p := workloadProblem(err, &kind, namespace, name, "get"); p != nil {
-			return kind, nil, p, nil
+		if out.problem = workloadProblem(err, &kind, namespace, name, "get"); out.problem != nil {
+			return out, nil
 		}
-		return kind, nil, nil, fmt.Errorf("reading %s %s/%s: %w", kind.Resource.Kind, namespace, name, err)
+		return out, fmt.Errorf("reading %s %s/%s: %w", kind.Resource.Kind, namespace, name, err)
 	}
 	var err error
-	if kind.ContainersPath, err = bindingusage.ContainersPath(obj, kind.ContainersPath); err != nil {
-		return kind, nil, failed("InvalidPath", "%s %s: %v", kind.Resource.Kind, name, err), nil
+	if out.kind.ContainersPath, err = bindingusage.ContainersPath(obj, kind.ContainersPath); err != nil {
+		out.problem = failed("InvalidPath", "%s %s: %v", kind.Resource.Kind, name, err)
+		return out, nil
 	}
-	apply, env, err := in.Apply(obj, bindingusage.Paths{Labels: kind.LabelsPath, Containers: kind.ContainersPath})
+	paths := bindingusage.Paths{Labels: kind.LabelsPath, Containers: out.kind.ContainersPath}
+	apply, env, err := in.Apply(obj, paths)
 	var pathErr *bindingusage.PathError
 	var conflict *bindingusage.ConflictError
 	switch {
 	case errors.As(err, &pathErr):
-		return kind, nil, failed("InvalidPath", "%s %s: %v", kind.Resource.Kind, name, err), nil
+		out.problem = failed("InvalidPath", "%s %s: %v", kind.Resource.Kind, name, err)
+		return out, nil
 	case errors.As(err, &conflict):
-		return kind, nil, failed("Conflict", "%s %s: %v", kind.Resource.Kind, name, err), nil
+		out.problem = failed("Conflict", "%s %s: %v", kind.Resource.Kind, name, err)
+		return out, nil
 	case err != nil:
-		return kind, nil, nil, err
+		return out, err
+	}
+	if credentialsChanged(obj, paths, in) {
+		if !roll {
+			out.rollDue = true
+			return out, nil
+		}
+		if err := rollOut(ctx, c, obj, paths, in); err != nil {
+			return out, err
+		}
+	}
+	if err := releaseRollout(ctx, c, obj, in.Usage); err != nil {
+		return out, err
 	}
 	if err := c.Patch(ctx, apply, ctrlclient.Apply, ctrlclient.FieldOwner(bindingusage.FieldManager(uid))); err != nil {
-		if p := workloadProblem(err, &kind, namespace, name, "patch"); p != nil {
-			return kind, nil, p, nil
+		if out.problem = workloadProblem(err, &kind, namespace, name, "patch"); out.problem != nil {
+			return out, nil
 		}
-		return kind, nil, nil, fmt.Errorf("applying the injection into %s %s/%s: %w", kind.Resource.Kind, namespace, name, err)
+		return out, fmt.Errorf("applying the injection into %s %s/%s: %w", kind.Resource.Kind, namespace, name, err)
 	}
-	return kind, env, nil, nil
+	out.env = env
+	return out, nil
 }
 
 // workloadProblem turns an error of the API server about a workload into
@@ -73,8 +102,9 @@ func workloadProblem(err error, kind *sc.UsageKindSnapshot, namespace, name, ver
 }
 
 // removeInjection applies nothing into the workload under the field
-// manager of uid, which drops exactly the fields it owns.
-func removeInjection(ctx context.Context, c ctrlclient.Client, gvk schema.GroupVersionKind, namespace, name string, uid types.UID) error {
+// manager of uid, which drops exactly the fields it owns: those of the
+// injection of usage.
+func removeInjection(ctx context.Context, c ctrlclient.Client, gvk schema.GroupVersionKind, namespace, name, usage string, uid types.UID) error {
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
 	obj.SetNamespace(namespace)
@@ -84,6 +114,10 @@ func removeInjection(ctx context.Context, c ctrlclient.Client, gvk schema.GroupV
 			return nil
 		}
 		return fmt.Errorf("reading %s %s/%s to remove the injection: %w", gvk.Kind, namespace, name, err)
+	}
+	// A digest the rollout manager also holds would outlive the apply.
+	if err := releaseRollout(ctx, c, obj, usage); err != nil {
+		return err
 	}
 	err := c.Patch(ctx, bindingusage.Removal(obj), ctrlclient.Apply, ctrlclient.FieldOwner(bindingusage.FieldManager(uid)))
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -197,9 +197,15 @@ func (b *ServiceBindings) workloads(ctx context.Context, namespace string, ref s
 // after taking it back from those no longer selected. A problem is an
 // outcome, not an error: the workflow records it and waits for a change.
 func (b *ServiceBindings) Project(ctx context.Context, t ServiceBindingTarget, p Projection) (ProjectionOutcome, error) {
-	out := ProjectionOutcome{Generation: p.Generation, Projected: p.Projected, Problem: p.Problem, Secret: p.Secret}
+	return passThenRoll(ctx, func(roll bool) (ProjectionOutcome, bool, error) { return b.project(ctx, t, p, roll) })
+}
+
+// project is Project's pass; rollDue says that it stopped at a workload
+// whose credentials alone changed, as roll was false (rollout.go).
+func (b *ServiceBindings) project(ctx context.Context, t ServiceBindingTarget, p Projection, roll bool) (out ProjectionOutcome, rollDue bool, err error) {
+	out = ProjectionOutcome{Generation: p.Generation, Projected: p.Projected, Problem: p.Problem, Secret: p.Secret}
 	if p.Problem != nil {
-		return out, nil
+		return out, false, nil
 	}
 	gvk := p.Kind.GVK()
 	want := &sbv1.Projected{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
@@ -210,8 +216,8 @@ func (b *ServiceBindings) Project(ctx context.Context, t ServiceBindingTarget, p
 				left = append(left, w)
 				continue
 			}
-			if err := removeInjection(ctx, b.Client, schema.FromAPIVersionAndKind(old.APIVersion, old.Kind), t.Namespace, w, p.UID); err != nil {
-				return out, err
+			if err := removeInjection(ctx, b.Client, schema.FromAPIVersionAndKind(old.APIVersion, old.Kind), t.Namespace, w, servicebinding.UsageName(t.Name), p.UID); err != nil {
+				return out, false, err
 			}
 		}
 		out.Projected = &sbv1.Projected{APIVersion: old.APIVersion, Kind: old.Kind, Workloads: left}
@@ -220,23 +226,26 @@ func (b *ServiceBindings) Project(ctx context.Context, t ServiceBindingTarget, p
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: p.Secret}, &secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			out.Problem = bindingProblem(true, "SecretNotFound", "the service's Secret %s does not exist", p.Secret)
-			return out, nil
+			return out, false, nil
 		}
-		return out, fmt.Errorf("reading Secret %s/%s: %w", t.Namespace, p.Secret, err)
+		return out, false, fmt.Errorf("reading Secret %s/%s: %w", t.Namespace, p.Secret, err)
 	}
 	var sb sbv1.ServiceBinding
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &sb); err != nil {
-		return out, ctrlclient.IgnoreNotFound(err)
+		return out, false, ctrlclient.IgnoreNotFound(err)
 	}
 	in := servicebinding.Injection(&sb, p.Secret, slices.Sorted(maps.Keys(secret.Data)), bindingusage.Hash(secret.Data), p.Type, p.Provider)
 	for _, w := range p.Workloads {
-		_, _, problem, err := injectInto(ctx, b.Client, *p.Kind, t.Namespace, w, in, p.UID)
+		did, err := injectInto(ctx, b.Client, *p.Kind, t.Namespace, w, in, p.UID, roll)
 		if err != nil {
-			return out, err
+			return out, false, err
 		}
-		if problem != nil {
-			out.Problem = bindingProblem(false, problem.Reason, "%s", problem.Message)
-			return out, nil
+		if did.problem != nil {
+			out.Problem = bindingProblem(false, did.problem.Reason, "%s", did.problem.Message)
+			return out, false, nil
+		}
+		if did.rollDue {
+			return out, true, nil
 		}
 		if out.Projected == nil || out.Projected.APIVersion != want.APIVersion || out.Projected.Kind != want.Kind {
 			out.Projected = &sbv1.Projected{APIVersion: want.APIVersion, Kind: want.Kind}
@@ -252,7 +261,7 @@ func (b *ServiceBindings) Project(ctx context.Context, t ServiceBindingTarget, p
 		out.Projected.Workloads = []string{}
 	}
 	slices.Sort(out.Projected.Workloads)
-	return out, nil
+	return out, false, nil
 }
 
 // RecordServiceBinding writes the outcome to the status, when it changed
@@ -289,7 +298,7 @@ func (b *ServiceBindings) RecordServiceBinding(ctx context.Context, t ServiceBin
 func (b *ServiceBindings) TakeBackProjection(ctx context.Context, t ServiceBindingTarget, uid types.UID, projected sbv1.Projected) error {
 	gvk := schema.FromAPIVersionAndKind(projected.APIVersion, projected.Kind)
 	for _, w := range projected.Workloads {
-		if err := removeInjection(ctx, b.Client, gvk, t.Namespace, w, uid); err != nil {
+		if err := removeInjection(ctx, b.Client, gvk, t.Namespace, w, servicebinding.UsageName(t.Name), uid); err != nil {
 			return err
 		}
 	}

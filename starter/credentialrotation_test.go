@@ -25,10 +25,12 @@ import (
 // TestCredentialsRotateOnSchedule: a binding made with a rotation policy of
 // a 20 s period and a 10 s overlap, injected into one Deployment by a
 // usage, into another by a ServiceBinding, and into a third by a claim of
-// a RegisteredService that reads its Secret. Over three rotations its
-// Secret keeps its name and its credentials change; the predecessor's
-// login is there until its overlap ends, then gone; each Deployment's pod
-// template changes exactly once per rotation. The force annotation
+// a RegisteredService that reads its Secret and by a usage (two Secrets
+// that change together). Over three rotations its Secret keeps its name
+// and its credentials change; the predecessor's login is there until its
+// overlap ends, then gone; each Deployment's pod template changes exactly
+// once per rotation, the third's too. A usage removed from it takes its
+// digest along, though the rotations' one patch wrote it. The force annotation
 // rotates at once; a successor that fails to bind leaves the credentials
 // working, and the binding's condition says why; a plan whose bindings do
 // not rotate refuses the policy; the unbind takes every successor away.
@@ -68,7 +70,8 @@ spec: {id: %s, instanceId: db, serviceId: %s, planId: %s, rotation: {every: 20s,
 	// Two workloads: web by a usage, api by a ServiceBinding to the binding.
 	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	s.Kube.Kubectl(t, strings.ReplaceAll(testenv.WebManifest(s.Namespace), "web", "api"), "apply", "-f", "-")
-	createUsage(t, s, "web-db", usageKind(t, s, "deployment", deploymentKind), "web", "{name: app}", "")
+	deployments := usageKind(t, s, "deployment", deploymentKind)
+	createUsage(t, s, "web-db", deployments, "web", "{name: app}", "")
 	s.Create(fmt.Sprintf(`
 apiVersion: servicebinding.io/v1
 kind: ServiceBinding
@@ -97,11 +100,15 @@ spec:
   serviceEndpointDefinitionKeys: [user, password]
   environmentTag: dev
   application: {apiVersion: apps/v1, kind: Deployment, name: orders}`, s.Namespace))
-	hashKeys := map[string]string{"web": bindingusage.HashKey("web-db"), "api": bindingusage.HashKey(servicebinding.UsageName("api-db")),
-		"orders": bindingusage.HashKey(servicebinding.UsageName("orders-db"))}
-	// projected waits until each Deployment carries the hash of the Secret
-	// it projects (orders: the claim's, once it has the binding's
-	// password), and returns their generations.
+	// orders also uses the binding itself: its two Secrets, the binding's
+	// and the claim's copy, change together and roll it once.
+	createUsage(t, s, "orders-app", deployments, "orders", "{name: app}", "")
+	type projection struct{ deployment, key string }
+	hashKeys := []projection{{"web", bindingusage.HashKey("web-db")}, {"api", bindingusage.HashKey(servicebinding.UsageName("api-db"))},
+		{"orders", bindingusage.HashKey(servicebinding.UsageName("orders-db"))}, {"orders", bindingusage.HashKey("orders-app")}}
+	// projected waits until each Deployment carries the hash of each Secret
+	// it projects (the claim's, once it has the binding's password), and
+	// returns their generations.
 	projected := func() map[string]int64 {
 		t.Helper()
 		published := secretBytes(t, s, secretName)
@@ -115,14 +122,14 @@ spec:
 		}, 30*time.Second, 50*time.Millisecond, "the claim's Secret has the binding's credentials")
 		gens := map[string]int64{}
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			for name, key := range hashKeys {
+			for _, p := range hashKeys {
 				hash := want
-				if name == "orders" {
+				if p.key == bindingusage.HashKey(servicebinding.UsageName("orders-db")) {
 					hash = claimed
 				}
-				d := getDeployment(c, s, name)
-				assert.Equal(c, hash, d.Spec.Template.Annotations[key], "the pod template of %s carries the credentials' hash", name)
-				gens[name] = d.Generation
+				d := getDeployment(c, s, p.deployment)
+				assert.Equal(c, hash, d.Spec.Template.Annotations[p.key], "the pod template of %s carries %s", p.deployment, p.key)
+				gens[p.deployment] = d.Generation
 			}
 		}, 30*time.Second, 50*time.Millisecond, "every Deployment carries the credentials")
 		return gens
@@ -155,11 +162,24 @@ spec:
 
 		// Each pod template changed exactly once.
 		next := projected()
-		for name := range hashKeys {
-			assert.Equal(t, gens[name]+1, next[name], "rotation %d rolls %s once", gen-1, name)
+		for name, was := range gens {
+			assert.Equal(t, was+1, next[name], "rotation %d rolls %s once", gen-1, name)
 		}
 		gens = next
 	}
+
+	// The usage goes, with its digest; the claim's stays.
+	require.NoError(t, s.Kube.Client.Delete(ctx, getUsage(t, s, "orders-app")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		d := getDeployment(c, s, "orders")
+		assert.NotContains(c, d.Spec.Template.Annotations, bindingusage.HashKey("orders-app"), "the removed usage's digest is gone")
+		assert.Contains(c, d.Spec.Template.Annotations, bindingusage.HashKey(servicebinding.UsageName("orders-db")))
+		var env []string
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			env = append(env, e.Name)
+		}
+		assert.Equal(c, []string{bindingusage.BindingRootEnv}, env, "the usage's variables are gone, the claim's stays")
+	}, 30*time.Second, 50*time.Millisecond, "the usage of orders is removed")
 
 	// The force annotation rotates at once, well within the period.
 	forced := time.Now()
