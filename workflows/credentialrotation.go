@@ -136,28 +136,27 @@ func firstCredentials(ctx workflow.Context, s *steps, begun activities.Begun) ac
 
 // waitForSuccessors is the unbind of a rotating binding: it deletes the
 // successors, each then unbound by its own Unbind run, and waits on
-// durable timers until they are gone. gone is false, with the failed
-// outcome, when they are not gone within the plan's maximum polling
-// duration.
-func waitForSuccessors(ctx workflow.Context, s *steps, maxPolling time.Duration) (o activities.Outcome, gone bool) {
+// durable timers until they are gone; the outcome is failed when they are
+// not gone within the plan's maximum polling duration.
+func waitForSuccessors(ctx workflow.Context, s *steps, maxPolling time.Duration) activities.Outcome {
 	var r *activities.Rotations
 	polls := newBackoff(workflow.Now(ctx).Add(maxPolling), pollFirst, pollMax)
 	for {
 		var left int
 		if err := workflow.ExecuteLocalActivity(ctx, r.RemoveSuccessors, s.t).Get(ctx, &left); err != nil {
-			return failed(lifecycle.OpUnbind, err), false
+			return failed(lifecycle.OpUnbind, err)
 		}
 		if left == 0 {
-			return activities.Outcome{State: osbv1alpha1.StateSucceeded}, true
+			return activities.Outcome{State: osbv1alpha1.StateSucceeded}
 		}
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for %d successor bindings to be unbound", left))
 		wait := polls.left(ctx)
 		if wait <= 0 {
 			return activities.Outcome{State: osbv1alpha1.StateFailed, Kind: KindTimeout,
-				Description: fmt.Sprintf("unbind failed: %d successor bindings were not unbound within the plan's maximum_polling_duration of %s", left, maxPolling)}, false
+				Description: fmt.Sprintf("unbind failed: %d successor bindings were not unbound within the plan's maximum_polling_duration of %s", left, maxPolling)}
 		}
 		if err := polls.sleep(ctx, s, wait, "wait for the successors to go"); err != nil {
-			return failed(lifecycle.OpUnbind, err), false
+			return failed(lifecycle.OpUnbind, err)
 		}
 	}
 }

@@ -129,7 +129,7 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 	m := measure(ctx, op, begun)
 	s := newSteps(ctx, t, op, begun.MaxPolling)
 	if begun.Rotates {
-		o, _ := waitForSuccessors(ctx, s, begun.MaxPolling)
+		o := waitForSuccessors(ctx, s, begun.MaxPolling)
 		return m.end(finish(ctx, t, op, begun.Generation, o, nil))
 	}
 	// Unbinding an instance's bindings first came later: runs that began
