@@ -63,7 +63,10 @@ type Fault struct {
 // cycling through kinds so that each kind comes count/len(kinds) times
 // (give or take one). Downtimes: 0–5 s for a killed qm process, up to
 // 20 s for kube-apiserver, up to 30 s for a stopped worker, 0–2 s for
-// Temporal, one of its services or its database. Faults do not overlap: each waits for the one before to end.
+// Temporal, one of its services or its database. Faults do not overlap:
+// each waits for the one before to end. These are the earliest times: the
+// run also leaves each fault its recovery window (Due), which can push the
+// ones after it later.
 func Schedule(seed uint64, duration time.Duration, count int, kinds []Kind) []Fault {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	order := make([]Kind, count)
@@ -165,10 +168,14 @@ type Report struct {
 	Stuck, Duplicated, ChangedSecrets, NotOnce, StillRunning, NotMonotonic, BadCodes, Lost, SecretHits int
 	// Recovery is, per fault and by its kind, the time from the fault's
 	// end (the process back, the API server up, the worker continued) to
-	// the next operation that completed (Recoveries). It leaves out the
-	// downtime the run imposes, of this fault and of those that follow it
-	// closely, and counts what Quartermaster adds to it.
+	// the next operation that completed, with no other fault in force
+	// (Recoveries): each fault has its recovery window (Due).
 	Recovery map[Kind][]time.Duration
+	// Cut counts the recoveries the next fault cut short: nothing
+	// completed within the window. Each is in Recovery as a lower bound.
+	Cut int
+	// UnderFault is how long faults were in force, of Duration.
+	UnderFault time.Duration
 	// NextCompletion is, per fault and by its kind, the time from the
 	// fault's end to the next operation that completed, whatever struck
 	// meanwhile: the upper bound of Recovery, which in a dense schedule
@@ -246,7 +253,10 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\n", c.name, c.n)
 	}
 	fmt.Fprintln(tw, "\t")
-	fmt.Fprintln(tw, "recovery (fault's end to next completed operation, less later faults' downtime)\t")
+	fmt.Fprintf(tw, "under a fault\t%s of %s (%.0f%%)\n", r.UnderFault.Round(time.Second), r.Duration.Round(time.Second),
+		100*r.UnderFault.Seconds()/max(r.Duration.Seconds(), 1e-9))
+	fmt.Fprintf(tw, "recoveries cut short by the next fault\t%d\n", r.Cut)
+	fmt.Fprintln(tw, "recovery (fault's end to next completed operation, no other fault in force)\t")
 	recovery := func(name string, ds []time.Duration) {
 		fmt.Fprintf(tw, "%s\tp50 %s, p99 %s, over %d faults\n", name,
 			Percentile(ds, 50).Round(time.Millisecond), Percentile(ds, 99).Round(time.Millisecond), len(ds))

@@ -48,13 +48,15 @@ func TestScan(t *testing.T) {
 func TestReport(t *testing.T) {
 	r := chaos.Report{Seed: 7, N: 10, Duration: time.Minute, Faults: map[chaos.Kind]int{chaos.KillWorker: 2},
 		Operations: map[string]int{"provision": 10}, Recovery: map[chaos.Kind][]time.Duration{chaos.KillWorker: {time.Second, 3 * time.Second}},
-		PeakRSS: map[string]int64{"worker": 100 << 20}}
+		PeakRSS: map[string]int64{"worker": 100 << 20}, UnderFault: 15 * time.Second, Cut: 1}
 	assert.Empty(t, r.Broken())
 	var out strings.Builder
 	r.Print(&out)
 	assert.Contains(t, out.String(), "seed 7, N 10")
 	assert.Regexp(t, `peak RSS of worker +100 MiB`, out.String())
 	assert.Regexp(t, `kill a worker +p50 3s, p99 3s, over 2 faults`, out.String())
+	assert.Regexp(t, `under a fault +15s of 1m0s \(25%\)`, out.String())
+	assert.Regexp(t, `recoveries cut short by the next fault +1\n`, out.String())
 	assert.NotContains(t, out.String(), "whatever struck meanwhile", "printed when measured")
 	r.NextCompletion = map[chaos.Kind][]time.Duration{chaos.KillWorker: {time.Second, time.Minute}}
 	out.Reset()
@@ -85,6 +87,7 @@ func TestRecoveries(t *testing.T) {
 		faults      []chaos.Struck
 		completions []time.Time
 		want        map[chaos.Kind][]time.Duration
+		cut         int
 	}{
 		{
 			name:        "the next completion after the fault's end",
@@ -93,38 +96,83 @@ func TestRecoveries(t *testing.T) {
 			want:        map[chaos.Kind][]time.Duration{chaos.KillWorker: {3 * time.Second}},
 		},
 		{
-			name: "a later fault's downtime is its own",
+			name: "each fault recovered before the next struck",
 			faults: []chaos.Struck{
 				{chaos.KillTemporal, at(0), at(1)},
-				{chaos.StopKube, at(2), at(22)},
+				{chaos.StopKube, at(4), at(24)},
 			},
-			completions: []time.Time{at(30)},
+			completions: []time.Time{at(3), at(30)},
 			want: map[chaos.Kind][]time.Duration{
-				chaos.KillTemporal: {9 * time.Second}, // 29 s, less the 20 s the API server was down
-				chaos.StopKube:     {8 * time.Second},
+				chaos.KillTemporal: {2 * time.Second},
+				chaos.StopKube:     {6 * time.Second},
 			},
 		},
 		{
-			name: "a later fault still in force at the completion did not hold it up",
+			name: "the next fault struck first: cut short, counted to its strike",
 			faults: []chaos.Struck{
 				{chaos.KillAPI, at(0), at(1)},
-				{chaos.PauseWorker, at(3), at(20)},
+				{chaos.PauseWorker, at(16), at(20)},
 			},
-			completions: []time.Time{at(5), at(21)},
+			completions: []time.Time{at(18), at(21)},
 			want: map[chaos.Kind][]time.Duration{
-				chaos.KillAPI:     {4 * time.Second},
+				chaos.KillAPI:     {15 * time.Second},
 				chaos.PauseWorker: {time.Second},
 			},
+			cut: 1,
 		},
 		{
-			name:        "no completion after the fault: no recovery",
+			name:        "no completion after the last fault: no recovery",
 			faults:      []chaos.Struck{{chaos.KillWatcher, at(0), at(1)}},
+			completions: []time.Time{at(0.5)},
+			want:        map[chaos.Kind][]time.Duration{},
+		},
+		{
+			name: "nothing left to complete after two faults: neither is measured",
+			faults: []chaos.Struck{
+				{chaos.KillWorker, at(0), at(1)},
+				{chaos.KillTemporal, at(46), at(47)},
+			},
 			completions: []time.Time{at(0.5)},
 			want:        map[chaos.Kind][]time.Duration{},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, chaos.Recoveries(tc.faults, tc.completions))
+			got, cut := chaos.Recoveries(tc.faults, tc.completions)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.cut, cut)
 		})
 	}
+}
+
+// TestDue: the next fault waits for the one before to recover, or for its
+// window to pass.
+func TestDue(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	prev := &chaos.Struck{Kind: chaos.KillWorker, Start: at(0), End: at(2)}
+	window := 15 * time.Second
+	for _, tc := range []struct {
+		name        string
+		prev        *chaos.Struck
+		completions []time.Time
+		now         time.Time
+		due         bool
+	}{
+		{name: "the first fault", now: at(0), due: true},
+		{name: "nothing completed since its end", prev: prev, completions: []time.Time{at(1)}, now: at(10), due: false},
+		{name: "nothing completed at all", prev: prev, now: at(10), due: false},
+		{name: "an operation completed since its end", prev: prev, completions: []time.Time{at(1), at(3)}, now: at(4), due: true},
+		{name: "its window passed", prev: prev, completions: []time.Time{at(1)}, now: at(17), due: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.due, chaos.Due(tc.prev, tc.completions, tc.now, window))
+		})
+	}
+}
+
+func TestUnderFault(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	faults := []chaos.Struck{{chaos.KillWorker, t0, t0.Add(2 * time.Second)}, {chaos.StopKube, t0.Add(10 * time.Second), t0.Add(30 * time.Second)}}
+	assert.Equal(t, 22*time.Second, chaos.UnderFault(faults))
+	assert.Zero(t, chaos.UnderFault(nil))
 }

@@ -71,13 +71,16 @@ func TestChaos(t *testing.T) {
 		return status == http.StatusOK && strings.Contains(body, small) && strings.Contains(body, large)
 	}, time.Minute, 100*time.Millisecond, "the API serves the plans")
 
-	// The observer: passwords as first seen, completions, memory.
+	// The observer: passwords as first seen, completions, memory. An
+	// operation completed when its resource shows a new generation
+	// succeeded (provision, update, bind) or is gone (deprovision, unbind).
 	var (
 		obsMu       sync.Mutex
 		passwords   = map[string]string{}
 		changed     = map[string]bool{} // the Secrets whose password changed
 		completions []time.Time
 		lastGen     = map[string]int64{}
+		present     = map[string]bool{}
 	)
 	stopObs := make(chan struct{})
 	obsDone := make(chan struct{})
@@ -92,8 +95,10 @@ func TestChaos(t *testing.T) {
 			c.sampleRSS()
 			var secrets corev1.SecretList
 			var insts osbv1alpha1.SFServiceInstanceList
+			var binds osbv1alpha1.SFServiceBindingList
 			if kube.List(ctx, &secrets, ctrlclient.InNamespace(chaosNamespace), ctrlclient.MatchingLabels{"app": "chaos"}) != nil ||
-				kube.List(ctx, &insts, ctrlclient.InNamespace(chaosNamespace)) != nil {
+				kube.List(ctx, &insts, ctrlclient.InNamespace(chaosNamespace)) != nil ||
+				kube.List(ctx, &binds, ctrlclient.InNamespace(chaosNamespace)) != nil {
 				continue // the API server is down
 			}
 			obsMu.Lock()
@@ -105,12 +110,26 @@ func TestChaos(t *testing.T) {
 					passwords[s.Name] = p
 				}
 			}
-			for _, i := range insts.Items {
-				if i.Status.State == osbv1alpha1.StateSucceeded && i.Status.ObservedGeneration > lastGen[i.Name] {
-					lastGen[i.Name] = i.Status.ObservedGeneration
-					completions = append(completions, time.Now())
+			now, seen := time.Now(), map[string]bool{}
+			observe := func(key string, state osbv1alpha1.OperationState, gen int64) {
+				seen[key] = true
+				if state == osbv1alpha1.StateSucceeded && gen > lastGen[key] {
+					lastGen[key] = gen
+					completions = append(completions, now)
 				}
 			}
+			for _, i := range insts.Items {
+				observe("instance "+i.Name, i.Status.State, i.Status.ObservedGeneration)
+			}
+			for _, b := range binds.Items {
+				observe("binding "+b.Name, b.Status.State, b.Status.ObservedGeneration)
+			}
+			for key := range present {
+				if !seen[key] {
+					completions = append(completions, now)
+				}
+			}
+			present = seen
 			obsMu.Unlock()
 		}
 	}()
@@ -121,8 +140,19 @@ func TestChaos(t *testing.T) {
 	begin := time.Now()
 	injector := make(chan error, 1)
 	go func() {
+		var prev *chaos.Struck
 		for _, f := range schedule {
-			time.Sleep(time.Until(begin.Add(f.At))) // the seeded schedule says when each fault strikes
+			time.Sleep(time.Until(begin.Add(f.At))) // the seeded schedule says when each fault strikes at the earliest
+			// and the fault before it has its recovery window.
+			for {
+				obsMu.Lock()
+				due := chaos.Due(prev, completions, time.Now(), k.recovery)
+				obsMu.Unlock()
+				if due {
+					break
+				}
+				time.Sleep(100 * time.Millisecond) // the observer notes completions every 500 ms
+			}
 			s := chaos.Struck{Kind: f.Kind, Start: time.Now()}
 			if err := c.inject(ctx, f); err != nil {
 				injector <- err
@@ -130,6 +160,7 @@ func TestChaos(t *testing.T) {
 			}
 			s.End = time.Now()
 			faultsDone = append(faultsDone, s)
+			prev = &s
 		}
 		injector <- nil
 	}()
@@ -167,15 +198,22 @@ func TestChaos(t *testing.T) {
 		report.Faults[f.Kind]++
 		// When each fault struck, for the one who reads a slow recovery
 		// against the processes' logs.
-		d, _ := chaos.Recovery(faultsDone, i, completions)
-		next, _ := chaos.Recovery(faultsDone[i:i+1], 0, completions) // whatever struck meanwhile
-		t.Logf("fault %s: %s to %s, recovered %s later (the next operation completed %s after its end)", f.Kind,
-			f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), d.Round(time.Millisecond), next.Round(time.Millisecond))
+		d, ok, cut := chaos.Recovery(faultsDone, i, completions)
+		next, _, _ := chaos.Recovery(faultsDone[i:i+1], 0, completions) // whatever struck meanwhile
+		recovered := fmt.Sprintf("recovered %s later (the next operation completed %s after its end)", d.Round(time.Millisecond), next.Round(time.Millisecond))
+		switch {
+		case !ok:
+			recovered = "nothing completed after it"
+		case cut:
+			recovered = fmt.Sprintf("cut short by the next fault %s later, not recovered", d.Round(time.Millisecond))
+		}
+		t.Logf("fault %s: %s to %s, %s", f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), recovered)
 	}
-	report.Recovery = chaos.Recoveries(faultsDone, completions)
+	report.Recovery, report.Cut = chaos.Recoveries(faultsDone, completions)
+	report.UnderFault = chaos.UnderFault(faultsDone)
 	report.NextCompletion = map[chaos.Kind][]time.Duration{}
 	for _, f := range faultsDone {
-		if next, ok := chaos.Recovery([]chaos.Struck{f}, 0, completions); ok {
+		if next, ok, _ := chaos.Recovery([]chaos.Struck{f}, 0, completions); ok {
 			report.NextCompletion[f.Kind] = append(report.NextCompletion[f.Kind], next)
 		}
 	}
