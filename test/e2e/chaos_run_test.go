@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -71,17 +70,8 @@ func TestChaos(t *testing.T) {
 		return status == http.StatusOK && strings.Contains(body, small) && strings.Contains(body, large)
 	}, time.Minute, 100*time.Millisecond, "the API serves the plans")
 
-	// The observer: passwords as first seen, completions, memory. An
-	// operation completed when its resource shows a new generation
-	// succeeded (provision, update, bind) or is gone (deprovision, unbind).
-	var (
-		obsMu       sync.Mutex
-		passwords   = map[string]string{}
-		changed     = map[string]bool{} // the Secrets whose password changed
-		completions []time.Time
-		lastGen     = map[string]int64{}
-		present     = map[string]bool{}
-	)
+	// The observer: passwords as first seen, completions, memory.
+	obs := &observer{passwords: map[string]string{}, changed: map[string]bool{}, lastGen: map[string]int64{}, present: map[string]bool{}}
 	stopObs := make(chan struct{})
 	obsDone := make(chan struct{})
 	go func() {
@@ -93,44 +83,7 @@ func TestChaos(t *testing.T) {
 			case <-time.After(500 * time.Millisecond):
 			}
 			c.sampleRSS()
-			var secrets corev1.SecretList
-			var insts osbv1alpha1.SFServiceInstanceList
-			var binds osbv1alpha1.SFServiceBindingList
-			if kube.List(ctx, &secrets, ctrlclient.InNamespace(chaosNamespace), ctrlclient.MatchingLabels{"app": "chaos"}) != nil ||
-				kube.List(ctx, &insts, ctrlclient.InNamespace(chaosNamespace)) != nil ||
-				kube.List(ctx, &binds, ctrlclient.InNamespace(chaosNamespace)) != nil {
-				continue // the API server is down
-			}
-			obsMu.Lock()
-			for _, s := range secrets.Items {
-				p := string(s.Data["password"])
-				if first, ok := passwords[s.Name]; ok && first != p && s.DeletionTimestamp == nil {
-					changed[s.Name] = true
-				} else if !ok && p != "" {
-					passwords[s.Name] = p
-				}
-			}
-			now, seen := time.Now(), map[string]bool{}
-			observe := func(key string, state osbv1alpha1.OperationState, gen int64) {
-				seen[key] = true
-				if state == osbv1alpha1.StateSucceeded && gen > lastGen[key] {
-					lastGen[key] = gen
-					completions = append(completions, now)
-				}
-			}
-			for _, i := range insts.Items {
-				observe("instance "+i.Name, i.Status.State, i.Status.ObservedGeneration)
-			}
-			for _, b := range binds.Items {
-				observe("binding "+b.Name, b.Status.State, b.Status.ObservedGeneration)
-			}
-			for key := range present {
-				if !seen[key] {
-					completions = append(completions, now)
-				}
-			}
-			present = seen
-			obsMu.Unlock()
+			obs.look(ctx, kube)
 		}
 	}()
 
@@ -145,9 +98,9 @@ func TestChaos(t *testing.T) {
 			time.Sleep(time.Until(begin.Add(f.At))) // the seeded schedule says when each fault strikes at the earliest
 			// and the fault before it has its recovery window.
 			for {
-				obsMu.Lock()
-				due := chaos.Due(prev, completions, time.Now(), k.recovery)
-				obsMu.Unlock()
+				obs.mu.Lock()
+				due := chaos.Due(prev, obs.completions, time.Now(), k.recovery)
+				obs.mu.Unlock()
 				if due {
 					break
 				}
@@ -190,9 +143,10 @@ func TestChaos(t *testing.T) {
 	}
 	close(stopObs)
 	<-obsDone
+	completions, passwords := obs.completions, obs.passwords
 
 	report := chaos.Report{Seed: k.seed, N: k.n, Duration: time.Since(begin), Kinds: k.kinds, Faults: map[chaos.Kind]int{},
-		Operations: map[string]int{}, ChangedSecrets: len(changed), BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{},
+		Operations: map[string]int{}, ChangedSecrets: len(obs.changed), BadCodes: badCodes(osb.codes), PeakRSS: map[string]int64{},
 		RecoveryBound: k.recovery}
 	for i, f := range faultsDone {
 		report.Faults[f.Kind]++
