@@ -9,6 +9,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/chaos"
 )
 
 // observer is what the chaos run sees of the resources while it runs: the
@@ -23,6 +24,8 @@ type observer struct {
 	completions []time.Time
 	lastGen     map[string]int64
 	present     map[string]bool
+	// completed is closed, and replaced, when a completion is noted.
+	completed chan struct{}
 }
 
 // look lists the chaos namespace's Secrets, instances and bindings once,
@@ -39,6 +42,7 @@ func (o *observer) look(ctx context.Context, kube ctrlclient.Client) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	before := len(o.completions)
 	for _, s := range secrets.Items {
 		p := string(s.Data["password"])
 		if first, ok := o.passwords[s.Name]; ok && first != p && s.DeletionTimestamp == nil {
@@ -67,4 +71,32 @@ func (o *observer) look(ctx context.Context, kube ctrlclient.Client) {
 		}
 	}
 	o.present = seen
+	if len(o.completions) > before {
+		close(o.completed)
+		o.completed = make(chan struct{})
+	}
+}
+
+// awaitRecovery returns once the next fault is due after prev
+// (chaos.Due): an operation completed after prev ended, or window passed
+// since. It wakes on each completion the observer notes.
+func (o *observer) awaitRecovery(prev *chaos.Struck, window time.Duration) {
+	if prev == nil {
+		return
+	}
+	windowEnds := time.NewTimer(time.Until(prev.End.Add(window)))
+	defer windowEnds.Stop()
+	for {
+		o.mu.Lock()
+		due, completed := chaos.Due(prev, o.completions, time.Now(), window), o.completed
+		o.mu.Unlock()
+		if due {
+			return
+		}
+		select {
+		case <-completed:
+		case <-windowEnds.C:
+			return
+		}
+	}
 }

@@ -71,7 +71,8 @@ func TestChaos(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond, "the API serves the plans")
 
 	// The observer: passwords as first seen, completions, memory.
-	obs := &observer{passwords: map[string]string{}, changed: map[string]bool{}, lastGen: map[string]int64{}, present: map[string]bool{}}
+	obs := &observer{passwords: map[string]string{}, changed: map[string]bool{}, lastGen: map[string]int64{}, present: map[string]bool{},
+		completed: make(chan struct{})}
 	stopObs := make(chan struct{})
 	obsDone := make(chan struct{})
 	go func() {
@@ -95,17 +96,8 @@ func TestChaos(t *testing.T) {
 	go func() {
 		var prev *chaos.Struck
 		for _, f := range schedule {
-			time.Sleep(time.Until(begin.Add(f.At))) // the seeded schedule says when each fault strikes at the earliest
-			// and the fault before it has its recovery window.
-			for {
-				obs.mu.Lock()
-				due := chaos.Due(prev, obs.completions, time.Now(), k.recovery)
-				obs.mu.Unlock()
-				if due {
-					break
-				}
-				time.Sleep(100 * time.Millisecond) // the observer notes completions every 500 ms
-			}
+			time.Sleep(time.Until(begin.Add(f.At))) // the seeded schedule says when each fault strikes
+			obs.awaitRecovery(prev, k.recovery)
 			s := chaos.Struck{Kind: f.Kind, Start: time.Now()}
 			if err := c.inject(ctx, f); err != nil {
 				injector <- err
