@@ -3,9 +3,12 @@ package starter
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -17,6 +20,10 @@ import (
 	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/workflows/runs"
 )
+
+// loopStartRetry is how long ensureLoops waits before it tries again to
+// start the loops Temporal did not take.
+const loopStartRetry = 2 * time.Second
 
 // healthChecksInput is the input of a shard's loop
 // (workflows.HealthChecksInput), by its JSON name.
@@ -67,15 +74,27 @@ func (h *HealthChecks) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 }
 
 // ensureLoops starts every shard's loop that is not running; a running
-// one is left as it is.
+// one is left as it is. Temporal may be slow to answer at first (starting
+// up, or loaded): a pass that fails is logged and tried again until every
+// loop is started, because a runnable that returned its error would stop
+// the whole watcher with it.
 func (h *HealthChecks) ensureLoops(ctx context.Context) error {
 	wants, _ := h.loops(ctx)
-	for _, w := range wants {
-		if err := h.startLoop(ctx, w); err != nil {
-			return err
+	err := wait.PollUntilContextCancel(ctx, loopStartRetry, true, func(ctx context.Context) (bool, error) {
+		for _, w := range wants {
+			if err := h.startLoop(ctx, w); err != nil {
+				if ctx.Err() == nil {
+					slog.Default().Warn("could not start the health-check loops yet; trying again", "retryIn", loopStartRetry, "error", err.Error())
+				}
+				return false, nil
+			}
 		}
+		return true, nil
+	})
+	if ctx.Err() != nil {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // loops are the runs the health checks call for: one loop per shard,
