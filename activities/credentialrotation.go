@@ -19,6 +19,7 @@ import (
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/metrics"
 	"github.com/quartermaster/qm/internal/rotation"
+	"github.com/quartermaster/qm/internal/sharding"
 )
 
 // Rotations holds the activities of scheduled credential rotation: a
@@ -121,6 +122,7 @@ func (r *Rotations) BindSuccessor(ctx context.Context, tg lifecycle.Target, gen 
 		st = b.Status.Rotation
 	}
 	s := rotation.Successor(b, gen, st.Current)
+	sharding.Stamp(s) // its instance's shard's from the start, as the OSB API's bindings
 	err = r.Ops.Client.Create(ctx, s)
 	if !apierrors.IsAlreadyExists(err) {
 		if err != nil {

@@ -13,12 +13,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/sharding"
 )
 
 // record creates obj, the record of an OSB request, or reads the one that
 // an earlier request with the same ID created, into obj. It refuses one
 // that is being removed, or that same says differs from the request.
 func (s *Server) record(ctx context.Context, obj client.Object, state *osbv1alpha1.OperationState, what, removal string, same func() bool) (created bool, e *requestError) {
+	// Labelled with its bucket from the start, so that the watcher shard
+	// that owns it sees it at once and no one has to stamp it.
+	sharding.Stamp(obj)
 	err := s.Kube.Create(ctx, obj)
 	if err == nil {
 		s.markQueued(ctx, obj, state)

@@ -65,7 +65,7 @@ type BindingUsages struct {
 }
 
 // setupBindingUsages registers the usages' controller and the UsageKinds'.
-func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, workerServiceAccount string, keep *Loops) error {
+func setupBindingUsages(mgr ctrl.Manager, every cache.Cache, tc client.Client, copts reconcilerOptions, workerServiceAccount string, keep *Loops) error {
 	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, WorkerServiceAccount: workerServiceAccount, cache: mgr.GetCache(),
 		workloads: kindWatches{of: "the ServiceBindingUsages"}}
 	keep.add(runKind{name: loops.BindingUsage, workflowType: runs.BindingUsageType,
@@ -93,7 +93,8 @@ func setupBindingUsages(mgr ctrl.Manager, tc client.Client, copts reconcilerOpti
 	secrets := secretsMetadata()
 	sources := []source.Source{
 		source.Kind[ctrlclient.Object](u.cache, &sc.ServiceBindingUsage{}, &handler.EnqueueRequestForObject{}, specOrDeletion),
-		source.Kind[ctrlclient.Object](u.cache, &osbv1alpha1.SFServiceBinding{}, u.by(usageBindingField, bindingOf), bindingChanged),
+		// Any binding, also one another shard owns.
+		source.Kind[ctrlclient.Object](every, &osbv1alpha1.SFServiceBinding{}, u.by(usageBindingField, bindingOf), bindingChanged),
 		source.Kind[ctrlclient.Object](u.cache, &primazav1alpha1.ServiceClaim{}, u.by(usageBindingField, bindingOf), bindingChanged),
 		source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(secrets), u.by(usageSecretField, nameOf)),
 		source.Kind[ctrlclient.Object](u.cache, &sc.UsageKind{}, u.by(usageKindField, nameOf), predicate.GenerationChangedPredicate{}),

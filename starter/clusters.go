@@ -15,11 +15,13 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -49,16 +51,21 @@ const clusterIDField = "spec.clusterId"
 // capacity and its pods' requests, and the instances scheduled there; and
 // holds an SFCluster that still has instances.
 type ClusterRegistry struct {
-	// Client reads SFClusters and instances from the cache and writes them.
-	Client  ctrlclient.Client
-	Clients *clusters.Clients
+	// Client reads SFClusters from the cache and writes them.
+	Client ctrlclient.Client
+	// Instances reads the instances on a cluster, from a cache indexed by
+	// clusterIDField.
+	Instances ctrlclient.Reader
+	Clients   *clusters.Clients
 	// Period is how often a cluster is probed (0: DefaultClusterProbePeriod).
 	Period time.Duration
 }
 
 // setupClusters registers the SFCluster reconciler.
-func setupClusters(mgr ctrl.Manager, period time.Duration, copts reconcilerOptions) error {
-	err := mgr.GetFieldIndexer().IndexField(context.Background(), &osbv1alpha1.SFServiceInstance{}, clusterIDField, func(o ctrlclient.Object) []string {
+// every holds every instance: on a sharded watcher, also those of the
+// other shards.
+func setupClusters(mgr ctrl.Manager, every cache.Cache, period time.Duration, copts reconcilerOptions) error {
+	err := every.IndexField(context.Background(), &osbv1alpha1.SFServiceInstance{}, clusterIDField, func(o ctrlclient.Object) []string {
 		if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" {
 			return []string{id}
 		}
@@ -73,7 +80,7 @@ func setupClusters(mgr ctrl.Manager, period time.Duration, copts reconcilerOptio
 	if err != nil {
 		return err
 	}
-	r := &ClusterRegistry{Client: mgr.GetClient(), Period: period, Clients: &clusters.Clients{
+	r := &ClusterRegistry{Client: mgr.GetClient(), Instances: every, Period: period, Clients: &clusters.Clients{
 		Local: local, LocalConfig: mgr.GetConfig(), Reader: mgr.GetAPIReader(), Scheme: crds.NewScheme()}}
 	// An instance that comes to a cluster or leaves it changes the
 	// cluster's count: the cluster is probed again a moment later, once
@@ -99,7 +106,7 @@ func setupClusters(mgr ctrl.Manager, period time.Duration, copts reconcilerOptio
 		},
 	}
 	err = ctrl.NewControllerManagedBy(mgr).For(&resourcev1alpha1.SFCluster{}).Named("sfcluster").
-		Watches(&osbv1alpha1.SFServiceInstance{}, scheduledOn).
+		WatchesRawSource(source.Kind[ctrlclient.Object](every, &osbv1alpha1.SFServiceInstance{}, scheduledOn)).
 		WithOptions(copts()).Complete(reconcile.Func(r.Reconcile))
 	if err != nil {
 		return fmt.Errorf("registering the SFCluster reconciler: %w", err)
@@ -114,7 +121,7 @@ func (r *ClusterRegistry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
 	var insts osbv1alpha1.SFServiceInstanceList
-	if err := r.Client.List(ctx, &insts, ctrlclient.InNamespace(sfc.Namespace), ctrlclient.MatchingFields{clusterIDField: sfc.Name}); err != nil {
+	if err := r.Instances.List(ctx, &insts, ctrlclient.InNamespace(sfc.Namespace), ctrlclient.MatchingFields{clusterIDField: sfc.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
 	if done, err := r.holdWhileUsed(ctx, &sfc, len(insts.Items)); done || err != nil {

@@ -35,9 +35,15 @@ type AutoUpdates struct {
 // setupAutoUpdates registers the reconciler of plan changes, and has keep
 // start again the run of a plan's generation that Temporal lost before it
 // ended.
-func setupAutoUpdates(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops) error {
+// Every shard keeps the runs its own instances call for (a run is one per
+// plan's generation, whichever shard starts it again); the first one
+// starts them when a plan changes.
+func setupAutoUpdates(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops, reconciles bool) error {
 	a := &AutoUpdates{Client: mgr.GetClient(), Temporal: tc}
 	keep.add(runKind{name: loops.AutoMassUpdate, workflowType: runs.MassUpdateType, endedCounts: true, wants: a.runs, wake: byRequest(a.Reconcile)})
+	if !reconciles {
+		return nil
+	}
 	err := ctrl.NewControllerManagedBy(mgr).Named("sfplan-autoupdate").
 		For(&osbv1alpha1.SFPlan{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(copts()).Complete(reconcile.Func(a.Reconcile))

@@ -64,7 +64,7 @@ type ServiceBindings struct {
 }
 
 // setupServiceBindings registers the ServiceBindings' controller.
-func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops) error {
+func setupServiceBindings(mgr ctrl.Manager, every cache.Cache, tc client.Client, copts reconcilerOptions, keep *Loops) error {
 	s := &ServiceBindings{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(),
 		workloads: kindWatches{of: "the ServiceBindings"}, services: kindWatches{of: "the ServiceBindings"}}
 	keep.add(runKind{name: loops.ServiceBinding, workflowType: runs.ServiceBindingType,
@@ -105,7 +105,8 @@ func setupServiceBindings(mgr ctrl.Manager, tc client.Client, copts reconcilerOp
 	}
 	sources := []source.Source{
 		source.Kind[ctrlclient.Object](s.cache, &sbv1.ServiceBinding{}, &handler.EnqueueRequestForObject{}, specOrDeletion),
-		source.Kind[ctrlclient.Object](s.cache, &osbv1alpha1.SFServiceBinding{}, s.by(sbServiceField, serviceKey), secretChanged),
+		// Any binding, also one another shard owns.
+		source.Kind[ctrlclient.Object](every, &osbv1alpha1.SFServiceBinding{}, s.by(sbServiceField, serviceKey), secretChanged),
 		source.Kind[ctrlclient.Object](s.cache, &primazav1alpha1.ServiceClaim{}, s.by(sbServiceField, serviceKey), secretChanged),
 		// A Secret named as a service directly, or projected.
 		source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(secrets), s.by(sbSecretField, nameOf)),

@@ -49,14 +49,19 @@ type ServiceClasses struct {
 	// cache holds Secrets' metadata only.
 	Live ctrlclient.Reader
 
-	cache   cache.Cache
-	classes controller.Controller
-	kinds   kindWatches
+	cache cache.Cache
+	// resources is where the classes' kinds are watched: the watcher's
+	// cache, or on a sharded first shard the one of every instance and
+	// binding, so that a class of a sharded kind sees all of its objects.
+	resources cache.Cache
+	classes   controller.Controller
+	kinds     kindWatches
 }
 
 // setupServiceClasses registers the ServiceClasses' controller.
-func setupServiceClasses(mgr ctrl.Manager, copts reconcilerOptions) error {
-	s := &ServiceClasses{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), cache: mgr.GetCache(), kinds: kindWatches{of: "the ServiceClasses"}}
+func setupServiceClasses(mgr ctrl.Manager, every cache.Cache, copts reconcilerOptions) error {
+	s := &ServiceClasses{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), cache: mgr.GetCache(), resources: every,
+		kinds: kindWatches{of: "the ServiceClasses"}}
 	if err := indexBy(mgr, &primazav1alpha1.ServiceClass{}, map[string]func(*primazav1alpha1.ServiceClass) string{
 		serviceClassKindField: func(c *primazav1alpha1.ServiceClass) string {
 			return c.Spec.Resource.APIVersion + "/" + c.Spec.Resource.Kind
@@ -203,7 +208,7 @@ func (s *ServiceClasses) watch(gvk schema.GroupVersionKind) error {
 		key := gvk.GroupVersion().String() + "/" + gvk.Kind
 		classes := mapBy(s.Client, func() ctrlclient.ObjectList { return &primazav1alpha1.ServiceClassList{} }, serviceClassKindField,
 			func(ctrlclient.Object) string { return key })
-		return source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(resources), classes)
+		return source.Kind[ctrlclient.Object](s.resources, ctrlclient.Object(resources), classes)
 	})
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/quartermaster/qm/internal/informers"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/registry"
+	"github.com/quartermaster/qm/internal/sharding"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -72,6 +73,10 @@ type WatcherOptions struct {
 	// they are missing (a namespace deleted and registered again has none,
 	// and no operation could start).
 	TemporalNamespace string
+	// Shard is the part of the instances and bindings this watcher owns,
+	// on a lease of its own (the whole when zero). The first shard also
+	// does the work of every other kind.
+	Shard sharding.Shard
 }
 
 // LeaseName is the Lease through which one of several watchers leads, in
@@ -89,6 +94,12 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 16
 	}
+	if opts.Shard == (sharding.Shard{}) {
+		opts.Shard = sharding.Whole
+	}
+	if err := opts.Shard.Validate(); err != nil {
+		return nil, err
+	}
 	// Where no admission policy sets finalizers, adding them is on every
 	// operation's path: no client-side rate limit, as for the worker
 	// (crds.NewClient).
@@ -103,15 +114,17 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err != nil {
 		return nil, fmt.Errorf("the selector of Secrets that are not registries: %w", err)
 	}
+	// Without managedFields: nothing here reads them, and they are most of
+	// what the caches would hold of the tens of thousands of objects
+	// (Secrets among them) the watcher watches.
+	cacheOpts := cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[ctrlclient.Object]cache.ByObject{secretsMetadata(): {Label: labels.NewSelector().Add(*notRegistry)}}}
+	shardCache(&cacheOpts, opts.Shard)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: crds.NewScheme(),
-		// Without managedFields: nothing here reads them, and they are
-		// most of what the caches would hold of the tens of thousands of
-		// objects (Secrets among them) the watcher watches.
-		Cache: cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[ctrlclient.Object]cache.ByObject{secretsMetadata(): {Label: labels.NewSelector().Add(*notRegistry)}}},
+		Scheme:                  crds.NewScheme(),
+		Cache:                   cacheOpts,
 		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        LeaseName,
+		LeaderElectionID:        leaseName(opts.Shard),
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		// A watcher that stops (a rolling update, a drained node) hands the
 		// lease over at once instead of making the next wait out its term.
@@ -148,45 +161,58 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		WithOptions(copts()).Complete(reconcile.Func(s.ReconcileBinding)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceBinding reconciler: %w", err)
 	}
-	if err := setupOfferingStatus(mgr); err != nil {
-		return nil, err
-	}
 	keep := newLoops(tc, opts.LoopCheckPeriod, opts.TemporalNamespace)
-	if err := setupHealthChecks(mgr, tc, copts, keep); err != nil {
-		return nil, err
-	}
-	if err := setupServiceClasses(mgr, copts); err != nil {
-		return nil, err
-	}
-	if err := setupCatalogs(mgr, copts); err != nil {
-		return nil, err
-	}
-	if err := setupClaims(mgr, tc, copts, keep); err != nil {
-		return nil, err
-	}
-	if err := setupBindingUsages(mgr, tc, copts, opts.WorkerServiceAccount, keep); err != nil {
-		return nil, err
-	}
-	if err := setupServiceBindings(mgr, tc, copts, keep); err != nil {
-		return nil, err
-	}
 	if err := setupCredentialRotations(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}
-	if err := setupAutoUpdates(mgr, tc, copts, keep); err != nil {
-		return nil, err
+	if opts.Shard.First() {
+		if err := setupFirstShard(mgr, tc, opts, copts, keep); err != nil {
+			return nil, err
+		}
+	} else {
+		keep.Namespace = "" // the first shard keeps the search attributes
+		if err := setupAutoUpdates(mgr, tc, copts, keep, false); err != nil {
+			return nil, err
+		}
 	}
 	s.keepInFlight(keep)
 	if err := setupLoops(mgr, keep); err != nil {
 		return nil, err
 	}
-	if err := setupFleetMetrics(mgr); err != nil {
-		return nil, err
-	}
-	if err := setupClusters(mgr, opts.ClusterProbePeriod, copts); err != nil {
+	if err := setupFleetMetrics(mgr, opts.Shard); err != nil {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// setupFirstShard registers the work that no instance's or binding's
+// shard decides: the offerings' status, the health checks, the registry
+// and the Kubernetes users' kinds, the SFClusters, the automatic mass
+// updates, and the labelling of the objects no shard owns yet.
+func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, copts reconcilerOptions, keep *Loops) error {
+	every, err := everyObject(mgr, opts.Shard)
+	if err != nil {
+		return err
+	}
+	for _, setup := range []func() error{
+		func() error { return setupOfferingStatus(mgr) },
+		func() error { return setupHealthChecks(mgr, tc, copts, keep) },
+		func() error { return setupServiceClasses(mgr, every, copts) },
+		func() error { return setupCatalogs(mgr, copts) },
+		func() error { return setupClaims(mgr, tc, copts, keep) },
+		func() error { return setupBindingUsages(mgr, every, tc, copts, opts.WorkerServiceAccount, keep) },
+		func() error { return setupServiceBindings(mgr, every, tc, copts, keep) },
+		func() error { return setupAutoUpdates(mgr, tc, copts, keep, true) },
+		func() error { return setupClusters(mgr, every, opts.ClusterProbePeriod, copts) },
+	} {
+		if err := setup(); err != nil {
+			return err
+		}
+	}
+	if opts.Shard.Sharded() {
+		return setupStamper(mgr, copts)
+	}
+	return nil
 }
 
 // Starter maps the state of a resource to the workflow that moves it on.

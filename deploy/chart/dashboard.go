@@ -66,17 +66,17 @@ func Dashboard() (dashboard.Dashboard, error) {
 			query(`histogram_quantile(0.99, sum by (operation, le) (rate(qm_operation_duration_seconds_bucket[$__rate_interval])))`, "{{operation}}"))).
 		WithRow(dashboard.NewRowBuilder("Instances and clusters")).
 		WithPanel(panel("Instances by state", "short",
-			query(`sum by (state) (max by (service, plan, state) (qm_instances))`, "{{state}}"))).
+			query(`sum by (state) (max by (service, plan, state, shard) (qm_instances))`, "{{state}}"))).
 		WithPanel(panel("Bindings by state", "short",
-			query(`sum by (state) (max by (service, plan, state) (qm_bindings))`, "{{state}}"))).
+			query(`sum by (state) (max by (service, plan, state, shard) (qm_bindings))`, "{{state}}"))).
 		WithPanel(panel("Instances waiting for a cluster, by plan", "short",
-			query(`sum by (plan) (max by (service, plan) (qm_instances_waiting_for_cluster))`, "{{plan}}"))).
+			query(`sum by (plan) (max by (service, plan, shard) (qm_instances_waiting_for_cluster))`, "{{plan}}"))).
 		WithPanel(panel("Cluster use against its limit", "percentunit",
 			query(`max by (namespace, cluster, resource) (qm_cluster_use_ratio)`, "{{cluster}} {{resource}}"),
 			query(`max by (namespace, cluster) (qm_cluster_limit_ratio)`, "{{cluster}} limit"))).
 		WithPanel(panel("Instances and reservations per cluster", "short",
 			query(`max by (namespace, cluster) (qm_cluster_instances)`, "{{cluster}} instances"),
-			query(`max by (namespace, cluster) (qm_cluster_reservations)`, "{{cluster}} reserved"),
+			query(`sum by (namespace, cluster) (max by (namespace, cluster, shard) (qm_cluster_reservations))`, "{{cluster}} reserved"),
 			query(`count by (namespace) (max by (namespace, cluster) (qm_cluster_ready) == 0)`, "{{namespace}} unreachable clusters"))).
 		WithRow(dashboard.NewRowBuilder("Service registry")).
 		WithPanel(panel("Registered services by state", "short",

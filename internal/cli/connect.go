@@ -57,6 +57,7 @@ func (g *globals) temporalOptions() (client.Options, error) {
 	}
 	opts.HostPort = cmp.Or(g.temporalAddress, opts.HostPort)
 	opts.Namespace = cmp.Or(g.temporalNamespace, opts.Namespace, "default")
+	opts.Identity = cmp.Or(g.identity, opts.Identity)
 	if opts.HostPort == "" {
 		return client.Options{}, errNoTemporal
 	}

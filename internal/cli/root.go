@@ -34,6 +34,10 @@ type globals struct {
 	// env is where the Temporal client configuration's variables are
 	// looked up (nil: the process's environment).
 	env envconfig.EnvLookup
+	// identity, when set, is the Temporal client's identity instead of the
+	// SDK's pid@host: a watcher shard names itself, so that each run's
+	// history says which shard started it.
+	identity string
 }
 
 // Main runs the qm command line with the process's arguments until it

@@ -1,21 +1,34 @@
 package cli
 
 import (
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/quartermaster/qm/internal/sharding"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/starter"
 )
 
 func newWatcherCommand(g *globals) *cobra.Command {
 	o := starter.WatcherOptions{}
+	var shard string
 	cmd := &cobra.Command{
 		Use:   "watcher",
 		Short: "Run the watcher that turns resource events into workflow starts (leader-elected)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := sharding.Parse(shard)
+			if err != nil {
+				return fmt.Errorf("--shard: %w", err)
+			}
+			o.Shard = s
+			if s.Sharded() {
+				host, _ := os.Hostname()
+				g.identity = fmt.Sprintf("qm-watcher shard %s %d@%s", s, os.Getpid(), host)
+			}
 			return g.run(cmd.Context(), true, system.Options{Watcher: &o})
 		},
 	}
@@ -29,6 +42,7 @@ func newWatcherCommand(g *globals) *cobra.Command {
 	f.StringVar(&o.MetricsAddr, "metrics-addr", ":9090", "address serving Prometheus /metrics (controller-runtime's and the Temporal client's); 0 turns it off")
 	f.IntVar(&o.Concurrency, "concurrency", 16, "resources reconciled at once per kind")
 	f.DurationVar(&o.ClusterProbePeriod, "cluster-probe-period", starter.DefaultClusterProbePeriod, "how often each SFCluster's cluster is probed")
+	f.StringVar(&shard, "shard", "", "the shard N/M (N from 0) of the instances and bindings this watcher owns, on a lease of its own; shard 0 also does every other kind's work (default: one watcher owns all)")
 	f.StringVar(&o.WorkerServiceAccount, "worker-service-account", "", "the workers' service account (namespace:name) when it is not the watcher's, whose access to UsageKinds' workloads is checked (the chart sets it)")
 	return cmd
 }

@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -30,6 +32,15 @@ type Fleet struct {
 	// Logger hears of a kind that could not be listed; its gauges are left
 	// out of that scrape rather than reported as zero.
 	Logger *slog.Logger
+	// Only, when set, are the kinds counted: a watcher shard that holds
+	// only the instances and bindings counts only those (every shard's
+	// series add up to the fleet's).
+	Only []client.Object
+	// Shard is the watcher shard that counts ("0/1" when empty: the whole
+	// watcher), the value of the instances' and bindings' gauges' label
+	// shard: the replicas of a shard are taken at their max, as for one
+	// watcher, and the shards' sums added up.
+	Shard string
 }
 
 // servedFleet is the process's Fleet in controller-runtime's registry: it
@@ -47,6 +58,9 @@ type counter struct {
 	kind  client.Object
 	descs []*prometheus.Desc
 	count func(ctx context.Context, r client.Reader, add adder) error
+	// sharded: the kind is divided between watcher shards, and its gauges
+	// say which one counted (their last label, shard).
+	sharded bool
 }
 
 // adder adds v to the series of desc with these label values.
@@ -65,10 +79,10 @@ type tallyKey struct {
 
 var served = &servedFleet{}
 
-// Serve has the process's registry count the fleet from r until stop is
-// called.
-func Serve(r client.Reader, logger *slog.Logger) (stop func()) {
-	f := &Fleet{Reader: r, Logger: logger}
+// Serve has the process's registry count the fleet as f says until stop
+// is called.
+func Serve(fleet Fleet) (stop func()) {
+	f := &fleet
 	served.mu.Lock()
 	served.fleets = append(served.fleets, f)
 	served.mu.Unlock()
@@ -104,17 +118,17 @@ const conditionScheduled = "Scheduled"
 // Gauges of the fleet's state.
 var (
 	instancesDesc = prometheus.NewDesc("qm_instances",
-		"SFServiceInstances by plan and state of their last operation (pending: none began yet).",
-		[]string{"service", "plan", "state"}, nil)
+		"SFServiceInstances by plan and state of their last operation (pending: none began yet), by the watcher shard that counts them.",
+		[]string{"service", "plan", "state", "shard"}, nil)
 	waitingDesc = prometheus.NewDesc("qm_instances_waiting_for_cluster",
 		"SFServiceInstances whose provision waits for a cluster with room (Scheduled=False).",
-		[]string{"service", "plan"}, nil)
+		[]string{"service", "plan", "shard"}, nil)
 	bindingsDesc = prometheus.NewDesc("qm_bindings",
 		"SFServiceBindings by plan and state of their last operation.",
-		[]string{"service", "plan", "state"}, nil)
+		[]string{"service", "plan", "state", "shard"}, nil)
 	overdueDesc = prometheus.NewDesc("qm_bindings_rotation_overdue",
 		"Rotating SFServiceBindings whose next rotation is more than a minute late (status.rotation.nextRotation), by plan.",
-		[]string{"service", "plan"}, nil)
+		[]string{"service", "plan", "shard"}, nil)
 	maxPollingDesc = prometheus.NewDesc("qm_plan_maximum_polling_seconds",
 		"Each plan's maximum_polling_duration (an hour when it sets none): the time an operation may stay in progress.",
 		[]string{"service", "plan"}, nil)
@@ -123,7 +137,7 @@ var (
 		[]string{"namespace", "cluster"}, nil)
 	reservationsDesc = prometheus.NewDesc("qm_cluster_reservations",
 		"Instances scheduled onto each SFCluster whose provision has not succeeded yet: the scheduler's reservations.",
-		[]string{"namespace", "cluster"}, nil)
+		[]string{"namespace", "cluster", "shard"}, nil)
 	clusterUseDesc = prometheus.NewDesc("qm_cluster_use_ratio",
 		"Each SFCluster's requests over its capacity, by resource.",
 		[]string{"namespace", "cluster", "resource"}, nil)
@@ -148,14 +162,14 @@ var (
 )
 
 var counters = []counter{
-	{&osbv1alpha1.SFServiceInstance{}, []*prometheus.Desc{instancesDesc, waitingDesc, reservationsDesc}, countInstances},
-	{&osbv1alpha1.SFServiceBinding{}, []*prometheus.Desc{bindingsDesc, overdueDesc}, countBindings},
-	{&osbv1alpha1.SFPlan{}, []*prometheus.Desc{maxPollingDesc}, countPlans},
-	{&resourcev1alpha1.SFCluster{}, []*prometheus.Desc{clusterInstancesDesc, clusterUseDesc, clusterLimitDesc, clusterReadyDesc}, countClusters},
-	{&primazav1alpha1.RegisteredService{}, []*prometheus.Desc{servicesDesc}, byState(servicesDesc, &primazav1alpha1.RegisteredServiceList{}, serviceState)},
-	{&primazav1alpha1.ServiceClaim{}, []*prometheus.Desc{claimsDesc}, byState(claimsDesc, &primazav1alpha1.ServiceClaimList{}, claimState)},
-	{&scv1alpha1.ServiceBindingUsage{}, []*prometheus.Desc{usagesDesc}, byState(usagesDesc, &scv1alpha1.ServiceBindingUsageList{}, usageState)},
-	{&sbv1.ServiceBinding{}, []*prometheus.Desc{serviceBindingsDesc}, byState(serviceBindingsDesc, &sbv1.ServiceBindingList{}, serviceBindingReady)},
+	{&osbv1alpha1.SFServiceInstance{}, []*prometheus.Desc{instancesDesc, waitingDesc, reservationsDesc}, countInstances, true},
+	{&osbv1alpha1.SFServiceBinding{}, []*prometheus.Desc{bindingsDesc, overdueDesc}, countBindings, true},
+	{&osbv1alpha1.SFPlan{}, []*prometheus.Desc{maxPollingDesc}, countPlans, false},
+	{&resourcev1alpha1.SFCluster{}, []*prometheus.Desc{clusterInstancesDesc, clusterUseDesc, clusterLimitDesc, clusterReadyDesc}, countClusters, false},
+	{&primazav1alpha1.RegisteredService{}, []*prometheus.Desc{servicesDesc}, byState(servicesDesc, &primazav1alpha1.RegisteredServiceList{}, serviceState), false},
+	{&primazav1alpha1.ServiceClaim{}, []*prometheus.Desc{claimsDesc}, byState(claimsDesc, &primazav1alpha1.ServiceClaimList{}, claimState), false},
+	{&scv1alpha1.ServiceBindingUsage{}, []*prometheus.Desc{usagesDesc}, byState(usagesDesc, &scv1alpha1.ServiceBindingUsageList{}, usageState), false},
+	{&sbv1.ServiceBinding{}, []*prometheus.Desc{serviceBindingsDesc}, byState(serviceBindingsDesc, &sbv1.ServiceBindingList{}, serviceBindingReady), false},
 }
 
 // Kinds are the kinds the fleet's gauges count: a cache that serves them
@@ -182,7 +196,7 @@ func (f *Fleet) Describe(ch chan<- *prometheus.Desc) {
 func (f *Fleet) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), countTimeout)
 	defer cancel()
-	for _, c := range counters {
+	for _, c := range f.counters() {
 		t := tallies{}
 		if err := c.count(ctx, f.Reader, t.add); err != nil {
 			if f.Logger != nil {
@@ -190,10 +204,28 @@ func (f *Fleet) Collect(ch chan<- prometheus.Metric) {
 			}
 			continue
 		}
-		for _, m := range t.metrics() {
+		var extra []string
+		if c.sharded {
+			extra = []string{cmp.Or(f.Shard, "0/1")}
+		}
+		for _, m := range t.metrics(extra...) {
 			ch <- m
 		}
 	}
+}
+
+// counters are the counters of the kinds f counts.
+func (f *Fleet) counters() []counter {
+	if len(f.Only) == 0 {
+		return counters
+	}
+	var out []counter
+	for _, c := range counters {
+		if slices.ContainsFunc(f.Only, func(k client.Object) bool { return reflect.TypeOf(k) == reflect.TypeOf(c.kind) }) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (t tallies) add(desc *prometheus.Desc, v float64, labels ...string) {
@@ -202,10 +234,12 @@ func (t tallies) add(desc *prometheus.Desc, v float64, labels ...string) {
 	t[k] += v
 }
 
-func (t tallies) metrics() []prometheus.Metric {
+// metrics are the tallies' series, with the label values extra after
+// each one's own.
+func (t tallies) metrics(extra ...string) []prometheus.Metric {
 	out := make([]prometheus.Metric, 0, len(t))
 	for k, v := range t {
-		out = append(out, prometheus.MustNewConstMetric(k.desc, prometheus.GaugeValue, v, k.labels[:k.n]...))
+		out = append(out, prometheus.MustNewConstMetric(k.desc, prometheus.GaugeValue, v, append(k.labels[:k.n:k.n], extra...)...))
 	}
 	return out
 }

@@ -80,21 +80,21 @@ func TestFleetCountsEachKindByState(t *testing.T) {
 	reader := fake.NewClientBuilder().WithScheme(crds.NewScheme()).WithObjects(objects...).Build()
 
 	want := `
-# HELP qm_instances SFServiceInstances by plan and state of their last operation (pending: none began yet).
+# HELP qm_instances SFServiceInstances by plan and state of their last operation (pending: none began yet), by the watcher shard that counts them.
 # TYPE qm_instances gauge
-qm_instances{plan="p1",service="svc",state="failed"} 1
-qm_instances{plan="p1",service="svc",state="succeeded"} 2
-qm_instances{plan="p2",service="svc",state="in progress"} 2
-qm_instances{plan="p2",service="svc",state="pending"} 1
+qm_instances{plan="p1",service="svc",shard="0/1",state="failed"} 1
+qm_instances{plan="p1",service="svc",shard="0/1",state="succeeded"} 2
+qm_instances{plan="p2",service="svc",shard="0/1",state="in progress"} 2
+qm_instances{plan="p2",service="svc",shard="0/1",state="pending"} 1
 # HELP qm_instances_waiting_for_cluster SFServiceInstances whose provision waits for a cluster with room (Scheduled=False).
 # TYPE qm_instances_waiting_for_cluster gauge
-qm_instances_waiting_for_cluster{plan="p2",service="svc"} 1
+qm_instances_waiting_for_cluster{plan="p2",service="svc",shard="0/1"} 1
 # HELP qm_cluster_reservations Instances scheduled onto each SFCluster whose provision has not succeeded yet: the scheduler's reservations.
 # TYPE qm_cluster_reservations gauge
-qm_cluster_reservations{cluster="c1",namespace="ns"} 1
+qm_cluster_reservations{cluster="c1",namespace="ns",shard="0/1"} 1
 # HELP qm_bindings SFServiceBindings by plan and state of their last operation.
 # TYPE qm_bindings gauge
-qm_bindings{plan="p1",service="svc",state="succeeded"} 1
+qm_bindings{plan="p1",service="svc",shard="0/1",state="succeeded"} 1
 # HELP qm_plan_maximum_polling_seconds Each plan's maximum_polling_duration (an hour when it sets none): the time an operation may stay in progress.
 # TYPE qm_plan_maximum_polling_seconds gauge
 qm_plan_maximum_polling_seconds{plan="p1",service="svc"} 600
@@ -129,6 +129,23 @@ qm_service_bindings{namespace="ns",ready="Unknown"} 1
 	require.NoError(t, testutil.CollectAndCompare(&Fleet{Reader: reader}, strings.NewReader(want)))
 }
 
+// TestFleetOfAShard: a watcher shard other than the first counts only its
+// instances and bindings, each series naming the shard, so that the
+// shards' series add up.
+func TestFleetOfAShard(t *testing.T) {
+	reader := fake.NewClientBuilder().WithScheme(crds.NewScheme()).WithObjects(
+		instance("a", "p1", osbv1alpha1.StateSucceeded),
+		&osbv1alpha1.SFPlan{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p1"}, Spec: osbv1alpha1.SFPlanSpec{ID: "p1", ServiceID: "svc"}},
+		&primazav1alpha1.ServiceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}},
+	).Build()
+	fleet := &Fleet{Reader: reader, Shard: "1/3", Only: []client.Object{&osbv1alpha1.SFServiceInstance{}, &osbv1alpha1.SFServiceBinding{}}}
+	out, err := testutil.CollectAndFormat(fleet, expfmt.TypeTextPlain, "qm_instances", "qm_plan_maximum_polling_seconds", "qm_service_claims")
+	require.NoError(t, err)
+	assert.Contains(t, string(out), `qm_instances{plan="p1",service="svc",shard="1/3",state="succeeded"} 1`)
+	assert.NotContains(t, string(out), "qm_plan_maximum_polling_seconds", "the first shard's")
+	assert.NotContains(t, string(out), "qm_service_claims", "the first shard's")
+}
+
 // TestFleetLeavesOutAKindItCannotList: a kind whose list fails (its CRD not
 // installed) is left out of the scrape, the others still counted.
 func TestFleetLeavesOutAKindItCannotList(t *testing.T) {
@@ -137,7 +154,7 @@ func TestFleetLeavesOutAKindItCannotList(t *testing.T) {
 		WithInterceptorFuncs(failingList("ServiceClaimList")).Build()
 	names, err := testutil.CollectAndFormat(&Fleet{Reader: reader}, expfmt.TypeTextPlain, "qm_instances", "qm_service_claims")
 	require.NoError(t, err)
-	assert.Contains(t, string(names), `qm_instances{plan="p1",service="svc",state="succeeded"} 1`)
+	assert.Contains(t, string(names), `qm_instances{plan="p1",service="svc",shard="0/1",state="succeeded"} 1`)
 	assert.NotContains(t, string(names), "qm_service_claims")
 }
 

@@ -85,25 +85,16 @@ func TestHighAvailability(t *testing.T) {
 	// 100 provisions, as kubectl users create them: half before the leader
 	// dies, half while no one leads, which only the standby can start.
 	create := func(from, to int) {
-		testenv.Parallel(t, to-from, func(i int) error {
-			name := fmt.Sprintf("ha-%03d", from+i)
-			return kube.Client.Create(ctx, &osbv1alpha1.SFServiceInstance{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: name, ServiceID: s.ServiceID, PlanID: async},
-			})
-		})
+		names := make([]string, 0, to-from)
+		for i := from; i < to; i++ {
+			names = append(names, fmt.Sprintf("ha-%03d", i))
+		}
+		createInstances(t, kube.Client, s, async, "", names)
 	}
 	succeeded := func() int {
-		var list osbv1alpha1.SFServiceInstanceList
-		if err := kube.Client.List(ctx, &list, ctrlclient.InNamespace(ns)); err != nil {
+		n, err := succeededIn(kube.Client, ns, "ha-")
+		if err != nil {
 			t.Logf("listing the instances: %v", err) // counted as none done; the next poll lists again
-			return 0
-		}
-		n := 0
-		for _, inst := range list.Items {
-			if strings.HasPrefix(inst.Name, "ha-") && testenv.Succeeded(1)(&inst) {
-				n++
-			}
 		}
 		return n
 	}
@@ -166,6 +157,33 @@ func TestHighAvailability(t *testing.T) {
 	expect(http.MethodDelete, fmt.Sprintf("%s?service_id=%s&plan_id=%s", inst, s.ServiceID, sync), "", http.StatusOK, `{}`)
 	s.URL = apis[turn%2]
 	s.ExpectSoon(inst, http.StatusNotFound, `{"description": "instance \"ha-api\" does not exist"}`)
+}
+
+// createInstances creates the instances names of plan in s's namespace at
+// once, as kubectl users would; on cluster, when it is not empty.
+func createInstances(t testing.TB, c ctrlclient.Client, s *testenv.System, plan, cluster string, names []string) {
+	testenv.Parallel(t, len(names), func(i int) error {
+		return c.Create(context.Background(), &osbv1alpha1.SFServiceInstance{
+			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: s.Namespace},
+			Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: names[i], ServiceID: s.ServiceID, PlanID: plan, ClusterID: cluster},
+		})
+	})
+}
+
+// succeededIn counts the instances of ns named prefix... whose provision
+// succeeded.
+func succeededIn(c ctrlclient.Client, ns, prefix string) (int, error) {
+	var list osbv1alpha1.SFServiceInstanceList
+	if err := c.List(context.Background(), &list, ctrlclient.InNamespace(ns)); err != nil {
+		return 0, fmt.Errorf("listing the instances: %w", err)
+	}
+	n := 0
+	for _, inst := range list.Items {
+		if strings.HasPrefix(inst.Name, prefix) && testenv.Succeeded(1)(&inst) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // start runs qm with args until the test ends; env is added to the test's

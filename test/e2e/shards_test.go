@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/sharding"
+	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
+)
+
+// shardedProvisions is how many instances each sharded run creates.
+const shardedProvisions = 40
+
+// TestShardedWatchers runs the watcher as two, then three shards: each
+// shard a qm process on a lease of its own, shard 1 with a standby. The
+// instances come as kubectl users create them (no label: the first shard
+// stamps them), and the leader of shard 1 is killed in the middle of
+// them. Every instance and binding is handled by the one shard that owns
+// its bucket, counted by who started each of its runs (a shard's Temporal
+// identity), with one run that did the work; a servicebinding.io
+// ServiceBinding, which only the first shard handles, projects a binding
+// that another shard owns.
+func TestShardedWatchers(t *testing.T) {
+	for _, count := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d shards", count), func(t *testing.T) { shardedRun(t, count) })
+	}
+}
+
+func shardedRun(t *testing.T, count int) {
+	e := newProcessEnv(t)
+	qm, kube, s, common := e.qm, e.kube, e.s, e.common
+	ns := s.Namespace
+	ctx := context.Background()
+	plan := s.Plan("sharded", "  manager: {async: true}\n", testenv.Templates("instant"))
+	start(t, qm, "worker", nil, append([]string{"worker", "--health-addr", "0", "--metrics-addr", "0"}, common...)...)
+	watcher := func(name string, shard int) *process {
+		args := []string{"watcher", "--shard", fmt.Sprintf("%d/%d", shard, count), "--leader-election-namespace", ns,
+			"--health-addr", "0", "--metrics-addr", "0",
+			"--leader-elect-lease-duration", leaseDuration.String(), "--leader-elect-renew-deadline", "4s", "--leader-elect-retry-period", retryPeriod.String()}
+		return start(t, qm, name, nil, append(args, common...)...)
+	}
+	holder := func(shard int) string {
+		var l coordinationv1.Lease
+		name := fmt.Sprintf("qm-watcher-%d-of-%d.quartermaster.io", shard, count)
+		if err := kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+			return ""
+		}
+		return ptr.Deref(l.Spec.HolderIdentity, "")
+	}
+	leaders := make([]*process, count)
+	for shard := range count {
+		leaders[shard] = watcher(fmt.Sprintf("shard-%d", shard), shard)
+		require.Eventually(t, func() bool { return holder(shard) != "" }, 30*time.Second, 50*time.Millisecond, "shard %d leads", shard)
+	}
+	firstHolder := holder(1)
+	watcher("shard-1-standby", 1)
+
+	// A ServiceBinding of a binding that shard 1 owns, made before the
+	// binding is: it waits for the binding's Secret, which only the first
+	// shard's view of every binding shows it.
+	remote := nameInShard("remote", 1, count)
+	s.Kube.Kubectl(t, testenv.WebManifest(ns), "apply", "-f", "-")
+	s.Create(fmt.Sprintf(`
+apiVersion: servicebinding.io/v1
+kind: ServiceBinding
+metadata: {name: web-remote, namespace: %s}
+spec:
+  service: {apiVersion: osb.servicefabrik.io/v1alpha1, kind: SFServiceBinding, name: %s-b}
+  workload: {apiVersion: apps/v1, kind: Deployment, name: web}`, ns, remote))
+
+	names := []string{remote}
+	for i := range shardedProvisions - 1 {
+		names = append(names, fmt.Sprintf("sh-%03d", i))
+	}
+	// On cluster "1", the one the worker runs in, named as a user may.
+	create := func(from, to int) { createInstances(t, kube.Client, s, plan, "1", names[from:to]) }
+	succeeded := func() int {
+		n, err := succeededIn(kube.Client, ns, "")
+		if err != nil {
+			t.Logf("%v", err) // counted as none done; the next poll lists again
+		}
+		return n
+	}
+	create(0, shardedProvisions/2)
+	require.Eventually(t, func() bool { return succeeded() > 0 }, time.Minute, 5*time.Millisecond, "provisions run")
+	leaders[1].kill(t)
+	t.Logf("SIGKILL of shard 1's leader with %d of %d provisions done", succeeded(), shardedProvisions)
+	create(shardedProvisions/2, shardedProvisions)
+	require.Eventually(t, func() bool { h := holder(1); return h != "" && h != firstHolder }, time.Minute, 20*time.Millisecond,
+		"shard 1's standby takes its lease")
+	require.Eventually(t, func() bool { return succeeded() == shardedProvisions }, 3*time.Minute, 100*time.Millisecond,
+		"every instance succeeds (%d did)", succeeded())
+
+	// The cluster they are all on, registered: the first shard counts
+	// every shard's instances on it.
+	kube.Kubectl(t, fmt.Sprintf(`apiVersion: resource.servicefabrik.io/v1alpha1
+kind: SFCluster
+metadata: {name: "1", namespace: %s}
+spec: {secretRef: unused}
+`, ns), "apply", "-f", "-")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var sfc resourcev1alpha1.SFCluster
+		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "1"}, &sfc))
+		assert.EqualValues(c, shardedProvisions, sfc.Status.ServiceInstanceCount, "status %+v", sfc.Status)
+	}, time.Minute, 50*time.Millisecond, "SFCluster 1 counts the instances of every shard")
+
+	// A binding of a few instances, the remote one's among them.
+	bound := names[:6]
+	testenv.Parallel(t, len(bound), func(i int) error {
+		return kube.Client.Create(ctx, &osbv1alpha1.SFServiceBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: bound[i] + "-b", Namespace: ns},
+			Spec:       osbv1alpha1.SFServiceBindingSpec{ID: bound[i] + "-b", InstanceID: bound[i], ServiceID: s.ServiceID, PlanID: plan},
+		})
+	})
+	for _, name := range bound {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			var b osbv1alpha1.SFServiceBinding
+			require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: name + "-b"}, &b))
+			assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State)
+		}, time.Minute, 50*time.Millisecond, "binding %s-b succeeds", name)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var sb sbv1.ServiceBinding
+		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "web-remote"}, &sb))
+		assert.True(c, meta.IsStatusConditionTrue(sb.Status.Conditions, sbv1.ConditionReady), "conditions %v", sb.Status.Conditions)
+	}, time.Minute, 50*time.Millisecond, "the ServiceBinding projects the binding shard 1 owns")
+
+	// Who did what.
+	perShard := make([]int, count)
+	for _, name := range names {
+		var inst osbv1alpha1.SFServiceInstance
+		require.NoError(t, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: name}, &inst))
+		bucket, ok := sharding.BucketOf(&inst)
+		require.True(t, ok, "%s is labelled with its bucket", name)
+		assert.Equal(t, sharding.Bucket(name), bucket, "%s's bucket", name)
+		owner := bucket % count
+		perShard[owner]++
+		id := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: ns, Name: name})
+		assertStartedBy(t, s, id, owner, count)
+		working, _ := s.WorkingRuns(t, id)
+		assert.Equal(t, 1, working, "%s did its work in one run", id)
+	}
+	for _, name := range bound {
+		id := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindBinding, Namespace: ns, Name: name + "-b"})
+		assertStartedBy(t, s, id, sharding.Bucket(name)%count, count)
+	}
+	assertStartedBy(t, s, runs.ServiceBindingID(ns, "web-remote"), 0, count)
+	t.Logf("instances per shard: %v", perShard)
+	for shard, n := range perShard {
+		assert.Positive(t, n, "shard %d owns some of the instances", shard)
+	}
+}
+
+// nameInShard is the first name prefix-N whose bucket shard owns.
+func nameInShard(prefix string, shard, count int) string {
+	for i := 0; ; i++ {
+		if name := fmt.Sprintf("%s-%d", prefix, i); sharding.Bucket(name)%count == shard {
+			return name
+		}
+	}
+}
+
+// assertStartedBy checks that every run under id was started by a process
+// of shard (its Temporal identity names the shard).
+func assertStartedBy(t *testing.T, s *testenv.System, id string, shard, count int) {
+	t.Helper()
+	resp, err := s.Temporal.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = %q", id)})
+	require.NoError(t, err, "listing the runs of %s", id)
+	require.NotEmpty(t, resp.Executions, "%s has runs", id)
+	want := fmt.Sprintf("qm-watcher shard %d/%d ", shard, count)
+	for _, e := range resp.Executions {
+		h := s.History(id, e.GetExecution().GetRunId())
+		identity := h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetIdentity()
+		assert.True(t, strings.HasPrefix(identity, want), "%s was started by %q, not by shard %d", id, identity, shard)
+	}
+}
