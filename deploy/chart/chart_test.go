@@ -5,8 +5,10 @@ package chart_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +159,23 @@ var variations = []variation{
 			require.NotNil(t, class, "the sample class is installed")
 			assert.Equal(t, "brokers", class.GetNamespace(), "beside the instances it registers")
 			assert.Equal(t, "brokers", objs["Role/qm-quartermaster-api"].GetNamespace(), "the API's role is in the catalog namespace")
+		}},
+	{name: "watcher shards", set: "watcher.shards=3",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			assert.NotContains(t, objs, "Deployment/qm-quartermaster-watcher", "a Deployment per shard instead")
+			selectors := map[string]bool{}
+			for shard := range 3 {
+				d := objs[fmt.Sprintf("Deployment/qm-quartermaster-watcher-shard-%d", shard)]
+				require.NotNil(t, d, "shard %d's Deployment", shard)
+				assert.EqualValues(t, 2, dig(d.Object, "spec", "replicas"), "a leader and a standby per shard")
+				c := podSpec(t, d)["containers"].([]any)[0].(map[string]any)
+				assert.Contains(t, c["args"], fmt.Sprintf("--shard=%d/3", shard))
+				sel := dig(d.Object, "spec", "selector", "matchLabels").(map[string]any)
+				assert.Equal(t, strconv.Itoa(shard), sel["quartermaster.io/watcher-shard"])
+				assert.Equal(t, sel["quartermaster.io/watcher-shard"], dig(d.Object, "spec", "template", "metadata", "labels", "quartermaster.io/watcher-shard"))
+				selectors[fmt.Sprint(sel)] = true
+			}
+			assert.Len(t, selectors, 3, "no shard's Deployment selects another's pods")
 		}},
 }
 
