@@ -22,7 +22,7 @@ import (
 const benchListeners = 100
 
 // BenchmarkHealthChecks registers N RegisteredServices (QM_BENCH_CHECKS,
-// default 10,000) with a tcp check every minute against local listeners,
+// default 50,000) with a tcp check every minute against local listeners,
 // on the embedded default (full cluster, file-backed Temporal). It reports
 // how long it takes until every service has had its first check, then,
 // over two minutes of steady state, the CPU of each process in cores, the
@@ -31,7 +31,7 @@ const benchListeners = 100
 // together. The listeners run in the qm process, whose figure therefore
 // holds their side of every check too. Run it with `make bench`.
 func BenchmarkHealthChecks(b *testing.B) {
-	n := testenv.BenchSize("QM_BENCH_CHECKS", 10000)
+	n := testenv.BenchSize("QM_BENCH_CHECKS", 50000)
 	// A check minute of a minute, but in a smoke run, where only the path
 	// through the benchmark is checked: there a tenth of one.
 	minute := testenv.BenchWindow(time.Minute)

@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +37,15 @@ type restSize struct {
 // restComponents are the processes of a release, one of each.
 var restComponents = []string{"worker", "watcher", "api"}
 
+// restShards is how many watcher shards run beside the release's one
+// watcher: QM_BENCH_REST_SHARDS, or 3 (0: none).
+func restShards() int {
+	if v, err := strconv.Atoi(os.Getenv("QM_BENCH_REST_SHARDS")); err == nil && v >= 0 {
+		return v
+	}
+	return 3
+}
+
 // BenchmarkAtRest measures what Quartermaster costs when nothing happens,
 // with its components as the chart runs them: one worker, one watcher and
 // one API, each a process of qm under a service account of its own, on the
@@ -45,7 +57,11 @@ var restComponents = []string{"worker", "watcher", "api"}
 // 15 s) it watches 10 minutes of rest. It prints each process's resident
 // memory and CPU, the API requests per minute of each component by verb
 // and resource (from the API server's audit log), and the memory each
-// process spends per object its caches hold. The smoke run fails if a
+// process spends per object its caches hold. Beside the one watcher run
+// QM_BENCH_REST_SHARDS watcher shards (default 3, `qm watcher --shard
+// N/M`), each a process of its own, for their figures side by side with
+// the whole watcher's (they start each operation the whole one does too;
+// a workflow ID starts one run whoever asks). The smoke run fails if a
 // component writes at rest anything but a health check's change or its
 // leader-election lease.
 func BenchmarkAtRest(b *testing.B) {
@@ -62,7 +78,7 @@ func BenchmarkAtRest(b *testing.B) {
 	s := testenv.Start(b, testenv.Parts{})
 	ns := s.Namespace
 	planID := s.Plan("instant", "", testenv.Templates("instant"))
-	rel := startRelease(b, kube, ns)
+	rel := startRelease(b, kube, ns, restShards())
 	empty := rel.sample(b)
 	listeners := testenv.Listeners(b, 100, new(atomic.Int64))
 
@@ -83,7 +99,7 @@ func BenchmarkAtRest(b *testing.B) {
 		case <-window.C:
 			open = false
 		}
-		for _, c := range restComponents {
+		for _, c := range rel.components {
 			peak[c] = max(peak[c], rssOf(rel.procs[c]))
 		}
 	}
@@ -92,7 +108,7 @@ func BenchmarkAtRest(b *testing.B) {
 
 	requests := rel.audit.since(b, before.auditOffset)
 	objects := rel.audit.cached(b, kube)
-	report := restReport{size: size, setup: setup, settled: settled, empty: empty, before: before, after: after, peak: peak,
+	report := restReport{components: rel.components, size: size, setup: setup, settled: settled, empty: empty, before: before, after: after, peak: peak,
 		requests: requests, objects: objects, events: eventsSince(b, kube.Client, ns, before.at)}
 	fmt.Print(report.String())
 	for _, w := range requests.unexpectedWrites() {
@@ -198,20 +214,27 @@ func eventsSince(b *testing.B, c ctrlclient.Client, ns string, at time.Time) map
 // the benchmark measures is their cost, not their roles: TestChartPods
 // checks those).
 type release struct {
-	ns      string
-	procs   map[string]*process
-	metrics map[string]string
-	audit   auditLog
+	// components are the processes' names: restComponents, then each
+	// shard's, shard-N.
+	components []string
+	ns         string
+	procs      map[string]*process
+	metrics    map[string]string
+	audit      auditLog
 }
 
 // startRelease starts the release's processes on the test binary's
 // cluster and a file-backed dev server of the benchmark's own, and waits
 // until each serves its metrics.
-func startRelease(b *testing.B, kube *testenv.Cluster, ns string) *release {
+func startRelease(b *testing.B, kube *testenv.Cluster, ns string, shards int) *release {
 	qm := buildQM(b)
 	temporal := testenv.FileTemporalServer(b)
-	rel := &release{ns: ns, procs: map[string]*process{}, metrics: map[string]string{}, audit: auditLog{path: kube.AuditLog, ns: ns}}
-	for _, c := range restComponents {
+	rel := &release{components: slices.Clone(restComponents), ns: ns, procs: map[string]*process{}, metrics: map[string]string{},
+		audit: auditLog{path: kube.AuditLog, ns: ns}}
+	for shard := range shards {
+		rel.components = append(rel.components, fmt.Sprintf("shard-%d", shard))
+	}
+	for _, c := range rel.components {
 		account := "qm-" + c
 		require.NoError(b, kube.Client.Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account, Namespace: ns}}))
 		require.NoError(b, kube.Client.Create(context.Background(), &rbacv1.ClusterRoleBinding{
@@ -228,21 +251,27 @@ func startRelease(b *testing.B, kube *testenv.Cluster, ns string) *release {
 		require.NoError(b, clientcmd.WriteToFile(*cfg, kubeconfig))
 
 		addr := testenv.FreeAddr(b)
-		args := []string{c, "--kubeconfig", kubeconfig, "--temporal-address", temporal.FrontendHostPort(), "--log-level", "warn"}
+		command, shard, sharded := c, "", false
+		if shard, sharded = strings.CutPrefix(c, "shard-"); sharded {
+			command = "watcher"
+		}
+		args := []string{command, "--kubeconfig", kubeconfig, "--temporal-address", temporal.FrontendHostPort(), "--log-level", "warn"}
 		var env []string
-		switch c {
-		case "worker":
+		switch {
+		case sharded:
+			args = append(args, "--shard", fmt.Sprintf("%s/%d", shard, shards), "--leader-election-namespace", ns, "--health-addr", "0", "--metrics-addr", addr)
+		case c == "worker":
 			args = append(args, "--health-addr", "0", "--metrics-addr", addr)
-		case "watcher":
+		case c == "watcher":
 			args = append(args, "--leader-election-namespace", ns, "--health-addr", "0", "--metrics-addr", addr)
-		case "api":
+		case c == "api":
 			args = append(args, "--namespace", ns, "--listen", addr)
 			env = []string{"QM_OSB_USERNAME=" + testenv.OSBCredentials.Username, "QM_OSB_PASSWORD=" + testenv.OSBCredentials.Password}
 		}
 		rel.metrics[c] = "http://" + addr + "/metrics"
 		rel.procs[c] = start(b, qm, c, env, args...)
 	}
-	for _, c := range restComponents {
+	for _, c := range rel.components {
 		require.EventuallyWithT(b, func(t *assert.CollectT) { heapOf(t, rel.metrics[c]) }, time.Minute, 100*time.Millisecond,
 			"the %s serves its metrics", c)
 	}
@@ -285,7 +314,7 @@ func (r *release) sample(b *testing.B) restSample {
 	s := restSample{cpu: map[string]time.Duration{}, rss: map[string]int64{}, heap: map[string]int64{}, others: testenv.CPU(),
 		auditOffset: r.audit.size(b), at: time.Now()}
 	delete(s.others, "qm") // the benchmark's process and, below its name, the release's: they are read one by one
-	for _, c := range restComponents {
+	for _, c := range r.components {
 		s.cpu[c], s.rss[c] = cpuOf(r.procs[c]), rssOf(r.procs[c])
 		s.heap[c] = heapOf(b, r.metrics[c])
 	}

@@ -41,6 +41,7 @@ type apiCalls map[apiCall]int
 
 // restReport is what BenchmarkAtRest prints.
 type restReport struct {
+	components           []string
 	size                 restSize
 	setup, settled       time.Duration
 	empty, before, after restSample
@@ -190,17 +191,20 @@ func (r restReport) String() string {
 	window := r.after.at.Sub(r.before.at)
 	minutes := window.Minutes()
 	fmt.Fprintf(&w, "\nat rest: %d instances with a binding each, %d registered services (tcp check every 5 minutes), %d claims;\n"+
-		"  set up in %v, settled %v later; then %v watched, the release one worker, one watcher and one API (qm processes)\n",
-		r.size.instances, r.size.services, r.size.claims, r.setup.Round(time.Second), r.settled.Round(time.Second), window.Round(time.Second))
+		"  set up in %v, settled %v later; then %v watched, the release one worker, one watcher and one API (qm processes), and %d watcher shards beside them\n",
+		r.size.instances, r.size.services, r.size.claims, r.setup.Round(time.Second), r.settled.Round(time.Second), window.Round(time.Second),
+		len(r.components)-len(restComponents))
 	fmt.Fprintf(&w, "  %-8s %14s %14s %14s %14s %12s %14s\n", "process", "RSS at rest", "RSS empty", "heap at rest", "heap empty", "CPU (cores)", "objects cached")
 	var cores float64
-	for _, c := range restComponents {
+	for _, c := range r.components {
 		used := (r.after.cpu[c] - r.before.cpu[c]).Seconds() / window.Seconds()
-		cores += used
+		if slices.Contains(restComponents, c) {
+			cores += used
+		}
 		fmt.Fprintf(&w, "  %-8s %14s %14s %14s %14s %12.4f %14d\n", c, mb(r.peak[c]), mb(r.empty.rss[c]), mb(r.after.heap[c]), mb(r.empty.heap[c]), used, total(r.objects[c]))
 	}
 	fmt.Fprintf(&w, "  memory per cached object (at rest less empty, over the objects its caches hold), and what they hold:\n")
-	for _, c := range restComponents {
+	for _, c := range r.components {
 		if n := total(r.objects[c]); n > 0 {
 			fmt.Fprintf(&w, "    %-8s heap %6.0f B, RSS %6.0f B\n", c, float64(r.after.heap[c]-r.empty.heap[c])/float64(n), float64(r.peak[c]-r.empty.rss[c])/float64(n))
 		}
@@ -224,6 +228,7 @@ func (r restReport) String() string {
 	for _, key := range slices.Sorted(maps.Keys(r.events)) {
 		fmt.Fprintf(&w, "    %-60s %6d\n", key, r.events[key])
 	}
+	w.WriteString(r.shardShares())
 	unexpected := 0
 	for _, call := range r.requests.writes(false) {
 		unexpected += r.requests[call]
@@ -233,6 +238,22 @@ func (r restReport) String() string {
 	}
 	fmt.Fprint(&w, testenv.BenchVerdict("Quartermaster's CPU at rest, its three processes", cores, 0.02, "cores", true))
 	fmt.Fprint(&w, testenv.BenchVerdict("writes at rest per minute but health checks' changes and leader-election leases", float64(unexpected)/minutes, 0, "", true))
+	return w.String()
+}
+
+// shardShares says what each watcher shard holds beside the whole
+// watcher: its resident memory and its cached objects, each as a share of
+// the whole one's.
+func (r restReport) shardShares() string {
+	var w strings.Builder
+	whole, wholeObjects := r.peak["watcher"], total(r.objects["watcher"])
+	for _, c := range r.components[len(restComponents):] {
+		if whole == 0 || wholeObjects == 0 {
+			break
+		}
+		fmt.Fprintf(&w, "  %s beside the whole watcher: RSS %s (%.0f %%), objects cached %d (%.0f %%)\n", c,
+			mb(r.peak[c]), 100*float64(r.peak[c])/float64(whole), total(r.objects[c]), 100*float64(total(r.objects[c]))/float64(wholeObjects))
+	}
 	return w.String()
 }
 
