@@ -17,8 +17,10 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
+	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/sharding"
 	"github.com/quartermaster/qm/internal/testenv"
@@ -34,9 +36,10 @@ const shardedProvisions = 40
 // stamps them), and the leader of shard 1 is killed in the middle of
 // them. Every instance and binding is handled by the one shard that owns
 // its bucket, counted by who started each of its runs (a shard's Temporal
-// identity), with one run that did the work; a servicebinding.io
-// ServiceBinding, which only the first shard handles, projects a binding
-// that another shard owns.
+// identity), with one run that did the work. A servicebinding.io
+// ServiceBinding and a ServiceBindingUsage, which only the first shard
+// handles, project bindings that other shards may own, and a claim is
+// the first shard's too; an SFCluster counts every shard's instances.
 func TestShardedWatchers(t *testing.T) {
 	for _, count := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d shards", count), func(t *testing.T) { shardedRun(t, count) })
@@ -142,6 +145,46 @@ spec: {secretRef: unused}
 		assert.True(c, meta.IsStatusConditionTrue(sb.Status.Conditions, sbv1.ConditionReady), "conditions %v", sb.Status.Conditions)
 	}, time.Minute, 50*time.Millisecond, "the ServiceBinding projects the binding shard 1 owns")
 
+	// A usage of a binding into the same workload, and a claim of a
+	// registered service: the first shard's kinds.
+	s.Kube.Kubectl(t, `apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: UsageKind
+metadata: {name: deployment}
+spec:
+  displayName: Deployment
+  resource: {group: apps, kind: Deployment, version: v1}
+  labelsPath: spec.template.metadata.labels`, "apply", "-f", "-")
+	s.Create(fmt.Sprintf(`
+apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: ServiceBindingUsage
+metadata: {name: web-usage, namespace: %s}
+spec:
+  serviceBindingRef: {name: %s-b}
+  usedBy: {kind: deployment, name: web}`, ns, bound[1]))
+	s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: RegisteredService
+metadata: {name: db, namespace: %s}
+spec:
+  serviceClassIdentity: [{name: type, value: psqlserver}]
+  serviceEndpointDefinition: [{name: host, value: db.example}]`, ns))
+	s.Create(fmt.Sprintf(`
+apiVersion: primaza.io/v1alpha1
+kind: ServiceClaim
+metadata: {name: app, namespace: %s}
+spec:
+  serviceClassIdentity: [{name: type, value: psqlserver}]
+  serviceEndpointDefinitionKeys: [host]
+  environmentTag: dev`, ns))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var u sc.ServiceBindingUsage
+		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "web-usage"}, &u))
+		assert.Equal(c, sc.UsageReady, u.Status.State, "conditions %v", u.Status.Conditions)
+		var claim primazav1alpha1.ServiceClaim
+		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "app"}, &claim))
+		assert.Equal(c, primazav1alpha1.ClaimResolved, claim.Status.State)
+	}, time.Minute, 50*time.Millisecond, "the usage injects, the claim is resolved")
+
 	// Who did what.
 	perShard := make([]int, count)
 	for _, name := range names {
@@ -162,6 +205,8 @@ spec: {secretRef: unused}
 		assertStartedBy(t, s, id, sharding.Bucket(name)%count, count)
 	}
 	assertStartedBy(t, s, runs.ServiceBindingID(ns, "web-remote"), 0, count)
+	assertStartedBy(t, s, runs.BindingUsageID(ns, "web-usage"), 0, count)
+	assertStartedBy(t, s, runs.ClaimID(ns, "app"), 0, count)
 	t.Logf("instances per shard: %v", perShard)
 	for shard, n := range perShard {
 		assert.Positive(t, n, "shard %d owns some of the instances", shard)
