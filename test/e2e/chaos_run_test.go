@@ -96,7 +96,14 @@ func TestChaos(t *testing.T) {
 	go func() {
 		var prev *chaos.Struck
 		for _, f := range schedule {
-			time.Sleep(time.Until(begin.Add(f.At))) // the seeded schedule says when each fault strikes
+			// The seeded schedule says when each fault strikes; a run
+			// that ends first stops the injector.
+			select {
+			case <-time.After(time.Until(begin.Add(f.At))):
+			case <-ctx.Done():
+				injector <- ctx.Err()
+				return
+			}
 			obs.awaitRecovery(prev, k.recovery)
 			s := chaos.Struck{Kind: f.Kind, Start: time.Now()}
 			if err := c.inject(ctx, f); err != nil {
