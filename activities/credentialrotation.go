@@ -186,7 +186,7 @@ func (r *Rotations) PublishSuccessor(ctx context.Context, tg lifecycle.Target, g
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credentialsName(b), Namespace: b.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, t.kube, secret, func() error {
-		secret.Labels = map[string]string{"quartermaster.io/binding": b.Name}
+		secret.Labels = map[string]string{osbv1alpha1.CredentialsBindingLabel: b.Name}
 		secret.Data = maps.Clone(creds.Data)
 		secret.Annotations = maps.Clone(creds.Annotations)
 		if t.remote {

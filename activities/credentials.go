@@ -39,7 +39,7 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credentialsName(t.binding), Namespace: t.Namespace}}
 	_, err := controllerutil.CreateOrUpdate(ctx, t.kube, secret, func() error {
-		secret.Labels = map[string]string{"quartermaster.io/binding": t.binding.Name}
+		secret.Labels = map[string]string{osbv1alpha1.CredentialsBindingLabel: t.binding.Name}
 		secret.Data = map[string][]byte{}
 		var jsonKeys []string
 		for k, v := range creds {

@@ -25,6 +25,7 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/loops"
+	"github.com/quartermaster/qm/internal/sharding"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -65,7 +66,7 @@ type BindingUsages struct {
 }
 
 // setupBindingUsages registers the usages' controller and the UsageKinds'.
-func setupBindingUsages(mgr ctrl.Manager, every cache.Cache, tc client.Client, copts reconcilerOptions, workerServiceAccount string, keep *Loops) error {
+func setupBindingUsages(mgr ctrl.Manager, shard sharding.Shard, tc client.Client, copts reconcilerOptions, workerServiceAccount string, keep *Loops) error {
 	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, WorkerServiceAccount: workerServiceAccount, cache: mgr.GetCache(),
 		workloads: kindWatches{of: "the ServiceBindingUsages"}}
 	keep.add(runKind{name: loops.BindingUsage, workflowType: runs.BindingUsageType,
@@ -91,14 +92,13 @@ func setupBindingUsages(mgr ctrl.Manager, every cache.Cache, tc client.Client, c
 	u.usages = c
 	bindingChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return secretOf(e.ObjectOld) != secretOf(e.ObjectNew) }}
 	secrets := secretsMetadata()
-	sources := []source.Source{
+	byBinding := func(key func(ctrlclient.Object) string) handler.EventHandler { return u.by(usageBindingField, key) }
+	sources := append(bindingChanges(u.cache, shard, byBinding, bindingChanged),
 		source.Kind[ctrlclient.Object](u.cache, &sc.ServiceBindingUsage{}, &handler.EnqueueRequestForObject{}, specOrDeletion),
-		// Any binding, also one another shard owns.
-		source.Kind[ctrlclient.Object](every, &osbv1alpha1.SFServiceBinding{}, u.by(usageBindingField, bindingOf), bindingChanged),
 		source.Kind[ctrlclient.Object](u.cache, &primazav1alpha1.ServiceClaim{}, u.by(usageBindingField, bindingOf), bindingChanged),
 		source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(secrets), u.by(usageSecretField, nameOf)),
 		source.Kind[ctrlclient.Object](u.cache, &sc.UsageKind{}, u.by(usageKindField, nameOf), predicate.GenerationChangedPredicate{}),
-	}
+	)
 	for _, src := range sources {
 		if err := c.Watch(src); err != nil {
 			return fmt.Errorf("watching for the ServiceBindingUsages: %w", err)

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -29,6 +28,7 @@ import (
 	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/scheduling"
+	"github.com/quartermaster/qm/internal/sharding"
 )
 
 // DefaultClusterProbePeriod is how often each SFCluster's cluster is
@@ -53,26 +53,33 @@ const clusterIDField = "spec.clusterId"
 type ClusterRegistry struct {
 	// Client reads SFClusters from the cache and writes them.
 	Client ctrlclient.Client
-	// Instances reads the instances on a cluster, from a cache indexed by
-	// clusterIDField.
-	Instances ctrlclient.Reader
+	// Instances counts the instances scheduled on a cluster.
+	Instances instanceCounter
 	Clients   *clusters.Clients
 	// Period is how often a cluster is probed (0: DefaultClusterProbePeriod).
 	Period time.Duration
 }
 
-// setupClusters registers the SFCluster reconciler.
-// every holds every instance: on a sharded watcher, also those of the
-// other shards.
-func setupClusters(mgr ctrl.Manager, every cache.Cache, period time.Duration, copts reconcilerOptions) error {
-	err := every.IndexField(context.Background(), &osbv1alpha1.SFServiceInstance{}, clusterIDField, func(o ctrlclient.Object) []string {
-		if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" {
-			return []string{id}
+// instanceCounter counts the instances scheduled on a cluster.
+type instanceCounter func(ctx context.Context, namespace, cluster string) (int, error)
+
+// setupClusters registers the SFCluster reconciler. A whole watcher counts
+// a cluster's instances in its cache, which holds them all; a sharded
+// first shard, which caches its own buckets' only, counts them on the API
+// server (liveCount).
+func setupClusters(mgr ctrl.Manager, shard sharding.Shard, period time.Duration, copts reconcilerOptions) error {
+	count := liveCount(mgr.GetAPIReader())
+	if !shard.Sharded() {
+		err := mgr.GetFieldIndexer().IndexField(context.Background(), &osbv1alpha1.SFServiceInstance{}, clusterIDField, func(o ctrlclient.Object) []string {
+			if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" {
+				return []string{id}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("indexing instances by cluster: %w", err)
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("indexing instances by cluster: %w", err)
+		count = cachedCount(mgr.GetCache())
 	}
 	// The prober lists nodes and pods of the cluster it runs in through a
 	// client without a cache: a cache would hold every pod.
@@ -80,11 +87,13 @@ func setupClusters(mgr ctrl.Manager, every cache.Cache, period time.Duration, co
 	if err != nil {
 		return err
 	}
-	r := &ClusterRegistry{Client: mgr.GetClient(), Instances: every, Period: period, Clients: &clusters.Clients{
+	r := &ClusterRegistry{Client: mgr.GetClient(), Instances: count, Period: period, Clients: &clusters.Clients{
 		Local: local, LocalConfig: mgr.GetConfig(), Reader: mgr.GetAPIReader(), Scheme: crds.NewScheme()}}
 	// An instance that comes to a cluster or leaves it changes the
 	// cluster's count: the cluster is probed again a moment later, once
-	// for a burst of instances rather than once for each.
+	// for a burst of instances rather than once for each. (A sharded first
+	// shard sees its own buckets' instances come and go; the others' are
+	// counted at the next probe.)
 	probeLater := func(o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" {
 			q.AddAfter(reconcile.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: o.GetNamespace(), Name: id}}, instanceSettle)
@@ -106,7 +115,7 @@ func setupClusters(mgr ctrl.Manager, every cache.Cache, period time.Duration, co
 		},
 	}
 	err = ctrl.NewControllerManagedBy(mgr).For(&resourcev1alpha1.SFCluster{}).Named("sfcluster").
-		WatchesRawSource(source.Kind[ctrlclient.Object](every, &osbv1alpha1.SFServiceInstance{}, scheduledOn)).
+		WatchesRawSource(source.Kind[ctrlclient.Object](mgr.GetCache(), &osbv1alpha1.SFServiceInstance{}, scheduledOn)).
 		WithOptions(copts()).Complete(reconcile.Func(r.Reconcile))
 	if err != nil {
 		return fmt.Errorf("registering the SFCluster reconciler: %w", err)
@@ -120,16 +129,16 @@ func (r *ClusterRegistry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, &sfc); err != nil {
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
 	}
-	var insts osbv1alpha1.SFServiceInstanceList
-	if err := r.Instances.List(ctx, &insts, ctrlclient.InNamespace(sfc.Namespace), ctrlclient.MatchingFields{clusterIDField: sfc.Name}); err != nil {
+	instances, err := r.Instances(ctx, sfc.Namespace, sfc.Name)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if done, err := r.holdWhileUsed(ctx, &sfc, len(insts.Items)); done || err != nil {
+	if done, err := r.holdWhileUsed(ctx, &sfc, instances); done || err != nil {
 		return ctrl.Result{}, err
 	}
 
 	base := sfc.DeepCopy()
-	sfc.Status.ServiceInstanceCount = int64(len(insts.Items))
+	sfc.Status.ServiceInstanceCount = int64(instances)
 	sfc.Status.ObservedGeneration = sfc.Generation
 	ready := metav1.Condition{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: "Reachable", ObservedGeneration: sfc.Generation}
 	probe, err := r.probe(ctx, &sfc)
@@ -148,7 +157,7 @@ func (r *ClusterRegistry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		maps.Copy(sfc.Status.TotalCapacity, sfc.Spec.TotalCapacity)
 	}
 	if sfc.DeletionTimestamp != nil {
-		ready.Message += fmt.Sprintf("; deleted, held until its %d instances are deprovisioned", len(insts.Items))
+		ready.Message += fmt.Sprintf("; deleted, held until its %d instances are deprovisioned", instances)
 	}
 	meta.SetStatusCondition(&sfc.Status.Conditions, ready)
 	if !equality.Semantic.DeepEqual(base.Status, sfc.Status) {
@@ -164,6 +173,43 @@ func (r *ClusterRegistry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	return ctrl.Result{RequeueAfter: r.period()}, nil
 }
+
+// cachedCount counts in a cache whose instances are indexed by
+// clusterIDField.
+func cachedCount(c ctrlclient.Reader) instanceCounter {
+	return func(ctx context.Context, namespace, cluster string) (int, error) {
+		var insts osbv1alpha1.SFServiceInstanceList
+		if err := c.List(ctx, &insts, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{clusterIDField: cluster}); err != nil {
+			return 0, fmt.Errorf("counting the instances on cluster %s: %w", cluster, err)
+		}
+		return len(insts.Items), nil
+	}
+}
+
+// liveCount counts on the API server, which selects the instances by
+// their selectable field spec.clusterId: their metadata only, a page at a
+// time.
+func liveCount(api ctrlclient.Reader) instanceCounter {
+	return func(ctx context.Context, namespace, cluster string) (int, error) {
+		n, next := 0, ""
+		for {
+			page := &metav1.PartialObjectMetadataList{}
+			page.SetGroupVersionKind(osbv1alpha1.GroupVersion.WithKind("SFServiceInstanceList"))
+			err := api.List(ctx, page, ctrlclient.InNamespace(namespace), ctrlclient.MatchingFields{clusterIDField: cluster},
+				ctrlclient.Limit(countPage), ctrlclient.Continue(next))
+			if err != nil {
+				return 0, fmt.Errorf("counting the instances on cluster %s: %w", cluster, err)
+			}
+			n += len(page.Items)
+			if next = page.Continue; next == "" {
+				return n, nil
+			}
+		}
+	}
+}
+
+// countPage is how many instances' metadata one page of liveCount holds.
+const countPage = 1000
 
 func (r *ClusterRegistry) period() time.Duration {
 	if r.Period > 0 {

@@ -24,6 +24,7 @@ import (
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
 	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/internal/servicebinding"
+	"github.com/quartermaster/qm/internal/sharding"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -64,7 +65,7 @@ type ServiceBindings struct {
 }
 
 // setupServiceBindings registers the ServiceBindings' controller.
-func setupServiceBindings(mgr ctrl.Manager, every cache.Cache, tc client.Client, copts reconcilerOptions, keep *Loops) error {
+func setupServiceBindings(mgr ctrl.Manager, shard sharding.Shard, tc client.Client, copts reconcilerOptions, keep *Loops) error {
 	s := &ServiceBindings{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(),
 		workloads: kindWatches{of: "the ServiceBindings"}, services: kindWatches{of: "the ServiceBindings"}}
 	keep.add(runKind{name: loops.ServiceBinding, workflowType: runs.ServiceBindingType,
@@ -94,25 +95,16 @@ func setupServiceBindings(mgr ctrl.Manager, every cache.Cache, tc client.Client,
 	s.bindings = c
 	secretChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return secretOf(e.ObjectOld) != secretOf(e.ObjectNew) }}
 	secrets := secretsMetadata()
-	serviceKey := func(o ctrlclient.Object) string {
-		switch o.(type) {
-		case *osbv1alpha1.SFServiceBinding:
-			return "SFServiceBinding/" + o.GetName()
-		case *primazav1alpha1.ServiceClaim:
-			return "ServiceClaim/" + o.GetName()
-		}
-		return ""
-	}
-	sources := []source.Source{
+	claimKey := func(o ctrlclient.Object) string { return "ServiceClaim/" + o.GetName() }
+	byService := func(key func(ctrlclient.Object) string) handler.EventHandler { return s.by(sbServiceField, key) }
+	sources := append(bindingChanges(s.cache, shard, byService, secretChanged),
 		source.Kind[ctrlclient.Object](s.cache, &sbv1.ServiceBinding{}, &handler.EnqueueRequestForObject{}, specOrDeletion),
-		// Any binding, also one another shard owns.
-		source.Kind[ctrlclient.Object](every, &osbv1alpha1.SFServiceBinding{}, s.by(sbServiceField, serviceKey), secretChanged),
-		source.Kind[ctrlclient.Object](s.cache, &primazav1alpha1.ServiceClaim{}, s.by(sbServiceField, serviceKey), secretChanged),
+		source.Kind[ctrlclient.Object](s.cache, &primazav1alpha1.ServiceClaim{}, s.by(sbServiceField, claimKey), secretChanged),
 		// A Secret named as a service directly, or projected.
 		source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(secrets), s.by(sbSecretField, nameOf)),
 		source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(secrets), s.by(sbServiceField, func(o ctrlclient.Object) string { return "Secret/" + o.GetName() })),
 		source.Kind[ctrlclient.Object](s.cache, &sbv1.ClusterWorkloadResourceMapping{}, s.by("", nil), predicate.GenerationChangedPredicate{}),
-	}
+	)
 	for _, src := range sources {
 		if err := c.Watch(src); err != nil {
 			return fmt.Errorf("watching for the ServiceBindings: %w", err)

@@ -50,17 +50,16 @@ type ServiceClasses struct {
 	Live ctrlclient.Reader
 
 	cache cache.Cache
-	// resources is where the classes' kinds are watched: the watcher's
-	// cache, or on a sharded first shard the one of every instance and
-	// binding, so that a class of a sharded kind sees all of its objects.
+	// resources is where the classes' kinds are watched and listed
+	// (classResources).
 	resources cache.Cache
 	classes   controller.Controller
 	kinds     kindWatches
 }
 
 // setupServiceClasses registers the ServiceClasses' controller.
-func setupServiceClasses(mgr ctrl.Manager, every cache.Cache, copts reconcilerOptions) error {
-	s := &ServiceClasses{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), cache: mgr.GetCache(), resources: every,
+func setupServiceClasses(mgr ctrl.Manager, resources cache.Cache, copts reconcilerOptions) error {
+	s := &ServiceClasses{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), cache: mgr.GetCache(), resources: resources,
 		kinds: kindWatches{of: "the ServiceClasses"}}
 	if err := indexBy(mgr, &primazav1alpha1.ServiceClass{}, map[string]func(*primazav1alpha1.ServiceClass) string{
 		serviceClassKindField: func(c *primazav1alpha1.ServiceClass) string {
@@ -166,7 +165,7 @@ func (s *ServiceClasses) register(ctx context.Context, class *primazav1alpha1.Se
 	}
 	resources := &unstructured.UnstructuredList{}
 	resources.SetGroupVersionKind(mapping.GroupVersionKind.GroupVersion().WithKind(mapping.GroupVersionKind.Kind + "List"))
-	if err := s.Client.List(ctx, resources, ctrlclient.InNamespace(class.Namespace)); err != nil {
+	if err := s.resources.List(ctx, resources, ctrlclient.InNamespace(class.Namespace)); err != nil {
 		return 0, nil, fmt.Errorf("listing the %s of ServiceClass %s/%s: %w", mapping.Resource.Resource, class.Namespace, class.Name, err)
 	}
 	wanted := map[string]bool{}

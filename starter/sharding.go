@@ -6,18 +6,22 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
+	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/informers"
 	"github.com/quartermaster/qm/internal/sharding"
 )
@@ -44,49 +48,75 @@ func shardCache(opts *cache.Options, s sharding.Shard) {
 	}
 }
 
-// everyObject is where the first shard's work on other kinds reads the
-// sharded kinds: usages and ServiceBindings wait for any binding's Secret,
-// an SFCluster counts every instance scheduled on it, a ServiceClass may
-// register any instance. A whole watcher reads its own cache. A sharded
-// first shard watches every instance and binding once more, each stripped
-// to what those readers use (everyTransform), which is a fraction of the
-// object; standbys and the other shards hold none of it.
-func everyObject(mgr ctrl.Manager, s sharding.Shard) (cache.Cache, error) {
+// classResources is where the ServiceClasses watch and list the kinds
+// they name: the watcher's cache, or on a sharded first shard a cache of
+// its own, so that a class of a sharded kind (a class of SFServiceInstances)
+// registers every object of it, not the shard's part. Its informers start
+// when a class names a kind; without such a class it holds nothing.
+func classResources(mgr ctrl.Manager, s sharding.Shard) (cache.Cache, error) {
 	if !s.Sharded() {
 		return mgr.GetCache(), nil
 	}
 	c, err := cache.New(mgr.GetConfig(), cache.Options{Scheme: crds.NewScheme(), NewInformer: informers.New,
-		DefaultTransform: everyTransform})
+		DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
-		return nil, fmt.Errorf("creating the cache of every instance and binding: %w", err)
+		return nil, fmt.Errorf("creating the cache of the ServiceClasses' kinds: %w", err)
 	}
 	if err := mgr.Add(c); err != nil {
-		return nil, fmt.Errorf("adding the cache of every instance and binding: %w", err)
+		return nil, fmt.Errorf("adding the cache of the ServiceClasses' kinds: %w", err)
 	}
 	return c, nil
 }
 
-// everyTransform keeps of an instance its cluster, and of a binding its
-// Secret; any other object loses its managedFields only.
-func everyTransform(in any) (any, error) {
-	switch o := in.(type) {
-	case *osbv1alpha1.SFServiceInstance:
-		out := &osbv1alpha1.SFServiceInstance{ObjectMeta: references(o.ObjectMeta)}
-		out.Spec.ClusterID = o.Spec.ClusterID
-		return out, nil
-	case *osbv1alpha1.SFServiceBinding:
-		out := &osbv1alpha1.SFServiceBinding{ObjectMeta: references(o.ObjectMeta)}
-		out.Status.Response.SecretRef = o.Status.Response.SecretRef
-		return out, nil
+// credentialsSettle is how long after a binding's credentials Secret
+// came, changed or went a sharded first shard wakes the binding's
+// readers: the binding's status names the Secret just after it is
+// written.
+const credentialsSettle = time.Second
+
+// bindingChanges are the sources through which the first shard's readers
+// of bindings (usages, ServiceBindings) learn that a binding's
+// credentials came, moved or went; readers maps a binding's key
+// ("SFServiceBinding/name") to them. A whole watcher's cache holds every
+// binding. A sharded first shard holds its own buckets' only; it learns
+// of the other bindings from their credentials Secrets, whose metadata it
+// watches anyway (rotations), each labelled with its binding. So it holds
+// no second copy of every binding, and what reads one still wakes within
+// a second of its credentials.
+func bindingChanges(c cache.Cache, s sharding.Shard, readers func(key func(ctrlclient.Object) string) handler.EventHandler,
+	changed predicate.Predicate) []source.Source {
+	key := func(o ctrlclient.Object) string { return sc.BindingKindSFServiceBinding + "/" + o.GetName() }
+	sources := []source.Source{source.Kind[ctrlclient.Object](c, &osbv1alpha1.SFServiceBinding{}, readers(key), changed)}
+	if s.Sharded() {
+		ofSecret := func(o ctrlclient.Object) string {
+			if name := o.GetLabels()[osbv1alpha1.CredentialsBindingLabel]; name != "" {
+				return sc.BindingKindSFServiceBinding + "/" + name
+			}
+			return ""
+		}
+		sources = append(sources, source.Kind[ctrlclient.Object](c, ctrlclient.Object(secretsMetadata()), later(readers(ofSecret), credentialsSettle)))
 	}
-	return cache.TransformStripManagedFields()(in)
+	return sources
 }
 
-// references is the part of an object's metadata that names it.
-func references(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		Generation: m.Generation, DeletionTimestamp: m.DeletionTimestamp, Labels: m.Labels}
+// later is h with each request it enqueues added after d.
+func later(h handler.EventHandler, d time.Duration) handler.EventHandler {
+	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+	return handler.Funcs{
+		CreateFunc:  func(ctx context.Context, e event.CreateEvent, q queue) { h.Create(ctx, e, delayed{q, d}) },
+		UpdateFunc:  func(ctx context.Context, e event.UpdateEvent, q queue) { h.Update(ctx, e, delayed{q, d}) },
+		DeleteFunc:  func(ctx context.Context, e event.DeleteEvent, q queue) { h.Delete(ctx, e, delayed{q, d}) },
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q queue) { h.Generic(ctx, e, delayed{q, d}) },
+	}
 }
+
+// delayed is a queue whose Add adds after a delay.
+type delayed struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	after time.Duration
+}
+
+func (q delayed) Add(r reconcile.Request) { q.AddAfter(r, q.after) }
 
 // setupStamper has the first shard of several label each instance and
 // binding that no shard owns yet with its bucket: one made with kubectl,

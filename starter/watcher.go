@@ -190,20 +190,20 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 // and the Kubernetes users' kinds, the SFClusters, the automatic mass
 // updates, and the labelling of the objects no shard owns yet.
 func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, copts reconcilerOptions, keep *Loops) error {
-	every, err := everyObject(mgr, opts.Shard)
+	classes, err := classResources(mgr, opts.Shard)
 	if err != nil {
 		return err
 	}
 	for _, setup := range []func() error{
 		func() error { return setupOfferingStatus(mgr) },
 		func() error { return setupHealthChecks(mgr, tc, copts, keep) },
-		func() error { return setupServiceClasses(mgr, every, copts) },
+		func() error { return setupServiceClasses(mgr, classes, copts) },
 		func() error { return setupCatalogs(mgr, copts) },
 		func() error { return setupClaims(mgr, tc, copts, keep) },
-		func() error { return setupBindingUsages(mgr, every, tc, copts, opts.WorkerServiceAccount, keep) },
-		func() error { return setupServiceBindings(mgr, every, tc, copts, keep) },
+		func() error { return setupBindingUsages(mgr, opts.Shard, tc, copts, opts.WorkerServiceAccount, keep) },
+		func() error { return setupServiceBindings(mgr, opts.Shard, tc, copts, keep) },
 		func() error { return setupAutoUpdates(mgr, tc, copts, keep, true) },
-		func() error { return setupClusters(mgr, every, opts.ClusterProbePeriod, copts) },
+		func() error { return setupClusters(mgr, opts.Shard, opts.ClusterProbePeriod, copts) },
 	} {
 		if err := setup(); err != nil {
 			return err

@@ -75,10 +75,10 @@ func shardedRun(t *testing.T, count int) {
 	firstHolder := holder(1)
 	watcher("shard-1-standby", 1)
 
-	// A ServiceBinding of a binding that shard 1 owns, made before the
-	// binding is: it waits for the binding's Secret, which only the first
-	// shard's view of every binding shows it.
-	remote := nameInShard("remote", 1, count)
+	// A ServiceBinding and a usage of bindings that other shards own, made
+	// before the bindings are: they wait for the bindings' Secrets, which
+	// the first shard learns of from the Secrets alone.
+	remote, used := nameInShard("remote", 1, count), nameInShard("used", count-1, count)
 	s.Kube.Kubectl(t, testenv.WebManifest(ns), "apply", "-f", "-")
 	s.Create(fmt.Sprintf(`
 apiVersion: servicebinding.io/v1
@@ -88,8 +88,23 @@ spec:
   service: {apiVersion: osb.servicefabrik.io/v1alpha1, kind: SFServiceBinding, name: %s-b}
   workload: {apiVersion: apps/v1, kind: Deployment, name: web}`, ns, remote))
 
-	names := []string{remote}
-	for i := range shardedProvisions - 1 {
+	s.Kube.Kubectl(t, `apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: UsageKind
+metadata: {name: deployment}
+spec:
+  displayName: Deployment
+  resource: {group: apps, kind: Deployment, version: v1}
+  labelsPath: spec.template.metadata.labels`, "apply", "-f", "-")
+	s.Create(fmt.Sprintf(`
+apiVersion: servicecatalog.kyma-project.io/v1alpha1
+kind: ServiceBindingUsage
+metadata: {name: web-usage, namespace: %s}
+spec:
+  serviceBindingRef: {name: %s-b}
+  usedBy: {kind: deployment, name: web}`, ns, used))
+
+	names := []string{remote, used}
+	for i := range shardedProvisions - len(names) {
 		names = append(names, fmt.Sprintf("sh-%03d", i))
 	}
 	// On cluster "1", the one the worker runs in, named as a user may.
@@ -124,7 +139,7 @@ spec: {secretRef: unused}
 		assert.EqualValues(c, shardedProvisions, sfc.Status.ServiceInstanceCount, "status %+v", sfc.Status)
 	}, time.Minute, 50*time.Millisecond, "SFCluster 1 counts the instances of every shard")
 
-	// A binding of a few instances, the remote one's among them.
+	// A binding of a few instances, the remote and the used one among them.
 	bound := names[:6]
 	testenv.Parallel(t, len(bound), func(i int) error {
 		return kube.Client.Create(ctx, &osbv1alpha1.SFServiceBinding{
@@ -139,28 +154,18 @@ spec: {secretRef: unused}
 			assert.Equal(c, osbv1alpha1.StateSucceeded, b.Status.State)
 		}, time.Minute, 50*time.Millisecond, "binding %s-b succeeds", name)
 	}
+	// Their workflows look again on their own only after a minute
+	// (usageRetry): within 20 s, the first shard woke them.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var sb sbv1.ServiceBinding
 		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "web-remote"}, &sb))
 		assert.True(c, meta.IsStatusConditionTrue(sb.Status.Conditions, sbv1.ConditionReady), "conditions %v", sb.Status.Conditions)
-	}, time.Minute, 50*time.Millisecond, "the ServiceBinding projects the binding shard 1 owns")
+		var u sc.ServiceBindingUsage
+		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "web-usage"}, &u))
+		assert.Equal(c, sc.UsageReady, u.Status.State, "conditions %v", u.Status.Conditions)
+	}, 20*time.Second, 50*time.Millisecond, "the ServiceBinding and the usage project the bindings shards %d and %d own", 1, count-1)
 
-	// A usage of a binding into the same workload, and a claim of a
-	// registered service: the first shard's kinds.
-	s.Kube.Kubectl(t, `apiVersion: servicecatalog.kyma-project.io/v1alpha1
-kind: UsageKind
-metadata: {name: deployment}
-spec:
-  displayName: Deployment
-  resource: {group: apps, kind: Deployment, version: v1}
-  labelsPath: spec.template.metadata.labels`, "apply", "-f", "-")
-	s.Create(fmt.Sprintf(`
-apiVersion: servicecatalog.kyma-project.io/v1alpha1
-kind: ServiceBindingUsage
-metadata: {name: web-usage, namespace: %s}
-spec:
-  serviceBindingRef: {name: %s-b}
-  usedBy: {kind: deployment, name: web}`, ns, bound[1]))
+	// A claim of a registered service: the first shard's kind.
 	s.Create(fmt.Sprintf(`
 apiVersion: primaza.io/v1alpha1
 kind: RegisteredService
@@ -177,13 +182,10 @@ spec:
   serviceEndpointDefinitionKeys: [host]
   environmentTag: dev`, ns))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var u sc.ServiceBindingUsage
-		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "web-usage"}, &u))
-		assert.Equal(c, sc.UsageReady, u.Status.State, "conditions %v", u.Status.Conditions)
 		var claim primazav1alpha1.ServiceClaim
 		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "app"}, &claim))
 		assert.Equal(c, primazav1alpha1.ClaimResolved, claim.Status.State)
-	}, time.Minute, 50*time.Millisecond, "the usage injects, the claim is resolved")
+	}, time.Minute, 50*time.Millisecond, "the claim is resolved")
 
 	// Who did what.
 	perShard := make([]int, count)

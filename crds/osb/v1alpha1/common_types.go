@@ -34,6 +34,12 @@ const (
 // with their types.
 const CredentialsJSONKeysAnnotation = "quartermaster.io/json-keys"
 
+// CredentialsBindingLabel names, on a binding's credentials Secret, the
+// SFServiceBinding whose credentials it holds: the readers of a binding
+// that another watcher shard owns learn from its Secret that the binding
+// has credentials.
+const CredentialsBindingLabel = "quartermaster.io/binding"
+
 // Terminal reports whether no workflow is working on the operation any more.
 func (s OperationState) Terminal() bool {
 	return s == StateSucceeded || s == StateFailed

@@ -108,6 +108,7 @@ type InstanceMetadata struct {
 // +kubebuilder:resource:shortName=sfsi,categories=quartermaster
 // +kubebuilder:selectablefield:JSONPath=`.spec.serviceId`
 // +kubebuilder:selectablefield:JSONPath=`.spec.planId`
+// +kubebuilder:selectablefield:JSONPath=`.spec.clusterId`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.metadata.generation`,description="the generation of the spec"
 // +kubebuilder:printcolumn:name="Observed",type=integer,JSONPath=`.status.observedGeneration`,description="the generation the state is about: lower than Generation while a change is pending"
