@@ -324,8 +324,10 @@ chaos: tools ## Run Quartermaster as processes under seeded faults and check its
 
 .PHONY: bench
 # -p 1: one benchmark binary at a time, or they share the machine's two cores.
+# A package's benchmarks run in one binary, one after another, under one
+# timeout: starter's health-check benchmark alone takes about 25 minutes.
 bench: tools ## Run the benchmarks and print their figures (QM_BENCH_N sets the provision count, default 1000).
-	QM_BIN_DIR=$(BIN) go test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 90m $(PKG)
+	QM_BIN_DIR=$(BIN) go test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 240m $(PKG)
 
 .PHONY: clean
 clean: ## Remove bin/ and the state of `make run` (.qm/).
