@@ -109,13 +109,7 @@ func BenchmarkHealthChecks(b *testing.B) {
 	goal, withAPI := used("qm", "temporal"), used("qm", "temporal", "kube-apiserver", "etcd")
 	checksPerMinute := float64(checksAfter-checksBefore) / minutes
 
-	// The floor: the same probes alone, at the same rate, against the same
-	// listeners, with the worker stopped.
-	s.StopWorker()
-	floor := probeFloor(b, ports, n, minute, 2*minute)
-
 	b.ReportMetric(goal, "cores")
-	b.ReportMetric(floor, "floor-cores")
 	b.ReportMetric(checksPerMinute, "checks/min")
 	b.ReportMetric(float64(writesAfter.total-writesBefore.total)/minutes, "api-writes/min")
 	b.ReportMetric(firstChecks.Seconds(), "first-checks-s")
@@ -124,13 +118,19 @@ func BenchmarkHealthChecks(b *testing.B) {
 		"  steady state over %v: %.0f checks/min\n"+
 		"  CPU in cores:%s\n"+
 		"  Quartermaster (qm: worker, watcher and the listeners) + Temporal: %.3f cores; with the API server (kube-apiserver, etcd): %.3f\n"+
-		"  floor, the same tcp probes alone at the same rate (healthcheck.Probe, this process, both ends): %.3f cores;\n"+
-		"    Quartermaster and Temporal beyond the probes: %.3f cores\n"+
 		"  API writes/min: %.1f in all, %.1f to RegisteredServices (each service's check time refreshed every %v)\n%s",
 		n, benchListeners, createdIn.Round(time.Second), firstChecks.Round(time.Second), window, checksPerMinute,
-		cores.String(), goal, withAPI, floor, goal-floor,
+		cores.String(), goal, withAPI,
 		float64(writesAfter.total-writesBefore.total)/minutes, float64(writesAfter.services-writesBefore.services)/minutes, healthcheck.Refresh,
 		testenv.BenchVerdict("Quartermaster + Temporal", goal, 0.5, "cores", true))
+
+	// The floor: the same probes alone, at the same rate, against the same
+	// listeners, with the worker stopped.
+	s.StopWorker()
+	floor := probeFloor(b, ports, n, minute, 2*minute)
+	b.ReportMetric(floor, "floor-cores")
+	fmt.Printf("  floor, the same tcp probes alone at the same rate (healthcheck.Probe, this process, both ends): %.3f cores;\n"+
+		"    Quartermaster and Temporal beyond the probes: %.3f cores\n", floor, goal-floor)
 }
 
 // probeFloor runs n tcp probes a minute (the worker's own probe code)
@@ -138,6 +138,8 @@ func BenchmarkHealthChecks(b *testing.B) {
 // process used meanwhile, in cores: the dialling and the accepting that
 // no health checker can skip.
 func probeFloor(b *testing.B, ports []int, n int, minute, window time.Duration) float64 {
+	// The window ends the loop, not a probe: one cut short by it would
+	// count as failed.
 	ctx, cancel := context.WithTimeout(context.Background(), window)
 	defer cancel()
 	limiter := rate.NewLimiter(rate.Limit(float64(n)/minute.Seconds()), 16)
@@ -148,16 +150,17 @@ func probeFloor(b *testing.B, ports []int, n int, minute, window time.Duration) 
 		wg.Go(func() {
 			for i := w; limiter.Wait(ctx) == nil; i += 16 {
 				port := int32(ports[i%len(ports)])
-				r := healthcheck.Probe{Check: &primazav1alpha1.HealthCheck{TCP: &primazav1alpha1.TCPCheck{Host: "127.0.0.1", Port: port, TimeoutSeconds: 1}}}.Run(ctx)
-				if r.Outcome != primazav1alpha1.CheckSucceeded && ctx.Err() == nil {
+				r := healthcheck.Probe{Check: &primazav1alpha1.HealthCheck{TCP: &primazav1alpha1.TCPCheck{Host: "127.0.0.1", Port: port, TimeoutSeconds: 1}}}.Run(context.Background())
+				if r.Outcome != primazav1alpha1.CheckSucceeded {
 					failed.Add(1)
+					b.Logf("a floor probe of port %d failed: %s", port, r.Message)
 				}
 			}
 		})
 	}
 	wg.Wait()
 	after := testenv.CPU()
-	require.Zero(b, failed.Load(), "floor probes failed")
+	require.Zero(b, failed.Load(), "floor probes that failed")
 	return (after["qm"] - before["qm"]).Seconds() / window.Seconds()
 }
 
