@@ -94,13 +94,13 @@ func bindingChanges(c cache.Cache, s sharding.Shard, readers func(key func(ctrlc
 			}
 			return ""
 		}
-		sources = append(sources, source.Kind[ctrlclient.Object](c, ctrlclient.Object(secretsMetadata()), later(readers(ofSecret), credentialsSettle)))
+		sources = append(sources, source.Kind[ctrlclient.Object](c, ctrlclient.Object(secretsMetadata()), enqueueAfter(readers(ofSecret), credentialsSettle)))
 	}
 	return sources
 }
 
-// later is h with each request it enqueues added after d.
-func later(h handler.EventHandler, d time.Duration) handler.EventHandler {
+// enqueueAfter is h with each request it enqueues added after d.
+func enqueueAfter(h handler.EventHandler, d time.Duration) handler.EventHandler {
 	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	return handler.Funcs{
 		CreateFunc:  func(ctx context.Context, e event.CreateEvent, q queue) { h.Create(ctx, e, delayed{q, d}) },
