@@ -85,12 +85,11 @@ const credentialsSettle = time.Second
 // a second of its credentials.
 func bindingChanges(c cache.Cache, s sharding.Shard, readers func(key func(ctrlclient.Object) string) handler.EventHandler,
 	changed predicate.Predicate) []source.Source {
-	key := func(o ctrlclient.Object) string { return sc.BindingKindSFServiceBinding + "/" + o.GetName() }
-	sources := []source.Source{source.Kind[ctrlclient.Object](c, &osbv1alpha1.SFServiceBinding{}, readers(key), changed)}
+	sources := []source.Source{source.Kind[ctrlclient.Object](c, &osbv1alpha1.SFServiceBinding{}, readers(bindingOf), changed)}
 	if s.Sharded() {
 		ofSecret := func(o ctrlclient.Object) string {
 			if name := o.GetLabels()[osbv1alpha1.CredentialsBindingLabel]; name != "" {
-				return sc.BindingKindSFServiceBinding + "/" + name
+				return bindingKey(sc.BindingReference{Kind: sc.BindingKindSFServiceBinding, Name: name})
 			}
 			return ""
 		}
