@@ -25,7 +25,6 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/loops"
-	"github.com/quartermaster/qm/internal/sharding"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -63,12 +62,13 @@ type BindingUsages struct {
 	cache     cache.Cache
 	usages    controller.Controller
 	workloads kindWatches
+	secrets   *bindingSecrets
 }
 
 // setupBindingUsages registers the usages' controller and the UsageKinds'.
-func setupBindingUsages(mgr ctrl.Manager, shard sharding.Shard, tc client.Client, copts reconcilerOptions, workerServiceAccount string, keep *Loops) error {
+func setupBindingUsages(mgr ctrl.Manager, secrets *bindingSecrets, tc client.Client, copts reconcilerOptions, workerServiceAccount string, keep *Loops) error {
 	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, WorkerServiceAccount: workerServiceAccount, cache: mgr.GetCache(),
-		workloads: kindWatches{of: "the ServiceBindingUsages"}}
+		workloads: kindWatches{of: "the ServiceBindingUsages"}, secrets: secrets}
 	keep.add(runKind{name: loops.BindingUsage, workflowType: runs.BindingUsageType,
 		wants: func(ctx context.Context) ([]loops.Want, error) {
 			return objectRuns(ctx, u.Client, &sc.ServiceBindingUsageList{}, runs.BindingUsageID, sc.UsageProtection, nil)
@@ -91,18 +91,24 @@ func setupBindingUsages(mgr ctrl.Manager, shard sharding.Shard, tc client.Client
 	}
 	u.usages = c
 	bindingChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return secretOf(e.ObjectOld) != secretOf(e.ObjectNew) }}
-	secrets := secretsMetadata()
-	byBinding := func(key func(ctrlclient.Object) string) handler.EventHandler { return u.by(usageBindingField, key) }
-	sources := append(bindingChanges(u.cache, shard, byBinding, bindingChanged),
+	for _, src := range []source.Source{
+		source.Kind[ctrlclient.Object](u.cache, &osbv1alpha1.SFServiceBinding{}, u.by(usageBindingField, bindingOf), bindingChanged),
 		source.Kind[ctrlclient.Object](u.cache, &sc.ServiceBindingUsage{}, &handler.EnqueueRequestForObject{}, specOrDeletion),
 		source.Kind[ctrlclient.Object](u.cache, &primazav1alpha1.ServiceClaim{}, u.by(usageBindingField, bindingOf), bindingChanged),
-		source.Kind[ctrlclient.Object](u.cache, ctrlclient.Object(secrets), u.by(usageSecretField, nameOf)),
 		source.Kind[ctrlclient.Object](u.cache, &sc.UsageKind{}, u.by(usageKindField, nameOf), predicate.GenerationChangedPredicate{}),
-	)
-	for _, src := range sources {
+	} {
 		if err := c.Watch(src); err != nil {
 			return fmt.Errorf("watching for the ServiceBindingUsages: %w", err)
 		}
+	}
+	err = secrets.read(c, u.cache, secretReader{
+		sources: func(in cache.Cache) []source.Source {
+			return []source.Source{source.Kind[ctrlclient.Object](in, ctrlclient.Object(secretsMetadata()), u.by(usageSecretField, nameOf))}
+		},
+		byBinding: func(key func(ctrlclient.Object) string) handler.EventHandler { return u.by(usageBindingField, key) },
+	})
+	if err != nil {
+		return fmt.Errorf("watching for the ServiceBindingUsages: %w", err)
 	}
 	return setupUsageKinds(mgr, u, copts)
 }
@@ -211,6 +217,9 @@ func (u *BindingUsages) wake(ctx context.Context, req ctrl.Request) (ctrl.Result
 	var usage sc.ServiceBindingUsage
 	if err := u.Client.Get(ctx, req.NamespacedName, &usage); err != nil {
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	if err := u.secrets.ensure(req.Namespace); err != nil {
+		return ctrl.Result{}, err
 	}
 	id := runs.BindingUsageID(req.Namespace, req.Name)
 	_, err := u.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalUsageChanged, "", runs.LoopOptions(id,

@@ -11,12 +11,14 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
@@ -46,13 +48,14 @@ type Claims struct {
 	Client   ctrlclient.Client
 	Temporal client.Client
 
-	asks *asks
+	asks    *asks
+	secrets *bindingSecrets
 }
 
 // setupClaims registers the two reconcilers: one for the claims' own
 // events, one for the services' events, mapped to the claims they concern.
-func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, keep *Loops) error {
-	c := &Claims{Client: mgr.GetClient(), Temporal: tc, asks: newAsks(tc)}
+func setupClaims(mgr ctrl.Manager, secrets *bindingSecrets, tc client.Client, copts reconcilerOptions, keep *Loops) error {
+	c := &Claims{Client: mgr.GetClient(), Temporal: tc, asks: newAsks(tc), secrets: secrets}
 	keep.add(runKind{name: loops.Claim, workflowType: runs.ClaimType, wants: c.claimRuns, wake: byRequest(c.wake)})
 	keep.add(runKind{name: loops.ClaimAllocator, workflowType: runs.AllocatorType, wants: c.allocatorRuns, wake: c.startAllocator})
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &primazav1alpha1.RegisteredService{}, claims.HolderField, claims.Holder); err != nil {
@@ -93,15 +96,20 @@ func setupClaims(mgr ctrl.Manager, tc client.Client, copts reconcilerOptions, ke
 		o, n := e.ObjectOld.(*sbv1.ServiceBinding), e.ObjectNew.(*sbv1.ServiceBinding)
 		return !equality.Semantic.DeepEqual(o.Status, n.Status)
 	}})
-	err := ctrl.NewControllerManagedBy(mgr).Named("serviceclaim-services").
+	ctl, err := ctrl.NewControllerManagedBy(mgr).Named("serviceclaim-services").
 		Watches(&primazav1alpha1.RegisteredService{}, services).
-		// A Secret a held service reads changed (rotated credentials): the
-		// claim's Secret, and what projects it, follow.
-		Watches(secretsMetadata(), handler.EnqueueRequestsFromMapFunc(c.holdersOf)).
 		Watches(&sbv1.ServiceBinding{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &primazav1alpha1.ServiceClaim{}, handler.OnlyControllerOwner()), projection).
-		WithOptions(copts()).Complete(reconcile.Func(c.wake))
+		WithOptions(copts()).Build(reconcile.Func(c.wake))
 	if err != nil {
 		return fmt.Errorf("registering the reconciler of services for claims: %w", err)
+	}
+	// A Secret a held service reads changed (rotated credentials): the
+	// claim's Secret, and what projects it, follow.
+	err = secrets.read(ctl, mgr.GetCache(), secretReader{sources: func(in cache.Cache) []source.Source {
+		return []source.Source{source.Kind[ctrlclient.Object](in, ctrlclient.Object(secretsMetadata()), handler.EnqueueRequestsFromMapFunc(c.holdersOf))}
+	}})
+	if err != nil {
+		return fmt.Errorf("watching for the claims' services: %w", err)
 	}
 	return nil
 }
@@ -118,6 +126,10 @@ func (c *Claims) ReconcileClaim(ctx context.Context, req ctrl.Request) (ctrl.Res
 	var claim primazav1alpha1.ServiceClaim
 	if err := c.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
 		return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+	}
+	// The services it may hold read Secrets of its namespace.
+	if err := c.secrets.ensure(req.Namespace); err != nil {
+		return ctrl.Result{}, err
 	}
 	switch {
 	case !claim.DeletionTimestamp.IsZero():

@@ -24,7 +24,6 @@ import (
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
 	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/internal/servicebinding"
-	"github.com/quartermaster/qm/internal/sharding"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -62,12 +61,13 @@ type ServiceBindings struct {
 	// workloads are the kinds of workloads, and services the kinds of
 	// Provisioned Services of others, that the watcher watches.
 	workloads, services kindWatches
+	secrets             *bindingSecrets
 }
 
 // setupServiceBindings registers the ServiceBindings' controller.
-func setupServiceBindings(mgr ctrl.Manager, shard sharding.Shard, tc client.Client, copts reconcilerOptions, keep *Loops) error {
+func setupServiceBindings(mgr ctrl.Manager, secrets *bindingSecrets, tc client.Client, copts reconcilerOptions, keep *Loops) error {
 	s := &ServiceBindings{Client: mgr.GetClient(), Temporal: tc, cache: mgr.GetCache(),
-		workloads: kindWatches{of: "the ServiceBindings"}, services: kindWatches{of: "the ServiceBindings"}}
+		workloads: kindWatches{of: "the ServiceBindings"}, services: kindWatches{of: "the ServiceBindings"}, secrets: secrets}
 	keep.add(runKind{name: loops.ServiceBinding, workflowType: runs.ServiceBindingType,
 		wants: func(ctx context.Context) ([]loops.Want, error) {
 			return objectRuns(ctx, s.Client, &sbv1.ServiceBindingList{}, runs.ServiceBindingID, sbv1.Finalizer, nil)
@@ -94,21 +94,29 @@ func setupServiceBindings(mgr ctrl.Manager, shard sharding.Shard, tc client.Clie
 	}
 	s.bindings = c
 	secretChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return secretOf(e.ObjectOld) != secretOf(e.ObjectNew) }}
-	secrets := secretsMetadata()
 	claimKey := func(o ctrlclient.Object) string { return "ServiceClaim/" + o.GetName() }
-	byService := func(key func(ctrlclient.Object) string) handler.EventHandler { return s.by(sbServiceField, key) }
-	sources := append(bindingChanges(s.cache, shard, byService, secretChanged),
+	for _, src := range []source.Source{
+		source.Kind[ctrlclient.Object](s.cache, &osbv1alpha1.SFServiceBinding{}, s.by(sbServiceField, bindingOf), secretChanged),
 		source.Kind[ctrlclient.Object](s.cache, &sbv1.ServiceBinding{}, &handler.EnqueueRequestForObject{}, specOrDeletion),
 		source.Kind[ctrlclient.Object](s.cache, &primazav1alpha1.ServiceClaim{}, s.by(sbServiceField, claimKey), secretChanged),
-		// A Secret named as a service directly, or projected.
-		source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(secrets), s.by(sbSecretField, nameOf)),
-		source.Kind[ctrlclient.Object](s.cache, ctrlclient.Object(secrets), s.by(sbServiceField, func(o ctrlclient.Object) string { return "Secret/" + o.GetName() })),
 		source.Kind[ctrlclient.Object](s.cache, &sbv1.ClusterWorkloadResourceMapping{}, s.by("", nil), predicate.GenerationChangedPredicate{}),
-	)
-	for _, src := range sources {
+	} {
 		if err := c.Watch(src); err != nil {
 			return fmt.Errorf("watching for the ServiceBindings: %w", err)
 		}
+	}
+	err = secrets.read(c, s.cache, secretReader{
+		// A Secret named as a service directly, or projected.
+		sources: func(in cache.Cache) []source.Source {
+			return []source.Source{
+				source.Kind[ctrlclient.Object](in, ctrlclient.Object(secretsMetadata()), s.by(sbSecretField, nameOf)),
+				source.Kind[ctrlclient.Object](in, ctrlclient.Object(secretsMetadata()), s.by(sbServiceField, func(o ctrlclient.Object) string { return "Secret/" + o.GetName() })),
+			}
+		},
+		byBinding: func(key func(ctrlclient.Object) string) handler.EventHandler { return s.by(sbServiceField, key) },
+	})
+	if err != nil {
+		return fmt.Errorf("watching for the ServiceBindings: %w", err)
 	}
 	return nil
 }
@@ -185,6 +193,9 @@ func (s *ServiceBindings) wake(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			// As for workloads: the workflow says why, and looks again.
 			log.FromContext(ctx).Info("not watching the service of a ServiceBinding", "error", err.Error())
 		}
+	}
+	if err := s.secrets.ensure(req.Namespace); err != nil {
+		return ctrl.Result{}, err
 	}
 	id := runs.ServiceBindingID(req.Namespace, req.Name)
 	workload := sb.Spec.Workload.Name

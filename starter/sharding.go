@@ -15,13 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/quartermaster/qm/crds"
-	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/informers"
 	"github.com/quartermaster/qm/internal/sharding"
 )
@@ -66,36 +63,6 @@ func classResources(mgr ctrl.Manager, s sharding.Shard) (cache.Cache, error) {
 		return nil, fmt.Errorf("adding the cache of the ServiceClasses' kinds: %w", err)
 	}
 	return c, nil
-}
-
-// credentialsSettle is how long after a binding's credentials Secret
-// came, changed or went a sharded first shard wakes the binding's
-// readers: the binding's status names the Secret just after it is
-// written.
-const credentialsSettle = time.Second
-
-// bindingChanges are the sources through which the first shard's readers
-// of bindings (usages, ServiceBindings) learn that a binding's
-// credentials came, moved or went; readers maps a binding's key
-// ("SFServiceBinding/name") to them. A whole watcher's cache holds every
-// binding. A sharded first shard holds its own buckets' only; it learns
-// of the other bindings from their credentials Secrets, whose metadata it
-// watches anyway (rotations), each labelled with its binding. So it holds
-// no second copy of every binding, and what reads one still wakes within
-// a second of its credentials.
-func bindingChanges(c cache.Cache, s sharding.Shard, readers func(key func(ctrlclient.Object) string) handler.EventHandler,
-	changed predicate.Predicate) []source.Source {
-	sources := []source.Source{source.Kind[ctrlclient.Object](c, &osbv1alpha1.SFServiceBinding{}, readers(bindingOf), changed)}
-	if s.Sharded() {
-		ofSecret := func(o ctrlclient.Object) string {
-			if name := o.GetLabels()[osbv1alpha1.CredentialsBindingLabel]; name != "" {
-				return bindingKey(sc.BindingReference{Kind: sc.BindingKindSFServiceBinding, Name: name})
-			}
-			return ""
-		}
-		sources = append(sources, source.Kind[ctrlclient.Object](c, ctrlclient.Object(secretsMetadata()), enqueueAfter(readers(ofSecret), credentialsSettle)))
-	}
-	return sources
 }
 
 // enqueueAfter is h with each request it enqueues added after d.

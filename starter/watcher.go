@@ -117,8 +117,14 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	// Without managedFields: nothing here reads them, and they are most of
 	// what the caches would hold of the tens of thousands of objects
 	// (Secrets among them) the watcher watches.
+	secrets := labels.NewSelector().Add(*notRegistry)
+	if opts.Shard.Sharded() {
+		// Nor the bindings' credentials: a sharded first shard watches
+		// those where something reads them (bindingSecrets).
+		secrets = secrets.Add(credentialsLabel(selection.DoesNotExist))
+	}
 	cacheOpts := cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[ctrlclient.Object]cache.ByObject{secretsMetadata(): {Label: labels.NewSelector().Add(*notRegistry)}}}
+		ByObject: map[ctrlclient.Object]cache.ByObject{secretsMetadata(): {Label: secrets}}}
 	shardCache(&cacheOpts, opts.Shard)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  crds.NewScheme(),
@@ -194,14 +200,15 @@ func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, co
 	if err != nil {
 		return err
 	}
+	secrets := newBindingSecrets(mgr, opts.Shard.Sharded())
 	for _, setup := range []func() error{
 		func() error { return setupOfferingStatus(mgr) },
 		func() error { return setupHealthChecks(mgr, tc, copts, keep) },
 		func() error { return setupServiceClasses(mgr, classes, copts) },
 		func() error { return setupCatalogs(mgr, copts) },
-		func() error { return setupClaims(mgr, tc, copts, keep) },
-		func() error { return setupBindingUsages(mgr, opts.Shard, tc, copts, opts.WorkerServiceAccount, keep) },
-		func() error { return setupServiceBindings(mgr, opts.Shard, tc, copts, keep) },
+		func() error { return setupClaims(mgr, secrets, tc, copts, keep) },
+		func() error { return setupBindingUsages(mgr, secrets, tc, copts, opts.WorkerServiceAccount, keep) },
+		func() error { return setupServiceBindings(mgr, secrets, tc, copts, keep) },
 		func() error { return setupAutoUpdates(mgr, tc, copts, keep, true) },
 		func() error { return setupClusters(mgr, opts.Shard, opts.ClusterProbePeriod, copts) },
 	} {

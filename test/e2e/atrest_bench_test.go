@@ -53,7 +53,10 @@ func restShards() int {
 // QM_BENCH_REST_INSTANCES instances (default 10,000) with a binding each,
 // QM_BENCH_REST_SERVICES registered services (default 1,000) with a tcp
 // health check every 5 minutes, and QM_BENCH_REST_CLAIMS claims (default
-// 500) of them; once they have settled (no write from Quartermaster for
+// 500) of them. The OSB objects are in the broker's namespace, the
+// registry and the claims in an application's, as on a platform (a
+// sharded first shard watches the bindings' credentials only in the
+// namespaces where something reads Secrets). Once they have settled (no write from Quartermaster for
 // 15 s) it watches 10 minutes of rest. It prints each process's resident
 // memory and CPU, the API requests per minute of each component by verb
 // and resource (from the API server's audit log), and the memory each
@@ -120,7 +123,13 @@ func BenchmarkAtRest(b *testing.B) {
 // ready: the instances succeeded, their bindings too, the services
 // checked, the claims resolved.
 func makeRest(b *testing.B, c ctrlclient.Client, s *testenv.System, planID string, size restSize, listeners []int) {
-	ctx, ns := context.Background(), s.Namespace
+	ctx, ns, apps := context.Background(), s.Namespace, s.Namespace+"-apps"
+	require.NoError(b, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: apps}}))
+	b.Cleanup(func() {
+		if err := c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: apps}}); err != nil {
+			b.Logf("deleting namespace %s: %v", apps, err)
+		}
+	})
 	name := func(prefix string, i int) string { return fmt.Sprintf("%s-%05d", prefix, i) }
 	testenv.Parallel(b, size.instances, func(i int) error {
 		return c.Create(ctx, &osbv1alpha1.SFServiceInstance{
@@ -142,7 +151,7 @@ func makeRest(b *testing.B, c ctrlclient.Client, s *testenv.System, planID strin
 	})
 	testenv.Parallel(b, size.services, func(i int) error {
 		port := listeners[i%len(listeners)]
-		svc := &primazav1alpha1.RegisteredService{ObjectMeta: metav1.ObjectMeta{Name: name("db", i), Namespace: ns}}
+		svc := &primazav1alpha1.RegisteredService{ObjectMeta: metav1.ObjectMeta{Name: name("db", i), Namespace: apps}}
 		svc.Spec = primazav1alpha1.RegisteredServiceSpec{
 			ServiceClassIdentity:      []primazav1alpha1.ServiceClassIdentityItem{{Name: "type", Value: "psqlserver"}},
 			ServiceEndpointDefinition: []primazav1alpha1.ServiceEndpointDefinitionItem{{Name: "host", Value: new("127.0.0.1:" + strconv.Itoa(port))}},
@@ -150,17 +159,17 @@ func makeRest(b *testing.B, c ctrlclient.Client, s *testenv.System, planID strin
 		}
 		return c.Create(ctx, svc)
 	})
-	waitCount(b, c, ns, &primazav1alpha1.RegisteredServiceList{}, size.services, "services checked and Available", func(o ctrlclient.Object) bool {
+	waitCount(b, c, apps, &primazav1alpha1.RegisteredServiceList{}, size.services, "services checked and Available", func(o ctrlclient.Object) bool {
 		return o.(*primazav1alpha1.RegisteredService).Status.State == primazav1alpha1.ServiceAvailable
 	})
 	testenv.Parallel(b, size.claims, func(i int) error {
-		claim := &primazav1alpha1.ServiceClaim{ObjectMeta: metav1.ObjectMeta{Name: name("claim", i), Namespace: ns}}
+		claim := &primazav1alpha1.ServiceClaim{ObjectMeta: metav1.ObjectMeta{Name: name("claim", i), Namespace: apps}}
 		claim.Spec.ServiceClassIdentity = []primazav1alpha1.ServiceClassIdentityItem{{Name: "type", Value: "psqlserver"}}
 		claim.Spec.ServiceEndpointDefinitionKeys = []string{"host"}
 		claim.Spec.EnvironmentTag = "dev"
 		return c.Create(ctx, claim)
 	})
-	waitCount(b, c, ns, &primazav1alpha1.ServiceClaimList{}, size.claims, "claims resolved", func(o ctrlclient.Object) bool {
+	waitCount(b, c, apps, &primazav1alpha1.ServiceClaimList{}, size.claims, "claims resolved", func(o ctrlclient.Object) bool {
 		return o.(*primazav1alpha1.ServiceClaim).Status.State == primazav1alpha1.ClaimResolved
 	})
 }

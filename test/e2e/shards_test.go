@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -21,7 +23,9 @@ import (
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
+	"github.com/quartermaster/qm/internal/bindingusage"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/servicebinding"
 	"github.com/quartermaster/qm/internal/sharding"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -165,27 +169,63 @@ spec: {secretRef: unused}
 		assert.Equal(c, sc.UsageReady, u.Status.State, "conditions %v", u.Status.Conditions)
 	}, 20*time.Second, 50*time.Millisecond, "the ServiceBinding and the usage project the bindings shards %d and %d own", 1, count-1)
 
-	// A claim of a registered service: the first shard's kind.
+	// New credentials in both bindings' Secrets (a rotation's one write):
+	// the first shard watches them in this namespace, where they are read,
+	// and the workload rolls with both within 20 s.
+	keys := []string{bindingusage.HashKey(servicebinding.UsageName("web-remote")), bindingusage.HashKey("web-usage")}
+	var web appsv1.Deployment
+	require.NoError(t, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "web"}, &web))
+	before := web.Spec.Template.Annotations
+	for _, b := range []string{remote + "-b", used + "-b"} {
+		var binding osbv1alpha1.SFServiceBinding
+		require.NoError(t, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: b}, &binding))
+		secret := binding.Status.Response.SecretRef
+		s.Kube.Kubectl(t, "", "patch", "secret", secret, "-n", ns, "--type=merge", "-p", `{"stringData":{"password":"rotated"}}`)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "web"}, &web))
+		for _, key := range keys {
+			assert.NotEmpty(c, before[key], "the workload carried %s", key)
+			assert.NotEqual(c, before[key], web.Spec.Template.Annotations[key], "%s follows the new credentials", key)
+		}
+	}, 20*time.Second, 50*time.Millisecond, "the workload rolls with the bindings' new credentials")
+
+	// A claim of a registered service that reads a binding's credentials
+	// (a class over SFServiceBindings registers such services): the first
+	// shard's kind. The claim's Secret follows the credentials' next change.
+	var used0 osbv1alpha1.SFServiceBinding
+	require.NoError(t, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: used + "-b"}, &used0))
+	credentials := used0.Status.Response.SecretRef
 	s.Create(fmt.Sprintf(`
 apiVersion: primaza.io/v1alpha1
 kind: RegisteredService
 metadata: {name: db, namespace: %s}
 spec:
   serviceClassIdentity: [{name: type, value: psqlserver}]
-  serviceEndpointDefinition: [{name: host, value: db.example}]`, ns))
+  serviceEndpointDefinition:
+  - {name: host, value: db.example}
+  - {name: password, valueFromSecret: {name: %s, key: password}}`, ns, credentials))
 	s.Create(fmt.Sprintf(`
 apiVersion: primaza.io/v1alpha1
 kind: ServiceClaim
 metadata: {name: app, namespace: %s}
 spec:
   serviceClassIdentity: [{name: type, value: psqlserver}]
-  serviceEndpointDefinitionKeys: [host]
+  serviceEndpointDefinitionKeys: [host, password]
   environmentTag: dev`, ns))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	claimed := func(c *assert.CollectT, password string) {
 		var claim primazav1alpha1.ServiceClaim
 		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "app"}, &claim))
-		assert.Equal(c, primazav1alpha1.ClaimResolved, claim.Status.State)
-	}, time.Minute, 50*time.Millisecond, "the claim is resolved")
+		require.Equal(c, primazav1alpha1.ClaimResolved, claim.Status.State)
+		require.NotNil(c, claim.Status.Binding)
+		var secret corev1.Secret
+		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: claim.Status.Binding.Name}, &secret))
+		assert.Equal(c, password, string(secret.Data["password"]))
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) { claimed(c, "rotated") }, time.Minute, 50*time.Millisecond, "the claim is resolved")
+	s.Kube.Kubectl(t, "", "patch", "secret", credentials, "-n", ns, "--type=merge", "-p", `{"stringData":{"password":"rotated-again"}}`)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { claimed(c, "rotated-again") }, 20*time.Second, 50*time.Millisecond,
+		"the claim's Secret follows the credentials")
 
 	// Who did what.
 	perShard := make([]int, count)
@@ -208,7 +248,9 @@ spec:
 	}
 	assertStartedBy(t, s, runs.ServiceBindingID(ns, "web-remote"), 0, count)
 	assertStartedBy(t, s, runs.BindingUsageID(ns, "web-usage"), 0, count)
-	assertStartedBy(t, s, runs.ClaimID(ns, "app"), 0, count)
+	// A claim's run is started by the first shard, or by its allocator's
+	// pass in the worker when that pass gave it a service first.
+	assertStartedBy(t, s, runs.ClaimID(ns, "app"), 0, count, "qm-watcher shard ")
 	t.Logf("instances per shard: %v", perShard)
 	for shard, n := range perShard {
 		assert.Positive(t, n, "shard %d owns some of the instances", shard)
@@ -225,8 +267,9 @@ func nameInShard(prefix string, shard, count int) string {
 }
 
 // assertStartedBy checks that every run under id was started by a process
-// of shard (its Temporal identity names the shard).
-func assertStartedBy(t *testing.T, s *testenv.System, id string, shard, count int) {
+// of shard (its Temporal identity names the shard), or, with onlyAmong, by
+// any process whose identity does not start with onlyAmong (the worker).
+func assertStartedBy(t *testing.T, s *testenv.System, id string, shard, count int, onlyAmong ...string) {
 	t.Helper()
 	resp, err := s.Temporal.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = %q", id)})
 	require.NoError(t, err, "listing the runs of %s", id)
@@ -235,6 +278,9 @@ func assertStartedBy(t *testing.T, s *testenv.System, id string, shard, count in
 	for _, e := range resp.Executions {
 		h := s.History(id, e.GetExecution().GetRunId())
 		identity := h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetIdentity()
+		if len(onlyAmong) > 0 && !strings.HasPrefix(identity, onlyAmong[0]) {
+			continue
+		}
 		assert.True(t, strings.HasPrefix(identity, want), "%s was started by %q, not by shard %d", id, identity, shard)
 	}
 }
