@@ -43,6 +43,11 @@ const instanceSettle = time.Second
 // deleting it would strand them.
 const ClusterFinalizer = "quartermaster.io/instances-scheduled"
 
+// ClusterHoldOwner is the field manager of the finalizer that an
+// instance's shard (not the first) puts on its SFCluster, so that its
+// managed fields say who held it.
+const ClusterHoldOwner = "qm-watcher-cluster-hold"
+
 // clusterIDField indexes instances by the cluster they are scheduled on.
 const clusterIDField = "spec.clusterId"
 
@@ -294,5 +299,58 @@ func reasonOf(err error) string {
 		return "Forbidden"
 	default:
 		return "Unreachable"
+	}
+}
+
+// setupClusterHolds has a shard other than the first hold an SFCluster
+// (its finalizer) as soon as one of the shard's instances is scheduled
+// there. The first shard keeps the finalizer, but it counts the other
+// shards' instances only at its next probe: until then a deletion of a
+// cluster that just got its first instance would not wait for it. The
+// first shard still takes the finalizer off once no instance is left.
+func setupClusterHolds(mgr ctrl.Manager, copts reconcilerOptions) error {
+	c := mgr.GetClient()
+	scheduled := handler.TypedFuncs[ctrlclient.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			holdFor(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.ObjectOld.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID != e.ObjectNew.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID {
+				holdFor(e.ObjectNew, q)
+			}
+		},
+	}
+	hold := func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+		var sfc resourcev1alpha1.SFCluster
+		if err := c.Get(ctx, req.NamespacedName, &sfc); err != nil {
+			return ctrl.Result{}, ctrlclient.IgnoreNotFound(err)
+		}
+		if sfc.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(&sfc, ClusterFinalizer) {
+			return ctrl.Result{}, nil
+		}
+		base := sfc.DeepCopy()
+		controllerutil.AddFinalizer(&sfc, ClusterFinalizer)
+		err := c.Patch(ctx, &sfc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}), ctrlclient.FieldOwner(ClusterHoldOwner))
+		if apierrors.IsConflict(err) { // read again from a cache that caught up
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("holding SFCluster %s for its instances: %w", req.NamespacedName, ctrlclient.IgnoreNotFound(err))
+		}
+		return ctrl.Result{}, nil
+	}
+	err := ctrl.NewControllerManagedBy(mgr).Named("sfcluster-hold").
+		WatchesRawSource(source.Kind[ctrlclient.Object](mgr.GetCache(), &osbv1alpha1.SFServiceInstance{}, scheduled)).
+		WithOptions(copts()).Complete(reconcile.Func(hold))
+	if err != nil {
+		return fmt.Errorf("registering the SFCluster holds: %w", err)
+	}
+	return nil
+}
+
+// holdFor enqueues the SFCluster an instance is scheduled on, if any.
+func holdFor(o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" && o.GetDeletionTimestamp() == nil {
+		q.Add(reconcile.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: o.GetNamespace(), Name: id}})
 	}
 }

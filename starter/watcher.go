@@ -180,6 +180,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 		if err := setupAutoUpdates(mgr, tc, copts, keep, false); err != nil {
 			return nil, err
 		}
+		if err := setupClusterHolds(mgr, copts); err != nil {
+			return nil, err
+		}
 	}
 	s.keepInFlight(keep)
 	if err := setupLoops(mgr, keep); err != nil {

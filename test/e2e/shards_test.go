@@ -28,6 +28,7 @@ import (
 	"github.com/quartermaster/qm/internal/servicebinding"
 	"github.com/quartermaster/qm/internal/sharding"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -71,6 +72,16 @@ func shardedRun(t *testing.T, count int) {
 		}
 		return ptr.Deref(l.Spec.HolderIdentity, "")
 	}
+	// The cluster the instances go to, registered before the watchers
+	// start: the first shard probes it once with no instance, and its
+	// next probe is 30 s later. Shard 1's first instance there has shard 1
+	// hold it at once (its finalizer, written by the hold's field
+	// manager); the first shard counts that instance only at that probe.
+	kube.Kubectl(t, fmt.Sprintf(`apiVersion: resource.servicefabrik.io/v1alpha1
+kind: SFCluster
+metadata: {name: "1", namespace: %s}
+spec: {secretRef: unused}
+`, ns), "apply", "-f", "-")
 	leaders := make([]*process, count)
 	for shard := range count {
 		leaders[shard] = watcher(fmt.Sprintf("shard-%d", shard), shard)
@@ -120,7 +131,29 @@ spec:
 		}
 		return n
 	}
-	create(0, shardedProvisions/2)
+	sfcluster := func(c *assert.CollectT) *resourcev1alpha1.SFCluster {
+		var sfc resourcev1alpha1.SFCluster
+		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "1"}, &sfc))
+		return &sfc
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		sfc := sfcluster(c)
+		require.NotNil(c, meta.FindStatusCondition(sfc.Status.Conditions, lifecycle.ConditionReady), "probed")
+		assert.Empty(c, sfc.Finalizers)
+	}, 30*time.Second, 50*time.Millisecond, "SFCluster 1 is probed with no instance")
+	create(0, 1)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		sfc := sfcluster(c)
+		require.Contains(c, sfc.Finalizers, starter.ClusterFinalizer)
+		var managers []string
+		for _, m := range sfc.ManagedFields {
+			if m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), starter.ClusterFinalizer) {
+				managers = append(managers, m.Manager)
+			}
+		}
+		assert.Equal(c, []string{starter.ClusterHoldOwner}, managers, "who wrote the finalizer")
+	}, 10*time.Second, 50*time.Millisecond, "shard 1 holds SFCluster 1 for %s", remote)
+	create(1, shardedProvisions/2)
 	require.Eventually(t, func() bool { return succeeded() > 0 }, time.Minute, 5*time.Millisecond, "provisions run")
 	leaders[1].kill(t)
 	t.Logf("SIGKILL of shard 1's leader with %d of %d provisions done", succeeded(), shardedProvisions)
@@ -130,16 +163,9 @@ spec:
 	require.Eventually(t, func() bool { return succeeded() == shardedProvisions }, 3*time.Minute, 100*time.Millisecond,
 		"every instance succeeds (%d did)", succeeded())
 
-	// The cluster they are all on, registered: the first shard counts
-	// every shard's instances on it.
-	kube.Kubectl(t, fmt.Sprintf(`apiVersion: resource.servicefabrik.io/v1alpha1
-kind: SFCluster
-metadata: {name: "1", namespace: %s}
-spec: {secretRef: unused}
-`, ns), "apply", "-f", "-")
+	// The first shard counts every shard's instances on their cluster.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var sfc resourcev1alpha1.SFCluster
-		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: "1"}, &sfc))
+		sfc := sfcluster(c)
 		assert.EqualValues(c, shardedProvisions, sfc.Status.ServiceInstanceCount, "status %+v", sfc.Status)
 	}, time.Minute, 50*time.Millisecond, "SFCluster 1 counts the instances of every shard")
 
