@@ -335,7 +335,7 @@ func setupClusterHolds(mgr ctrl.Manager, copts reconcilerOptions) error {
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("holding SFCluster %s for its instances: %w", req.NamespacedName, ctrlclient.IgnoreNotFound(err))
+			return ctrl.Result{}, ctrlclient.IgnoreNotFound(fmt.Errorf("holding SFCluster %s for its instances: %w", req.NamespacedName, err))
 		}
 		return ctrl.Result{}, nil
 	}

@@ -114,15 +114,15 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err != nil {
 		return nil, fmt.Errorf("the selector of Secrets that are not registries: %w", err)
 	}
-	// Without managedFields: nothing here reads them, and they are most of
-	// what the caches would hold of the tens of thousands of objects
-	// (Secrets among them) the watcher watches.
 	secrets := labels.NewSelector().Add(*notRegistry)
 	if opts.Shard.Sharded() {
 		// Nor the bindings' credentials: a sharded first shard watches
 		// those where something reads them (bindingSecrets).
 		secrets = secrets.Add(credentialsLabel(selection.DoesNotExist))
 	}
+	// Without managedFields: nothing here reads them, and they are most of
+	// what the caches would hold of the tens of thousands of objects
+	// (Secrets among them) the watcher watches.
 	cacheOpts := cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[ctrlclient.Object]cache.ByObject{secretsMetadata(): {Label: secrets}}}
 	shardCache(&cacheOpts, opts.Shard)
