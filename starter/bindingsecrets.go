@@ -40,8 +40,9 @@ const credentialsSettle = time.Second
 // binding: it carries the binding's name, so that a reader waiting for a
 // binding another shard owns wakes when the binding's credentials come.
 type bindingSecrets struct {
-	// mgr is nil for a whole watcher: no namespace needs a cache.
 	mgr ctrl.Manager
+	// sharded is false for a whole watcher: no namespace needs a cache.
+	sharded bool
 
 	mu      sync.Mutex
 	readers []secretReader
@@ -59,18 +60,14 @@ type secretReader struct {
 
 // newBindingSecrets is the bindingSecrets of a watcher, sharded or not.
 func newBindingSecrets(mgr ctrl.Manager, sharded bool) *bindingSecrets {
-	b := &bindingSecrets{watched: map[string]bool{}}
-	if sharded {
-		b.mgr = mgr
-	}
-	return b
+	return &bindingSecrets{mgr: mgr, sharded: sharded, watched: map[string]bool{}}
 }
 
 // read has ctl watch the Secrets that sources make, in the watcher's cache
 // now and in each namespace's cache of credentials as it starts.
-func (b *bindingSecrets) read(ctl controller.Controller, cacheOf cache.Cache, r secretReader) error {
+func (b *bindingSecrets) read(ctl controller.Controller, r secretReader) error {
 	r.ctl = ctl
-	for _, src := range r.sources(cacheOf) {
+	for _, src := range r.sources(b.mgr.GetCache()) {
 		if err := ctl.Watch(src); err != nil {
 			return fmt.Errorf("watching Secrets: %w", err)
 		}
@@ -86,7 +83,7 @@ func (b *bindingSecrets) read(ctl controller.Controller, cacheOf cache.Cache, r 
 // namespace's last reader goes: a namespace that had readers usually has
 // them again, and the watcher's restart drops it.
 func (b *bindingSecrets) ensure(ns string) error {
-	if b.mgr == nil {
+	if !b.sharded {
 		return nil
 	}
 	b.mu.Lock()

@@ -101,7 +101,7 @@ func setupBindingUsages(mgr ctrl.Manager, secrets *bindingSecrets, tc client.Cli
 			return fmt.Errorf("watching for the ServiceBindingUsages: %w", err)
 		}
 	}
-	err = secrets.read(c, u.cache, secretReader{
+	err = secrets.read(c, secretReader{
 		sources: func(in cache.Cache) []source.Source {
 			return []source.Source{source.Kind[ctrlclient.Object](in, ctrlclient.Object(secretsMetadata()), u.by(usageSecretField, nameOf))}
 		},

@@ -105,7 +105,7 @@ func setupClaims(mgr ctrl.Manager, secrets *bindingSecrets, tc client.Client, co
 	}
 	// A Secret a held service reads changed (rotated credentials): the
 	// claim's Secret, and what projects it, follow.
-	err = secrets.read(ctl, mgr.GetCache(), secretReader{sources: func(in cache.Cache) []source.Source {
+	err = secrets.read(ctl, secretReader{sources: func(in cache.Cache) []source.Source {
 		return []source.Source{source.Kind[ctrlclient.Object](in, ctrlclient.Object(secretsMetadata()), handler.EnqueueRequestsFromMapFunc(c.holdersOf))}
 	}})
 	if err != nil {

@@ -100,8 +100,8 @@ func setupClusters(mgr ctrl.Manager, shard sharding.Shard, period time.Duration,
 	// shard sees its own buckets' instances come and go; the others' are
 	// counted at the next probe.)
 	probeLater := func(o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" {
-			q.AddAfter(reconcile.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: o.GetNamespace(), Name: id}}, instanceSettle)
+		if req, ok := clusterOf(o); ok {
+			q.AddAfter(req, instanceSettle)
 		}
 	}
 	scheduledOn := handler.Funcs{
@@ -230,16 +230,25 @@ func (r *ClusterRegistry) holdWhileUsed(ctx context.Context, sfc *resourcev1alph
 	has := controllerutil.ContainsFinalizer(sfc, ClusterFinalizer)
 	switch {
 	case instances > 0 && !has && sfc.DeletionTimestamp == nil:
-		base := sfc.DeepCopy()
-		controllerutil.AddFinalizer(sfc, ClusterFinalizer)
-		return false, r.Client.Patch(ctx, sfc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
+		return false, patchHold(ctx, r.Client, sfc, true)
 	case instances == 0 && has:
-		base := sfc.DeepCopy()
-		controllerutil.RemoveFinalizer(sfc, ClusterFinalizer)
-		err := r.Client.Patch(ctx, sfc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
+		err := patchHold(ctx, r.Client, sfc, false)
 		return sfc.DeletionTimestamp != nil, ctrlclient.IgnoreNotFound(err)
 	}
 	return false, nil
+}
+
+// patchHold puts an SFCluster's finalizer on (hold) or takes it off, with
+// an optimistic lock: the first shard takes it off and another shard may
+// put it on at the same time.
+func patchHold(ctx context.Context, c ctrlclient.Client, sfc *resourcev1alpha1.SFCluster, hold bool, opts ...ctrlclient.PatchOption) error {
+	base := sfc.DeepCopy()
+	if hold {
+		controllerutil.AddFinalizer(sfc, ClusterFinalizer)
+	} else {
+		controllerutil.RemoveFinalizer(sfc, ClusterFinalizer)
+	}
+	return c.Patch(ctx, sfc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}), opts...)
 }
 
 // probed is what a probe found.
@@ -328,9 +337,7 @@ func setupClusterHolds(mgr ctrl.Manager, copts reconcilerOptions) error {
 		if sfc.DeletionTimestamp != nil || controllerutil.ContainsFinalizer(&sfc, ClusterFinalizer) {
 			return ctrl.Result{}, nil
 		}
-		base := sfc.DeepCopy()
-		controllerutil.AddFinalizer(&sfc, ClusterFinalizer)
-		err := c.Patch(ctx, &sfc, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}), ctrlclient.FieldOwner(ClusterHoldOwner))
+		err := patchHold(ctx, c, &sfc, true, ctrlclient.FieldOwner(ClusterHoldOwner))
 		if apierrors.IsConflict(err) { // read again from a cache that caught up
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
@@ -350,7 +357,14 @@ func setupClusterHolds(mgr ctrl.Manager, copts reconcilerOptions) error {
 
 // holdFor enqueues the SFCluster an instance is scheduled on, if any.
 func holdFor(o ctrlclient.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID; id != "" && o.GetDeletionTimestamp() == nil {
-		q.Add(reconcile.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: o.GetNamespace(), Name: id}})
+	if req, ok := clusterOf(o); ok && o.GetDeletionTimestamp() == nil {
+		q.Add(req)
 	}
+}
+
+// clusterOf is the request of the SFCluster an instance is scheduled on;
+// false for one on no cluster.
+func clusterOf(o ctrlclient.Object) (reconcile.Request, bool) {
+	id := o.(*osbv1alpha1.SFServiceInstance).Spec.ClusterID
+	return reconcile.Request{NamespacedName: ctrlclient.ObjectKey{Namespace: o.GetNamespace(), Name: id}}, id != ""
 }

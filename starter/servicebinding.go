@@ -105,7 +105,7 @@ func setupServiceBindings(mgr ctrl.Manager, secrets *bindingSecrets, tc client.C
 			return fmt.Errorf("watching for the ServiceBindings: %w", err)
 		}
 	}
-	err = secrets.read(c, s.cache, secretReader{
+	err = secrets.read(c, secretReader{
 		// A Secret named as a service directly, or projected.
 		sources: func(in cache.Cache) []source.Source {
 			return []source.Source{
