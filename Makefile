@@ -310,7 +310,9 @@ record-histories: tools ## Record the history of every workflow path again, for 
 # The long chaos run (the short one is part of `make test`): a seed picked
 # at random unless SEED is given, N instances, FAULTS faults (30 of each of
 # the six kinds) over DURATION; it fails if the p99 of the recovery from a
-# fault is over RECOVERY.
+# fault is over RECOVERY. With QM_CHAOS_KEEP=<dir> in the environment, the
+# run writes its timeline (faults and completions), every run's history
+# and every process's log there, to trace a slow recovery.
 SEED     ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 N        ?= 200
 DURATION ?= 25m

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -22,8 +23,11 @@ type observer struct {
 	passwords   map[string]string
 	changed     map[string]bool // the Secrets whose password changed
 	completions []time.Time
-	lastGen     map[string]int64
-	present     map[string]bool
+	// noted is what completed when, a line each, for the run's kept
+	// timeline (keep).
+	noted   []string
+	lastGen map[string]int64
+	present map[string]bool
 	// completed is closed, and replaced, when a completion is noted.
 	completed chan struct{}
 }
@@ -52,11 +56,15 @@ func (o *observer) look(ctx context.Context, kube ctrlclient.Client) {
 		}
 	}
 	now, seen := time.Now(), map[string]bool{}
+	note := func(what string) {
+		o.completions = append(o.completions, now)
+		o.noted = append(o.noted, fmt.Sprintf("%s %s", now.Format(timelineFormat), what))
+	}
 	observe := func(key string, state osbv1alpha1.OperationState, gen int64) {
 		seen[key] = true
 		if state == osbv1alpha1.StateSucceeded && gen > o.lastGen[key] {
 			o.lastGen[key] = gen
-			o.completions = append(o.completions, now)
+			note(fmt.Sprintf("%s succeeded at generation %d", key, gen))
 		}
 	}
 	for _, i := range insts.Items {
@@ -67,7 +75,7 @@ func (o *observer) look(ctx context.Context, kube ctrlclient.Client) {
 	}
 	for key := range o.present {
 		if !seen[key] {
-			o.completions = append(o.completions, now)
+			note(key + " is gone")
 		}
 	}
 	o.present = seen

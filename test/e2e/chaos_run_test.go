@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,7 +162,11 @@ func TestChaos(t *testing.T) {
 			recovered = fmt.Sprintf("cut short by the next fault %s later, not recovered", d.Round(time.Millisecond))
 		}
 		t.Logf("fault %s: %s to %s, %s", f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), recovered)
+		obs.noted = append(obs.noted, fmt.Sprintf("%s fault %s struck", f.Start.Format(timelineFormat), f.Kind),
+			fmt.Sprintf("%s fault %s ended: %s", f.End.Format(timelineFormat), f.Kind, recovered))
 	}
+	slices.Sort(obs.noted) // the format sorts by time
+	keep(t, "timeline", strings.Join(obs.noted, "\n")+"\n")
 	report.Recovery, report.Cut = chaos.Recoveries(faultsDone, completions)
 	report.UnderFault = chaos.UnderFault(faultsDone)
 	report.NextCompletion = map[chaos.Kind][]time.Duration{}
@@ -303,7 +308,7 @@ func checkRuns(t *testing.T, c *cluster, exps []*expectation, passwords map[stri
 				ev, err := iter.Next()
 				require.NoError(t, err)
 				raw, _ := protojson.Marshal(ev)
-				texts["history of "+ex.Execution.WorkflowId] += string(raw)
+				texts["history of "+ex.Execution.WorkflowId+" "+ex.Execution.RunId] += string(raw) + "\n"
 				if failed := ev.GetWorkflowExecutionFailedEventAttributes(); failed != nil {
 					t.Logf("%s: the %s run failed: %s", ex.Execution.WorkflowId, op, failed.GetFailure().GetMessage())
 				}
@@ -348,6 +353,9 @@ func checkRuns(t *testing.T, c *cluster, exps []*expectation, passwords map[stri
 	for _, p := range passwords {
 		secrets = append(secrets, p)
 	}
+	for name, text := range texts {
+		keep(t, name, text)
+	}
 	hits := chaos.Scan(texts, secrets)
 	for _, h := range hits {
 		t.Logf("a secret (%s) in the %s", h.Secret, h.Where)
@@ -358,4 +366,22 @@ func checkRuns(t *testing.T, c *cluster, exps []*expectation, passwords map[stri
 		planted := map[string]string{"log of a test": "level=INFO msg=oops password=" + secrets[1]}
 		assert.Len(t, chaos.Scan(planted, secrets), 1, "the scan finds a planted secret")
 	}
+}
+
+// timelineFormat is the time of a line of the kept timeline: with the
+// date, so that the lines sort by it.
+const timelineFormat = "2006-01-02T15:04:05.000"
+
+// keep writes one text of the run (the timeline of faults and
+// completions, a run's history as JSON lines, a process's log) to a file
+// of the directory QM_CHAOS_KEEP names, for the one who traces a slow
+// recovery afterwards through the histories; nothing when it is unset.
+func keep(t *testing.T, name, text string) {
+	dir := os.Getenv("QM_CHAOS_KEEP")
+	if dir == "" {
+		return
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	file := strings.NewReplacer("/", "_", " ", "_", "'", "").Replace(name)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644))
 }
