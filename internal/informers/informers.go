@@ -11,12 +11,14 @@
 // informers here hand their reflector a list and watch that ask again
 // every RetryEvery while the API server cannot be reached, for up to
 // RetryFor, and only then report the failure to the reflector and its
-// backoff.
+// backoff. Their watch also lives through the API server's restart
+// without the reflector's backoff (resync.go).
 package informers
 
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,9 +38,13 @@ const (
 )
 
 // New is a cache.Options.NewInformer: controller-runtime's informer, whose
-// list and watch ask again while the API server cannot be reached.
+// list and watch ask again while the API server cannot be reached, and
+// whose watch lives through the API server's restart (resync.go).
 func New(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-	return toolscache.NewSharedIndexInformer(Patient(lw), obj, resync, indexers)
+	p := &patient{inner: toolscache.ToListerWatcherWithContext(lw), example: obj}
+	inf := toolscache.NewSharedIndexInformer(p, obj, resync, indexers)
+	p.store, p.synced = inf.GetStore(), inf.HasSynced
+	return inf
 }
 
 // Patient wraps lw so that its list and watch ask again every RetryEvery,
@@ -46,15 +52,48 @@ func New(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, 
 // reached; any other error (a refusal, an expired resource version) goes
 // to the reflector at once.
 func Patient(lw toolscache.ListerWatcher) toolscache.ListerWatcher {
-	inner := toolscache.ToListerWatcherWithContext(lw)
-	return &toolscache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return again(ctx, func() (runtime.Object, error) { return inner.ListWithContext(ctx, opts) })
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return again(ctx, func() (watch.Interface, error) { return inner.WatchWithContext(ctx, opts) })
-		},
+	return &patient{inner: toolscache.ToListerWatcherWithContext(lw)}
+}
+
+// patient is the list and watch of Patient and New.
+type patient struct {
+	inner toolscache.ListerWatcherWithContext
+	// store and synced are the informer's, and example an object of its
+	// kind: with them a watch heals when its resource version expires
+	// (resync.go). Without (Patient), the expiry goes to the reflector.
+	store   toolscache.Store
+	synced  func() bool
+	example runtime.Object
+	// last is the last event a healing watch passed on, which the store
+	// has applied once it shows it (resync.go).
+	mu   sync.Mutex
+	last watch.Event
+}
+
+func (p *patient) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return p.ListWithContext(context.Background(), opts)
+}
+
+func (p *patient) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return p.WatchWithContext(context.Background(), opts)
+}
+
+func (p *patient) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return again(ctx, func() (runtime.Object, error) { return p.inner.ListWithContext(ctx, opts) })
+}
+
+func (p *patient) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := p.watch(ctx, opts)
+	// A watch that streams the initial list (WatchList) is the
+	// reflector's relist itself: its expiry is the reflector's to handle.
+	if err != nil || p.store == nil || opts.SendInitialEvents != nil {
+		return w, err
 	}
+	return heal(ctx, p, opts, w), nil
+}
+
+func (p *patient) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return again(ctx, func() (watch.Interface, error) { return p.inner.WatchWithContext(ctx, opts) })
 }
 
 // again calls call until it succeeds, fails for another reason than an
