@@ -78,18 +78,29 @@ func (p *patient) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 	return p.WatchWithContext(context.Background(), opts)
 }
 
+// ListWithContext is the reflector's list: what the store shows from now
+// on comes from it, not from the last event a healing watch passed on.
 func (p *patient) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	return again(ctx, func() (runtime.Object, error) { return p.inner.ListWithContext(ctx, opts) })
+	p.forget()
+	return p.list(ctx, opts)
 }
 
 func (p *patient) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	w, err := p.watch(ctx, opts)
 	// A watch that streams the initial list (WatchList) is the
-	// reflector's relist itself: its expiry is the reflector's to handle.
-	if err != nil || p.store == nil || opts.SendInitialEvents != nil {
+	// reflector's list itself: its expiry is the reflector's to handle.
+	if opts.SendInitialEvents != nil {
+		p.forget()
+		return p.watch(ctx, opts)
+	}
+	w, err := p.watch(ctx, opts)
+	if err != nil || p.store == nil {
 		return w, err
 	}
 	return heal(ctx, p, opts, w), nil
+}
+
+func (p *patient) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return again(ctx, func() (runtime.Object, error) { return p.inner.ListWithContext(ctx, opts) })
 }
 
 func (p *patient) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {

@@ -106,9 +106,19 @@ func (h *healing) send(e watch.Event) bool {
 	}
 }
 
+// forget drops the last event passed on, when the reflector lists again.
+func (p *patient) forget() {
+	p.mu.Lock()
+	p.last = watch.Event{}
+	p.mu.Unlock()
+}
+
 // Until the store shows the last event passed on, the informer has yet to
 // apply some (they wait in its queue), and the store is no base for the
 // differences: an object added there and gone from the list would stay.
+// After a list of the reflector's own, only its first is waited for
+// (synced): a later one may still be on its way to the store, for the
+// moment the informer takes to apply it.
 const (
 	caughtUpEvery = 10 * time.Millisecond
 	caughtUpFor   = 10 * time.Second
@@ -158,7 +168,7 @@ func (h *healing) resync(ctx context.Context) (watch.Interface, error) {
 	}
 	opts := metav1.ListOptions{LabelSelector: h.opts.LabelSelector, FieldSelector: h.opts.FieldSelector}
 	list, _, err := pager.New(pager.SimplePageFunc(func(opts metav1.ListOptions) (runtime.Object, error) {
-		return h.p.ListWithContext(ctx, opts)
+		return h.p.list(ctx, opts)
 	})).ListWithAlloc(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("listing again after an expired watch: %w", err)
