@@ -27,7 +27,7 @@ import (
 // over only two minutes after it last did: after three or four restarts
 // in those two minutes (a rolling upgrade of an HA control plane, or the
 // chaos run) the watcher saw nothing for 10 to 45 s after the API server
-// was back. So the watch lists again itself, without a wait: it hands the
+// was back. So the watch lists again itself, at once: it hands the
 // reflector the differences between the list and the informer's store as
 // events, then a bookmark at the list's resource version, and watches on
 // from there. The reflector never sees the expiry.
@@ -82,8 +82,9 @@ func (h *healing) run(ctx context.Context, w watch.Interface) {
 				w = next
 				continue
 			}
-			// The list or the watch after it failed: the expiry goes to
-			// the reflector, which lists again after its backoff.
+			// The heal failed (the informer did not catch up, or the
+			// list or the watch after it failed): the expiry goes to the
+			// reflector, which lists again after its backoff.
 		}
 		if !h.send(e) {
 			return
