@@ -63,7 +63,14 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	sys := testenv.Start(t, testenv.Parts{})
+	return newHarnessOn(t, testenv.Parts{})
+}
+
+// newHarnessOn is newHarness on a System of parts (Bare: an API server
+// with no garbage collector).
+func newHarnessOn(t *testing.T, parts testenv.Parts) *harness {
+	t.Helper()
+	sys := testenv.Start(t, parts)
 	cache, err := offerings.New(sys.Kube.Config, crds.NewScheme(), "")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -87,7 +94,17 @@ func (h *harness) plan(name, templates string) string {
 // workflows do, in a run of its own: the Operations that serves one run
 // keeps what it read for the run's next steps.
 func (h *harness) run(activity string, args ...any) (converter.EncodedValue, error) {
-	ops := &activities.Operations{Client: h.ops.Client, Offerings: h.ops.Offerings}
+	return h.runOn(h.worker(), activity, args...)
+}
+
+// worker is the Operations of a worker of its own.
+func (h *harness) worker() *activities.Operations {
+	return &activities.Operations{Client: h.ops.Client, Offerings: h.ops.Offerings}
+}
+
+// runOn is run on ops: the steps that one worker runs of one run share
+// it, and with it what it read.
+func (h *harness) runOn(ops *activities.Operations, activity string, args ...any) (converter.EncodedValue, error) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	env.RegisterActivity(ops)

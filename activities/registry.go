@@ -2,9 +2,16 @@ package activities
 
 import (
 	"context"
+	"fmt"
+	"slices"
 
+	"go.temporal.io/sdk/activity"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/registry"
@@ -50,14 +57,30 @@ func (t *target) readOnlyKeys() map[string]string {
 
 // registry returns the target's registry and its Secret, creating both on
 // first use. A binding registry inherits the instance's keys when created.
+//
+// The Secret is owned by the instance or binding, so that one created for
+// a resource already gone (by a worker that was stopped while it loaded the
+// resource, and went on after its removal) is garbage-collected with all it
+// owns. A new registry is checked against the resource straight after its
+// creation, and one left by an earlier resource of the same name is
+// replaced rather than used: the collector would remove it.
 func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registry, *corev1.Secret, error) {
 	store := registry.Store{Client: t.kube}
 	key := t.registryKey()
+	owner, err := a.registryOwner(t)
+	if err != nil {
+		return nil, nil, err
+	}
 	// A target that never applied anything has no registry yet: try to
 	// create it straight away, and read it only if that fails.
 	if !t.fresh() {
 		reg, secret, err := store.Get(ctx, key)
-		if !apierrors.IsNotFound(err) {
+		switch {
+		case err == nil && ownedByEarlier(secret, owner):
+			if err := a.dropEarlier(ctx, t, secret); err != nil {
+				return nil, nil, err
+			}
+		case !apierrors.IsNotFound(err):
 			return reg, secret, err
 		}
 	}
@@ -70,10 +93,80 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 		}
 		reg.Inherit(inst)
 	}
-	stored, secret, err := store.Create(ctx, key, reg)
+	stored, secret, err := store.Create(ctx, key, reg, owner)
 	if apierrors.IsAlreadyExists(err) && t.fresh() {
 		t.applied = true // an earlier attempt created it: read it
 		return a.registry(ctx, t)
 	}
-	return stored, secret, err
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.stillThere(ctx, t, secret); err != nil {
+		return nil, nil, err
+	}
+	return stored, secret, nil
+}
+
+// registryOwner is the owner reference of the target's registry: the
+// instance or binding. A registry in another cluster has none, as an owner
+// must be in the same cluster.
+func (a *Operations) registryOwner(t *target) (*metav1.OwnerReference, error) {
+	if t.remote {
+		return nil, nil
+	}
+	obj := t.object()
+	gvk, err := apiutil.GVKForObject(obj, a.Client.Scheme())
+	if err != nil {
+		return nil, fmt.Errorf("the owner of %s %s/%s's registry: %w", t.Kind, t.Namespace, t.Name, err)
+	}
+	return &metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: obj.GetName(), UID: obj.GetUID()}, nil
+}
+
+// ownedByEarlier reports whether secret belongs to an earlier resource of
+// owner's kind and name: one with another UID. A registry of a release that
+// set no owner belongs to the resource of its name.
+func ownedByEarlier(secret *corev1.Secret, owner *metav1.OwnerReference) bool {
+	if owner == nil {
+		return false
+	}
+	kind := schema.FromAPIVersionAndKind(owner.APIVersion, owner.Kind).GroupKind()
+	return slices.ContainsFunc(secret.OwnerReferences, func(r metav1.OwnerReference) bool {
+		return schema.FromAPIVersionAndKind(r.APIVersion, r.Kind).GroupKind() == kind && r.UID != owner.UID
+	})
+}
+
+// dropEarlier deletes the registry of an earlier resource of the target's
+// name; the UID precondition keeps a registry created since.
+func (a *Operations) dropEarlier(ctx context.Context, t *target, secret *corev1.Secret) error {
+	err := t.kube.Delete(ctx, secret, client.Preconditions{UID: &secret.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting the registry Secret %s/%s of an earlier %s: %w", secret.Namespace, secret.Name, t.Kind, err)
+	}
+	if activity.IsActivity(ctx) {
+		activity.GetLogger(ctx).Info("a registry left by an earlier resource of the same name was replaced",
+			"kind", string(t.Kind), "namespace", t.Namespace, "name", t.Name)
+	}
+	return nil
+}
+
+// stillThere checks, after its registry was created, that the target is
+// still the resource this run loaded. A worker stopped after loading it
+// may go on after the removal; its registry, and all it would render into
+// it, must not outlive the resource. The registry just created is deleted
+// again. A read that fails leaves it: the owner reference still ties it to
+// the resource, and another worker may already be using it.
+func (a *Operations) stillThere(ctx context.Context, t *target, secret *corev1.Secret) error {
+	loaded := t.object()
+	live := loaded.DeepCopyObject().(client.Object)
+	err := a.Client.Get(ctx, client.ObjectKeyFromObject(loaded), live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading %s %s/%s after creating its registry: %w", t.Kind, t.Namespace, t.Name, err)
+	}
+	if err == nil && live.GetUID() == loaded.GetUID() {
+		return nil
+	}
+	if err := t.kube.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the registry Secret %s/%s of %s %s/%s, which is gone: %w", secret.Namespace, secret.Name, t.Kind, t.Namespace, t.Name, err)
+	}
+	return gone(apierrors.NewNotFound(schema.GroupResource{}, t.Name), t.Target)
 }

@@ -52,8 +52,10 @@ func (s Store) Get(ctx context.Context, key Key) (*Registry, *corev1.Secret, err
 }
 
 // Create stores a new registry and returns it as stored. An existing one is
-// the API server's AlreadyExists: a retry reads it with Get instead.
-func (s Store) Create(ctx context.Context, key Key, reg *Registry) (*Registry, *corev1.Secret, error) {
+// the API server's AlreadyExists: a retry reads it with Get instead. The
+// Secret is owned by owner unless it is nil, so that the garbage collector
+// removes a registry whose resource is gone, and with it all it owns.
+func (s Store) Create(ctx context.Context, key Key, reg *Registry, owner *metav1.OwnerReference) (*Registry, *corev1.Secret, error) {
 	data, err := reg.Encode()
 	if err != nil {
 		return nil, nil, err
@@ -66,6 +68,9 @@ func (s Store) Create(ctx context.Context, key Key, reg *Registry) (*Registry, *
 		},
 		Type: SecretType,
 		Data: data,
+	}
+	if owner != nil {
+		secret.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
 	if err := s.Client.Create(ctx, secret); err != nil {
 		if apierrors.IsAlreadyExists(err) {

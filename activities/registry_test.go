@@ -1,0 +1,113 @@
+package activities_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/activities"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// TestAStaleApplyAfterTheRemovalWritesNothing is a worker stopped between
+// the first steps of a provision: it loaded the instance, and goes on with
+// it after another worker provisioned it and it was deprovisioned and is
+// gone. Its apply creates no registry, and so neither a password nor any
+// object.
+func TestAStaleApplyAfterTheRemovalWritesNothing(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	inst := h.sys.Instance("stale-1", h.plan("pw", passwordPlan), "")
+	target := lifecycle.InstanceTarget(inst)
+
+	stale := h.worker()
+	_, err := h.runOn(stale, "Begin", target, lifecycle.OpProvision)
+	require.NoError(t, err)
+	h.remove(inst)
+
+	_, err = h.runOn(stale, "ApplyTemplates", target, lifecycle.OpProvision)
+	appErr := applicationError(t, err)
+	assert.Equal(t, activities.ErrGone, appErr.Type(), "%v", err)
+	for name, obj := range map[string]ctrlclient.Object{"qm-instance-stale-1": &corev1.Secret{}, "stale-1-db": &corev1.ConfigMap{}} {
+		err := h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: name}, obj)
+		assert.True(t, apierrors.IsNotFound(err), "%T %s is not written: %v", obj, name, err)
+	}
+}
+
+// remove deletes an instance and takes its finalizer off, as a removal
+// that ended does: it is gone.
+func (h *harness) remove(inst *osbv1alpha1.SFServiceInstance) {
+	h.t.Helper()
+	ctx := context.Background()
+	require.NoError(h.t, h.sys.Kube.Client.Delete(ctx, inst))
+	release := ctrlclient.RawPatch(types.MergePatchType, []byte(`{"metadata": {"finalizers": null}}`))
+	require.NoError(h.t, h.sys.Kube.Client.Patch(ctx, inst, release))
+	_, err := h.sys.GetInstance(inst.Name)
+	require.True(h.t, apierrors.IsNotFound(err), "instance %s is gone: %v", inst.Name, err)
+}
+
+// TestARegistryGoesWithItsResource: the instance owns its registry, which
+// owns what the instance applied, so that an instance that goes without
+// its deprovision (a user took its finalizer off) leaves nothing behind.
+func TestARegistryGoesWithItsResource(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	inst := h.sys.Instance("owned-1", h.plan("pw", passwordPlan), "")
+	_, err := h.run("ApplyTemplates", lifecycle.InstanceTarget(inst), lifecycle.OpProvision)
+	require.NoError(t, err)
+	var reg corev1.Secret
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "qm-instance-owned-1"}, &reg))
+	require.Len(t, reg.OwnerReferences, 1)
+	assert.Equal(t, inst.UID, reg.OwnerReferences[0].UID, "the instance owns its registry")
+	assert.Equal(t, "SFServiceInstance", reg.OwnerReferences[0].Kind)
+
+	h.remove(inst)
+	assert.Eventually(t, func() bool {
+		errReg := h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(&reg), &corev1.Secret{})
+		errCM := h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "owned-1-db"}, &corev1.ConfigMap{})
+		return apierrors.IsNotFound(errReg) && apierrors.IsNotFound(errCM)
+	}, 30*time.Second, 50*time.Millisecond, "the garbage collector removes the registry and the ConfigMap")
+}
+
+// TestARegistryOfAnEarlierResourceIsReplaced: a registry left by an
+// instance of the same name that is gone (here on an API server with no
+// garbage collector, which would remove it in time) is not used by the new
+// instance: it would take the earlier password, and lose its registry when
+// the collector caught up.
+func TestARegistryOfAnEarlierResourceIsReplaced(t *testing.T) {
+	h := newHarnessOn(t, testenv.Parts{Bare: true})
+	ctx := context.Background()
+	planID := h.plan("pw", passwordPlan)
+	registryOf := func(inst *osbv1alpha1.SFServiceInstance) corev1.Secret {
+		t.Helper()
+		_, err := h.run("ApplyTemplates", lifecycle.InstanceTarget(inst), lifecycle.OpProvision)
+		require.NoError(t, err)
+		var reg corev1.Secret
+		require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "qm-instance-again-1"}, &reg))
+		return reg
+	}
+	earlier := h.sys.Instance("again-1", planID, "")
+	earlierReg := registryOf(earlier)
+	h.remove(earlier)
+
+	inst := h.sys.Instance("again-1", planID, "")
+	reg := registryOf(inst)
+	assert.NotEqual(t, earlierReg.UID, reg.UID, "the earlier registry is replaced")
+	require.Len(t, reg.OwnerReferences, 1)
+	assert.Equal(t, inst.UID, reg.OwnerReferences[0].UID, "the new instance owns the new registry")
+	var cm corev1.ConfigMap
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "again-1-db"}, &cm))
+	require.Len(t, cm.OwnerReferences, 1)
+	assert.Equal(t, reg.UID, cm.OwnerReferences[0].UID, "the new registry owns the ConfigMap")
+	assert.Equal(t, h.sys.RegistryValue("qm-instance-again-1", "password"), cm.Data["password"])
+	assert.NotEqual(t, string(earlierReg.Data["password"]), string(reg.Data["password"]), "the password is the new instance's own")
+}
