@@ -136,11 +136,10 @@ func ownedByEarlier(secret *corev1.Secret, owner *metav1.OwnerReference) bool {
 }
 
 // dropEarlier deletes the registry of an earlier resource of the target's
-// name; the UID precondition keeps a registry created since.
+// name, and not one created since.
 func (a *Operations) dropEarlier(ctx context.Context, t *target, secret *corev1.Secret) error {
-	err := t.kube.Delete(ctx, secret, client.Preconditions{UID: &secret.UID})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("deleting the registry Secret %s/%s of an earlier %s: %w", secret.Namespace, secret.Name, t.Kind, err)
+	if err := (registry.Store{Client: t.kube}).Delete(ctx, secret); err != nil {
+		return fmt.Errorf("replacing the registry of an earlier %s: %w", t.Kind, err)
 	}
 	if activity.IsActivity(ctx) {
 		activity.GetLogger(ctx).Info("a registry left by an earlier resource of the same name was replaced",
@@ -165,8 +164,8 @@ func (a *Operations) stillThere(ctx context.Context, t *target, secret *corev1.S
 	if err == nil && live.GetUID() == loaded.GetUID() {
 		return nil
 	}
-	if err := t.kube.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting the registry Secret %s/%s of %s %s/%s, which is gone: %w", secret.Namespace, secret.Name, t.Kind, t.Namespace, t.Name, err)
+	if err := (registry.Store{Client: t.kube}).Delete(ctx, secret); err != nil {
+		return fmt.Errorf("the registry of %s %s/%s, which is gone: %w", t.Kind, t.Namespace, t.Name, err)
 	}
 	return gone(apierrors.NewNotFound(schema.GroupResource{}, t.Name), t.Target)
 }

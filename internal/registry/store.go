@@ -82,6 +82,16 @@ func (s Store) Create(ctx context.Context, key Key, reg *Registry, owner *metav1
 	return stored, secret, err
 }
 
+// Delete deletes the registry Secret secret, if it is still that one (its
+// UID): one already gone, or made again since, is left as it is.
+func (s Store) Delete(ctx context.Context, secret *corev1.Secret) error {
+	err := s.Client.Delete(ctx, secret, client.Preconditions{UID: &secret.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting registry Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	return nil
+}
+
 // Save writes what templates stored in reg since it was read.
 func (s Store) Save(ctx context.Context, secret *corev1.Secret, reg *Registry) error {
 	if !reg.Changed() {
