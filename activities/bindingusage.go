@@ -173,17 +173,17 @@ func (b *BindingUsages) binding(ctx context.Context, namespace string, ref sc.Bi
 	if binding.Status.Response.SecretRef == "" {
 		return "", "", "", pending("BindingNotReady", "SFServiceBinding %s has no credentials yet (its bind is %s)", ref.Name, cmp.Or(string(binding.Status.State), "not started")), nil
 	}
-	typ, provider = brokeredIdentity(ctx, b.Offerings, binding.Spec.ServiceID)
+	typ, provider = brokeredIdentity(ctx, b.Offerings, binding.Spec.ServiceID, binding.Namespace)
 	return binding.Status.Response.SecretRef, typ, provider, nil, nil
 }
 
 // brokeredIdentity is the type and provider of a binding Quartermaster
 // brokered, for a servicebinding.io volume: its service's name (its ID once
 // the service is no longer registered), and bindingusage.Provider.
-func brokeredIdentity(ctx context.Context, offerings Offerings, serviceID string) (typ, provider string) {
+func brokeredIdentity(ctx context.Context, offerings Offerings, serviceID, namespace string) (typ, provider string) {
 	typ = serviceID
 	if offerings != nil {
-		if svc, err := offerings.Service(ctx, serviceID); err == nil {
+		if svc, err := offerings.ServiceFor(ctx, serviceID, namespace); err == nil {
 			typ = svc.Spec.Name
 		}
 	}

@@ -3,6 +3,7 @@ package activities
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -193,16 +194,47 @@ func (c *Claims) bind(ctx context.Context, claim *primazav1alpha1.ServiceClaim, 
 	}
 	secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: claim.Name, Namespace: claim.Namespace}}
 	_, err = controllerutil.CreateOrUpdate(ctx, c.Client, secret, func() error {
-		if maps.EqualFunc(secret.Data, data, bytes.Equal) && metav1.IsControlledBy(secret, claim) {
+		if secret.UID != "" && !metav1.IsControlledBy(secret, claim) {
+			// Someone else's Secret of the claim's name: a claim never
+			// takes it over, which would hand its values to the claim's
+			// workloads or overwrite them.
+			return &secretConflict{name: secret.Name}
+		}
+		if maps.EqualFunc(secret.Data, data, bytes.Equal) {
 			return nil
 		}
 		secret.Data = data
 		return controllerutil.SetControllerReference(claim, secret, c.Client.Scheme())
 	})
+	var conflict *secretConflict
+	if errors.As(err, &conflict) {
+		return "", c.reportConflict(ctx, claim, conflict)
+	}
 	if err != nil {
 		return "", fmt.Errorf("writing the binding Secret %s: %w", claim.Name, err)
 	}
 	return secret.Name, nil
+}
+
+// secretConflict is a Secret of a claim's name that the claim does not own.
+type secretConflict struct{ name string }
+
+func (e *secretConflict) Error() string {
+	return fmt.Sprintf("Secret %s exists and is not this claim's: the claim writes nothing until it is removed, or the claim is renamed", e.name)
+}
+
+// reportConflict shows the conflict on the claim (Resolved, reason
+// SecretConflict) and returns it, so that the step retries until the
+// Secret is gone.
+func (c *Claims) reportConflict(ctx context.Context, claim *primazav1alpha1.ServiceClaim, conflict *secretConflict) error {
+	base := claim.DeepCopy()
+	if meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{Type: "Resolved", Status: metav1.ConditionFalse,
+		Reason: "SecretConflict", Message: conflict.Error(), ObservedGeneration: claim.Generation}) {
+		if err := c.Client.Status().Patch(ctx, claim, ctrlclient.MergeFrom(base)); err != nil {
+			return fmt.Errorf("%w (and recording it: %v)", conflict, err)
+		}
+	}
+	return conflict
 }
 
 // Record writes the claim's status from res and the binding's name; a

@@ -88,6 +88,13 @@ func classifyApply(ctx context.Context, tg lifecycle.Target, err error) error {
 	return classify(err)
 }
 
+// scopeError is a tenant's plan that rendered an object outside its
+// instance's namespace (tenancy.CheckScope): nothing was written, and no
+// retry renders anything else.
+func scopeError(err error) error {
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrApply, nil)
+}
+
 // unknownPlan is the error of an instance or binding whose plan no SFPlan
 // registers.
 func unknownPlan(id string) error {

@@ -15,7 +15,7 @@ import (
 // probe builds the tcp or http probe of svc, with its endpoint definition
 // and CA bundle read from their Secrets.
 func (h *HealthChecks) probe(ctx context.Context, svc *primazav1alpha1.RegisteredService, hc *primazav1alpha1.HealthCheck) (healthcheck.Probe, error) {
-	p := healthcheck.Probe{Check: hc, Endpoint: healthcheck.Endpoint{}}
+	p := healthcheck.Probe{Check: hc, Endpoint: healthcheck.Endpoint{}, FromSecret: map[string]bool{}}
 	for _, item := range svc.Spec.ServiceEndpointDefinition {
 		switch {
 		case item.Value != nil:
@@ -27,6 +27,7 @@ func (h *HealthChecks) probe(ctx context.Context, svc *primazav1alpha1.Registere
 			}
 			if v != nil {
 				p.Endpoint[item.Name] = string(v)
+				p.FromSecret[item.Name] = true
 			}
 		}
 	}

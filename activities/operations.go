@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,12 +20,14 @@ import (
 	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/registry"
 	"github.com/quartermaster/qm/internal/rotation"
+	"github.com/quartermaster/qm/internal/tenancy"
 )
 
-// Offerings finds the plan and service an instance names.
+// Offerings finds the plan and service an instance of a namespace names:
+// the catalog's, or else its own namespace's (tenancy.Served).
 type Offerings interface {
-	Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error)
-	Service(ctx context.Context, id string) (*osbv1alpha1.SFService, error)
+	PlanFor(ctx context.Context, id, namespace string) (*osbv1alpha1.SFPlan, error)
+	ServiceFor(ctx context.Context, id, namespace string) (*osbv1alpha1.SFService, error)
 }
 
 // Operations holds the activities of the provision, update, deprovision,
@@ -50,6 +53,10 @@ type Operations struct {
 	// Events tells a plan's author, on the instance or binding, of output
 	// that was ignored but is likely a mistake (nil: nobody).
 	Events record.EventRecorder
+	// Catalog is the trust boundary: a plan outside it is a tenant's
+	// (tenancy), applied as a ServiceAccount of its namespace and only
+	// into its instance's namespace.
+	Catalog tenancy.Boundary
 
 	runs   runCache
 	params parameters.Checker
@@ -154,6 +161,15 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	if err != nil {
 		return nil, classify(err)
 	}
+	if a.tenant(t) {
+		// Before anything is written, so that a refused render leaves
+		// nothing half-applied.
+		if err := tenancy.CheckScope(tg.Namespace, objs, func(o *unstructured.Unstructured) (bool, error) {
+			return t.applier.IsObjectNamespaced(o)
+		}); err != nil {
+			return nil, scopeError(err)
+		}
+	}
 	// Generated values are stored before anything that uses them exists, so
 	// a retry renders the same password into the same objects.
 	if err := (registry.Store{Client: t.kube}).Save(ctx, secret, subject.Registry); err != nil {
@@ -161,7 +177,7 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	}
 	owner := apply.Owner{Name: secret.Name, Namespace: secret.Namespace, UID: secret.UID}
 	fence := apply.Fence{Generation: t.object().GetGeneration(), PlanGeneration: t.plan.Generation}
-	refs, err := apply.Objects(ctx, t.kube, owner, fence, tg.Namespace, objs)
+	refs, err := apply.Objects(ctx, t.applier, owner, fence, tg.Namespace, objs)
 	if err != nil {
 		return nil, classifyApply(ctx, tg, err)
 	}
@@ -176,9 +192,11 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 		// it creates nothing that the binding owns afterwards.
 		return t.resources(), nil
 	case lifecycle.OpUpdate:
-		if err := apply.Prune(ctx, t.kube, owner, fence, t.resources(), refs); err != nil {
+		left, err := apply.Prune(ctx, t.applier, owner, fence, t.resources(), refs)
+		if err != nil {
 			return nil, classifyApply(ctx, tg, err)
 		}
+		a.reportLeft(t, left)
 	}
 	return refs, nil
 }

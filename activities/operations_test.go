@@ -21,6 +21,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/offerings"
+	"github.com/quartermaster/qm/internal/tenancy"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -71,12 +72,13 @@ func newHarness(t *testing.T) *harness {
 func newHarnessOn(t *testing.T, parts testenv.Parts) *harness {
 	t.Helper()
 	sys := testenv.Start(t, parts)
-	cache, err := offerings.New(sys.Kube.Config, crds.NewScheme(), "")
+	catalog := tenancy.Boundary{Catalog: []string{sys.Namespace}}
+	cache, err := offerings.New(sys.Kube.Config, crds.NewScheme(), "", catalog)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	require.NoError(t, cache.Start(ctx))
-	return &harness{t: t, sys: sys, ops: &activities.Operations{Client: sys.Kube.Client, Offerings: cache}}
+	return &harness{t: t, sys: sys, ops: &activities.Operations{Client: sys.Kube.Client, Offerings: cache, Catalog: catalog}}
 }
 
 // plan registers a plan and waits until the offerings cache serves it.
@@ -84,7 +86,7 @@ func (h *harness) plan(name, templates string) string {
 	h.t.Helper()
 	id := h.sys.Plan(name, "", templates)
 	require.Eventually(h.t, func() bool {
-		_, err := h.ops.Offerings.Plan(context.Background(), id)
+		_, err := h.ops.Offerings.PlanFor(context.Background(), id, h.sys.Namespace)
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond)
 	return id
@@ -99,7 +101,7 @@ func (h *harness) run(activity string, args ...any) (converter.EncodedValue, err
 
 // worker is the Operations of a worker of its own.
 func (h *harness) worker() *activities.Operations {
-	return &activities.Operations{Client: h.ops.Client, Offerings: h.ops.Offerings}
+	return &activities.Operations{Client: h.ops.Client, Offerings: h.ops.Offerings, Catalog: h.ops.Catalog}
 }
 
 // runOn is run on ops: the steps that one worker runs of one run share

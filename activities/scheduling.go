@@ -87,7 +87,7 @@ func (s *Scheduling) Schedule(ctx context.Context, tg lifecycle.Target, generati
 	if inst.Spec.ClusterID != "" { // decided before this step was retried
 		return Scheduled{Cluster: inst.Spec.ClusterID, Explanation: "scheduled on " + inst.Spec.ClusterID, Generation: inst.Generation}, nil
 	}
-	p, err := s.Offerings.Plan(ctx, inst.Spec.PlanID)
+	p, err := s.Offerings.PlanFor(ctx, inst.Spec.PlanID, inst.Namespace)
 	if err != nil {
 		if errors.Is(err, offerings.ErrNotFound) {
 			return Scheduled{}, unknownPlan(inst.Spec.PlanID)

@@ -137,7 +137,7 @@ func (b *ServiceBindings) identity(ctx context.Context, obj *unstructured.Unstru
 	switch obj.GroupVersionKind() {
 	case osbv1alpha1.GroupVersion.WithKind("SFServiceBinding"):
 		serviceID, _, _ := unstructured.NestedString(obj.Object, "spec", "serviceId")
-		return brokeredIdentity(ctx, b.Offerings, serviceID)
+		return brokeredIdentity(ctx, b.Offerings, serviceID, obj.GetNamespace())
 	case primazav1alpha1.GroupVersion.WithKind("ServiceClaim"):
 		var claim primazav1alpha1.ServiceClaim
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &claim) == nil {

@@ -44,7 +44,9 @@ func (a *Operations) values(ctx context.Context, t *target, subject *plan.Subjec
 		if ns == "" {
 			ns = t.Namespace
 		}
-		err := t.kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: src.Name}, obj)
+		// As the plan's applier: a tenant's plan reads no more than its
+		// ServiceAccount may.
+		err := t.applier.Get(ctx, client.ObjectKey{Namespace: ns, Name: src.Name}, obj)
 		switch {
 		case err == nil:
 			objects[key] = obj.Object

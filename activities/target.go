@@ -21,6 +21,7 @@ import (
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/internal/offerings"
+	"github.com/quartermaster/qm/internal/tenancy"
 )
 
 // target is an instance or binding, loaded with what its templates need.
@@ -40,8 +41,19 @@ type target struct {
 	// there. remote says it is not the cluster Quartermaster runs in.
 	kube   client.Client
 	remote bool
-	// cluster is the SFCluster of a remote cluster, as reach read it.
+	// cluster is the SFCluster of a remote cluster, as reach read it, and
+	// reached the cluster as reach found it.
 	cluster *resourcev1alpha1.SFCluster
+	reached clusters.Cluster
+	// applier applies, reads and deletes what the templates render: kube,
+	// or a client of the same cluster acting as the plan's ServiceAccount
+	// (actsAs), for a tenant's plan and a catalog plan that names one.
+	applier client.Client
+	actsAs  *tenancy.Identity
+	// refused is why the cluster the instance names may not be used (an
+	// SFCluster outside the catalog, an unsafe kubeconfig): every step
+	// fails with it, but the target's own status can still be written.
+	refused error
 }
 
 func (t *target) object() client.Object {
@@ -93,20 +105,56 @@ func (a *Operations) load(ctx context.Context, tg lifecycle.Target, op lifecycle
 	if err != nil {
 		return nil, err
 	}
+	if t.refused != nil {
+		return nil, t.refused
+	}
 	id := t.planID()
-	if t.plan, err = a.Offerings.Plan(ctx, id); err != nil {
+	if t.plan, err = a.Offerings.PlanFor(ctx, id, tg.Namespace); err != nil {
 		if errors.Is(err, offerings.ErrNotFound) {
 			return nil, unknownPlan(id)
 		}
 		return nil, err
 	}
-	if t.service, err = a.Offerings.Service(ctx, t.plan.Spec.ServiceID); err != nil {
+	if t.service, err = a.Offerings.ServiceFor(ctx, t.plan.Spec.ServiceID, tg.Namespace); err != nil {
 		if errors.Is(err, offerings.ErrNotFound) {
 			return nil, planError("plan %q belongs to service %q, which no SFService has as spec.id", id, t.plan.Spec.ServiceID)
 		}
 		return nil, err
 	}
+	if err := a.actAs(t); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// actAs sets who applies the target's templates: the worker itself for a
+// catalog plan, a ServiceAccount of the plan's namespace for a tenant's
+// plan or one that names it (tenancy.Boundary.ActsAs).
+func (a *Operations) actAs(t *target) error {
+	t.applier, t.actsAs = t.kube, nil
+	id, ok := a.Catalog.ActsAs(t.plan.Namespace, t.plan.Spec.ServiceAccountName)
+	if !ok {
+		return nil
+	}
+	if a.Clusters == nil {
+		return planError("plan %s/%s acts as ServiceAccount %s, and this worker has no configuration to impersonate it with", t.plan.Namespace, t.plan.Name, id)
+	}
+	cluster := t.reached
+	if cluster.Config == nil {
+		cluster = clusters.Cluster{Name: resourcev1alpha1.LocalCluster, Config: a.Clusters.LocalConfig}
+	}
+	c, err := a.Clusters.As(cluster, id)
+	if err != nil {
+		return err
+	}
+	t.applier, t.actsAs = c, &id
+	return nil
+}
+
+// tenant says whether the target's plan is a tenant's: one outside the
+// catalog namespaces, whose objects stay in its instance's namespace.
+func (a *Operations) tenant(t *target) bool {
+	return !a.Catalog.Trusted(t.plan.Namespace)
 }
 
 // loadObjects reads the target and its instance, without the offerings:
@@ -140,7 +188,11 @@ func (a *Operations) loadObjects(ctx context.Context, tg lifecycle.Target, op li
 		return nil, gone(err, tg)
 	}
 	if err := a.reach(ctx, t); err != nil {
-		return nil, err
+		if _, permanent := Permanent(err); !permanent {
+			return nil, err
+		}
+		t.refused = err // not kept for the run: each step meets it again
+		return t, nil
 	}
 	a.remember(ctx, t)
 	return t, nil
@@ -172,10 +224,15 @@ func (a *Operations) reach(ctx context.Context, t *target) error {
 		return nil
 	}
 	c, err := a.Clusters.Get(ctx, t.Namespace, cluster)
-	if err != nil {
+	var untrusted *clusters.Untrusted
+	var unsafe *tenancy.UnsafeKubeconfig
+	switch {
+	case errors.As(err, &untrusted) || errors.As(err, &unsafe):
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("reaching the cluster %s of %s: %v", cluster, of, err), ErrPlan, nil)
+	case err != nil:
 		return fmt.Errorf("reaching the cluster %s of %s: %w", cluster, of, err)
 	}
-	t.kube, t.remote, t.cluster = c.Client, true, c.SFCluster
+	t.kube, t.remote, t.cluster, t.reached = c.Client, true, c.SFCluster, c
 	return nil
 }
 
@@ -222,7 +279,7 @@ func runKey(ctx context.Context, tg lifecycle.Target) string {
 func (t *target) copyObjects() *target {
 	// The SFCluster is read only, as the clients' cache that reach took
 	// it from keeps it: shared, not copied.
-	c := &target{Target: t.Target, observed: t.observed, renderedPlan: t.renderedPlan, kube: t.kube, remote: t.remote, cluster: t.cluster}
+	c := &target{Target: t.Target, observed: t.observed, renderedPlan: t.renderedPlan, kube: t.kube, remote: t.remote, cluster: t.cluster, reached: t.reached}
 	if t.instance != nil {
 		c.instance = t.instance.DeepCopy()
 	}

@@ -280,6 +280,12 @@ func (s *Server) bindingResponse(ctx context.Context, b *osbv1alpha1.SFServiceBi
 	if err := kube.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: name}, &secret); err != nil {
 		return resp, fmt.Errorf("reading Secret %s/%s: %w", b.Namespace, name, err)
 	}
+	// The status names the Secret, and whoever may write the status could
+	// name any Secret of the namespace: only the binding's own is read out.
+	if secret.Labels[osbv1alpha1.CredentialsBindingLabel] != b.Name {
+		return resp, fmt.Errorf("the binding's status names Secret %s/%s, which is not labelled %s=%s as its credentials are: not returned",
+			b.Namespace, name, osbv1alpha1.CredentialsBindingLabel, b.Name)
+	}
 	jsonKeys := map[string]bool{}
 	for _, k := range strings.Split(secret.Annotations[osbv1alpha1.CredentialsJSONKeysAnnotation], ",") {
 		jsonKeys[k] = true

@@ -21,6 +21,9 @@ type Offerings interface {
 	// offerings.ErrNotFound.
 	Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error)
 	Service(ctx context.Context, id string) (*osbv1alpha1.SFService, error)
+	// PlanFor finds the plan an instance of a namespace uses (a mass
+	// update's dry run tells which instances are current by it).
+	PlanFor(ctx context.Context, id, namespace string) (*osbv1alpha1.SFPlan, error)
 }
 
 // The OSB v2.17 catalog objects. Quartermaster-only fields (templates,

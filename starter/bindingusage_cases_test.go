@@ -181,7 +181,7 @@ subjects: [{kind: User, name: %q}]`, role, role, user))
 	})
 	cfg := rest.CopyConfig(s.Kube.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
-	sys, err := system.Start(ctx, system.Options{Kube: cfg, Temporal: testenv.Temporal(t), Worker: true, Watcher: &starter.WatcherOptions{}})
+	sys, err := system.Start(ctx, system.Options{Kube: cfg, Catalog: s.Catalog(), Temporal: testenv.Temporal(t), Worker: true, Watcher: &starter.WatcherOptions{}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, sys.Stop()) })
 
@@ -250,7 +250,7 @@ subjects: [{kind: ServiceAccount, name: workers, namespace: %[2]s}]`, role, s.Na
 			_ = s.Kube.Client.Delete(context.Background(), testenv.Decode(t, fmt.Sprintf(`{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": %q, "metadata": {"name": %q}}`, kind, role)))
 		}
 	})
-	sys, err := system.Start(context.Background(), system.Options{Kube: s.Kube.Config, Temporal: testenv.Temporal(t),
+	sys, err := system.Start(context.Background(), system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: testenv.Temporal(t),
 		Watcher: &starter.WatcherOptions{WorkerServiceAccount: s.Namespace + ":workers"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, sys.Stop()) })

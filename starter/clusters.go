@@ -2,6 +2,7 @@ package starter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/sharding"
+	"github.com/quartermaster/qm/internal/tenancy"
 )
 
 // DefaultClusterProbePeriod is how often each SFCluster's cluster is
@@ -72,7 +74,7 @@ type instanceCounter func(ctx context.Context, namespace, cluster string) (int, 
 // a cluster's instances in its cache, which holds them all; a sharded
 // first shard, which caches its own buckets' only, counts them on the API
 // server (liveCount).
-func setupClusters(mgr ctrl.Manager, shard sharding.Shard, period time.Duration, copts reconcilerOptions) error {
+func setupClusters(mgr ctrl.Manager, shard sharding.Shard, period time.Duration, catalog tenancy.Boundary, copts reconcilerOptions) error {
 	count := liveCount(mgr.GetAPIReader())
 	if !shard.Sharded() {
 		err := mgr.GetFieldIndexer().IndexField(context.Background(), &osbv1alpha1.SFServiceInstance{}, clusterIDField, func(o ctrlclient.Object) []string {
@@ -93,7 +95,7 @@ func setupClusters(mgr ctrl.Manager, shard sharding.Shard, period time.Duration,
 		return err
 	}
 	r := &ClusterRegistry{Client: mgr.GetClient(), Instances: count, Period: period, Clients: &clusters.Clients{
-		Local: local, LocalConfig: mgr.GetConfig(), Reader: mgr.GetAPIReader(), Scheme: crds.NewScheme()}}
+		Local: local, LocalConfig: mgr.GetConfig(), Reader: mgr.GetAPIReader(), Scheme: crds.NewScheme(), Catalog: &catalog}}
 	// An instance that comes to a cluster or leaves it changes the
 	// cluster's count: the cluster is probed again a moment later, once
 	// for a burst of instances rather than once for each. (A sharded first
@@ -263,7 +265,14 @@ type probed struct {
 // pods' requests.
 func (r *ClusterRegistry) probe(ctx context.Context, sfc *resourcev1alpha1.SFCluster) (probed, error) {
 	cl, err := r.Clients.ForSFCluster(ctx, sfc)
-	if err != nil {
+	var untrusted *clusters.Untrusted
+	var unsafe *tenancy.UnsafeKubeconfig
+	switch {
+	case errors.As(err, &untrusted):
+		return probed{reason: "NotInCatalog"}, err
+	case errors.As(err, &unsafe):
+		return probed{reason: "UnsafeKubeconfig"}, err
+	case err != nil:
 		return probed{reason: "Misconfigured"}, err
 	}
 	var dc *discovery.DiscoveryClient

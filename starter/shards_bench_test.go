@@ -46,7 +46,7 @@ func benchShards(b *testing.B, shards int) burstFigures {
 	defer cancel()
 	s := testenv.Start(b, testenv.Parts{Worker: true, FileTemporal: true})
 	for shard := range shards {
-		sys, err := system.Start(ctx, system.Options{Kube: s.Kube.Config, Temporal: s.Temporal,
+		sys, err := system.Start(ctx, system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal,
 			Watcher: &starter.WatcherOptions{Concurrency: 64, Shard: sharding.Shard{Index: shard, Count: shards}}})
 		require.NoError(b, err, "starting shard %d of %d", shard, shards)
 		b.Cleanup(func() { require.NoError(b, sys.Stop()) })

@@ -31,11 +31,16 @@ import (
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/registry"
 	"github.com/quartermaster/qm/internal/sharding"
+	"github.com/quartermaster/qm/internal/tenancy"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // WatcherOptions configure the watcher.
 type WatcherOptions struct {
+	// Catalog is the trust boundary (tenancy): the SFPlans and SFServices
+	// of other namespaces that repeat a catalog ID are marked not served,
+	// and their SFClusters not used. internal/system sets it.
+	Catalog tenancy.Boundary
 	// LeaderElection makes one of several watcher replicas the active one.
 	LeaderElection bool
 	// LeaderElectionNamespace holds the lease; empty means the namespace qm runs in.
@@ -205,7 +210,7 @@ func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, co
 	}
 	secrets := newBindingSecrets(mgr, opts.Shard.Sharded())
 	for _, setup := range []func() error{
-		func() error { return setupOfferingStatus(mgr) },
+		func() error { return setupOfferingStatus(mgr, opts.Catalog) },
 		func() error { return setupHealthChecks(mgr, tc, copts, keep) },
 		func() error { return setupServiceClasses(mgr, classes, copts) },
 		func() error { return setupCatalogs(mgr, copts) },
@@ -213,7 +218,7 @@ func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, co
 		func() error { return setupBindingUsages(mgr, secrets, tc, copts, opts.WorkerServiceAccount, keep) },
 		func() error { return setupServiceBindings(mgr, secrets, tc, copts, keep) },
 		func() error { return setupAutoUpdates(mgr, tc, copts, keep, true) },
-		func() error { return setupClusters(mgr, opts.Shard, opts.ClusterProbePeriod, copts) },
+		func() error { return setupClusters(mgr, opts.Shard, opts.ClusterProbePeriod, opts.Catalog, copts) },
 	} {
 		if err := setup(); err != nil {
 			return err

@@ -37,7 +37,7 @@ func startRelease(t *testing.T, s *testenv.System, build string, revision int) *
 	require.NoError(t, err)
 	t.Cleanup(tc.Close)
 	ctx, cancel := context.WithCancel(context.Background())
-	sys, err := system.Start(ctx, system.Options{Kube: s.Kube.Config, Temporal: tc, Worker: true, HealthCheckMinute: time.Second,
+	sys, err := system.Start(ctx, system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: tc, Worker: true, HealthCheckMinute: time.Second,
 		WorkerVersioning: worker.Versioning{Deployment: "qm-test", BuildID: build, Revision: revision}})
 	require.NoError(t, err, "starting the worker of build %s", build)
 	r := &release{stop: cancel, stopped: make(chan error, 1)}

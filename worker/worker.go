@@ -15,6 +15,7 @@ import (
 	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/scheduling"
+	"github.com/quartermaster/qm/internal/tenancy"
 	"github.com/quartermaster/qm/workflows"
 	"github.com/quartermaster/qm/workflows/runs"
 )
@@ -42,6 +43,9 @@ type Activities struct {
 	Instances ctrlclient.Reader
 	// Events records scheduling decisions on instances (nil: none).
 	Events record.EventRecorder
+	// Catalog is the trust boundary: a plan outside it is a tenant's,
+	// applied as a ServiceAccount of its namespace (tenancy).
+	Catalog tenancy.Boundary
 }
 
 // Options set how the worker leaves and how soon work on a lost worker
@@ -78,7 +82,7 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
 	ops := &activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds,
-		Clusters: a.Clusters, Schedules: a.Scheduler.Schedules(), Events: a.Events}
+		Clusters: a.Clusters, Schedules: a.Scheduler.Schedules(), Events: a.Events, Catalog: a.Catalog}
 	w.RegisterActivity(ops)
 	w.RegisterActivity(&activities.Rotations{Ops: ops})
 	w.RegisterActivity(&activities.Scheduling{Client: a.Kube, Instances: a.Instances, Offerings: a.Offerings, Scheduler: a.Scheduler, Bounds: a.Bounds,

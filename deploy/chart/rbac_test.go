@@ -61,15 +61,15 @@ func TestChartRBACIsEnough(t *testing.T) {
 		require.NoError(t, err, "starting a component with its service account's token")
 		t.Cleanup(func() { assert.NoError(t, sys.Stop()) })
 	}
-	start(system.Options{Kube: as("worker"), Temporal: tc, Worker: true})
-	start(system.Options{Kube: as("watcher"), Temporal: tc,
+	start(system.Options{Kube: as("worker"), Catalog: s.Catalog(), Temporal: tc, Worker: true})
+	start(system.Options{Kube: as("watcher"), Catalog: s.Catalog(), Temporal: tc,
 		Watcher: &starter.WatcherOptions{LeaderElection: true, LeaderElectionNamespace: ns}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var apiLog testenv.SyncBuffer
 	srv := &api.Server{Namespace: ns, OSB: testenv.OSBCredentials, Admin: testenv.AdminCredentials, SyncTimeout: 30 * time.Second, BindTimeout: 30 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &apiLog), nil))}
-	start(system.Options{Kube: as("api"), Temporal: tc, API: srv, APIListener: ln})
+	start(system.Options{Kube: as("api"), Catalog: s.Catalog(), Temporal: tc, API: srv, APIListener: ln})
 	s.URL = "http://" + ln.Addr().String()
 
 	inst := "/v2/service_instances/rbac-1"

@@ -129,6 +129,9 @@ func readFence(ctx context.Context, c client.Client, owner Owner, fence Fence, o
 	if err != nil {
 		return "", fmt.Errorf("reading %s %s before applying it: %w", obj.GetKind(), key(obj), err)
 	}
+	if !Ours(live, owner.UID) {
+		return "", &NotOurs{Object: obj.GetKind() + " " + key(obj)}
+	}
 	if stamp := live.GetAnnotations()[RenderedAnnotation]; fence.overtakenBy(stamp, owner.UID) {
 		applied := stampFence(stamp)
 		return "", &Superseded{Object: obj.GetKind() + " " + key(obj), Applied: applied, Rendered: fence}
@@ -146,6 +149,9 @@ func singleton(ctx context.Context, c client.Client, owner Owner, owned bool, ob
 		if owned {
 			obj.SetOwnerReferences([]metav1.OwnerReference{owner.reference()})
 		}
+		annotations := obj.GetAnnotations()
+		annotations[RenderedAnnotation] = Fence{}.stamp(owner.UID)
+		obj.SetAnnotations(annotations)
 		err = c.Create(ctx, obj, client.FieldOwner(FieldManager))
 		if apierrors.IsAlreadyExists(err) {
 			return singleton(ctx, c, owner, owned, obj)
@@ -182,14 +188,18 @@ func singleton(ctx context.Context, c client.Client, owner Owner, owned bool, ob
 // left. Objects already gone are skipped. Deletion is in the foreground: an
 // object stays, marked deleted, until the garbage collector has removed what
 // it owns, so "the Deployment is gone" means its pods are gone too.
-func Delete(ctx context.Context, c client.Client, owner Owner, refs []Ref) error {
+//
+// An object that is not the owner's (Ours) is left as it is and returned:
+// refs come from the status of the instance or binding, which whoever may
+// write it could point at anything.
+func Delete(ctx context.Context, c client.Client, owner Owner, refs []Ref) (left []Ref, err error) {
 	return deleteFenced(ctx, c, owner, Fence{}, refs)
 }
 
 // deleteFenced is Delete for an apply that rendered fence: an object that a
 // newer generation wrote is not deleted (Superseded), nor one written since
 // it was read (the resourceVersion precondition).
-func deleteFenced(ctx context.Context, c client.Client, owner Owner, fence Fence, refs []Ref) error {
+func deleteFenced(ctx context.Context, c client.Client, owner Owner, fence Fence, refs []Ref) (left []Ref, err error) {
 	for _, ref := range refs {
 		obj := &unstructured.Unstructured{}
 		obj.SetAPIVersion(ref.APIVersion)
@@ -198,8 +208,18 @@ func deleteFenced(ctx context.Context, c client.Client, owner Owner, fence Fence
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			continue
 		}
+		if apierrors.IsForbidden(err) {
+			// One the deleter may not even read (a tenant's plan, of
+			// another namespace) is no object its applies made.
+			left = append(left, ref)
+			continue
+		}
 		if err != nil {
-			return fmt.Errorf("reading %s %s: %w", ref.Kind, key(obj), err)
+			return left, fmt.Errorf("reading %s %s: %w", ref.Kind, key(obj), err)
+		}
+		if !Ours(obj, owner.UID) {
+			left = append(left, ref)
+			continue
 		}
 		if obj.GetAnnotations()[SingletonAnnotation] == "true" {
 			rest := slices.DeleteFunc(obj.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner.UID })
@@ -209,10 +229,10 @@ func deleteFenced(ctx context.Context, c client.Client, owner Owner, fence Fence
 					{"op": "replace", "path": "/metadata/ownerReferences", "value": rest},
 				})
 				if err != nil {
-					return err
+					return left, err
 				}
 				if err := c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch)); err != nil {
-					return fmt.Errorf("removing an owner from singleton %s %s: %w", ref.Kind, key(obj), err)
+					return left, fmt.Errorf("removing an owner from singleton %s %s: %w", ref.Kind, key(obj), err)
 				}
 				continue
 			}
@@ -220,21 +240,22 @@ func deleteFenced(ctx context.Context, c client.Client, owner Owner, fence Fence
 		opts := []client.DeleteOption{client.PropagationPolicy(metav1.DeletePropagationForeground)}
 		if fence != (Fence{}) {
 			if stamp := obj.GetAnnotations()[RenderedAnnotation]; fence.overtakenBy(stamp, owner.UID) {
-				return &Superseded{Object: ref.Kind + " " + key(obj), Applied: stampFence(stamp), Rendered: fence}
+				return left, &Superseded{Object: ref.Kind + " " + key(obj), Applied: stampFence(stamp), Rendered: fence}
 			}
 			opts = append(opts, client.Preconditions{ResourceVersion: ptr.To(obj.GetResourceVersion())})
 		}
 		err = c.Delete(ctx, obj, opts...)
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting %s %s: %w", ref.Kind, key(obj), err)
+			return left, fmt.Errorf("deleting %s %s: %w", ref.Kind, key(obj), err)
 		}
 	}
-	return nil
+	return left, nil
 }
 
 // Prune deletes the objects of previous that current no longer lists: what
-// an update that rendered fence stopped rendering.
-func Prune(ctx context.Context, c client.Client, owner Owner, fence Fence, previous, current []Ref) error {
+// an update that rendered fence stopped rendering. Like Delete, it leaves
+// and returns those that are not the owner's.
+func Prune(ctx context.Context, c client.Client, owner Owner, fence Fence, previous, current []Ref) (left []Ref, err error) {
 	var gone []Ref
 	for _, p := range previous {
 		if !slices.Contains(current, p) {

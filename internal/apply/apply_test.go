@@ -87,15 +87,20 @@ rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
 	// An update that renders less prunes what it no longer renders.
 	refs2, err := apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 2}, ns, objects(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: config}\ndata: {size: large}\n"))
 	require.NoError(t, err)
-	require.NoError(t, apply.Prune(ctx, kube.Client, reg, apply.Fence{Generation: 2}, refs, refs2))
+	left, err := apply.Prune(ctx, kube.Client, reg, apply.Fence{Generation: 2}, refs, refs2)
+	require.NoError(t, err)
+	assert.Empty(t, left)
 	assertGone(t, kube, client.ObjectKey{Namespace: other, Name: "elsewhere"}, &cm)
 	assertGone(t, kube, client.ObjectKey{Name: ns + "-reader"}, &role)
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
 	assert.Equal(t, "large", cm.Data["size"])
 
-	require.NoError(t, apply.Delete(ctx, kube.Client, reg, refs2))
+	left, err = apply.Delete(ctx, kube.Client, reg, refs2)
+	require.NoError(t, err)
+	assert.Empty(t, left)
 	assertGone(t, kube, client.ObjectKey{Namespace: ns, Name: "config"}, &cm)
-	require.NoError(t, apply.Delete(ctx, kube.Client, reg, refs2), "deleting twice is fine")
+	_, err = apply.Delete(ctx, kube.Client, reg, refs2)
+	require.NoError(t, err, "deleting twice is fine")
 }
 
 func TestSingletonLivesUntilItsLastOwnerGoes(t *testing.T) {
@@ -126,12 +131,14 @@ data: {value: `+value+`}
 	assert.Equal(t, "first", cm.Data["value"], "an existing singleton is not rewritten")
 	require.Len(t, cm.OwnerReferences, 2)
 
-	require.NoError(t, apply.Delete(ctx, kube.Client, a, refsA))
+	_, err = apply.Delete(ctx, kube.Client, a, refsA)
+	require.NoError(t, err)
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared"}, &cm))
 	require.Len(t, cm.OwnerReferences, 1)
 	assert.Equal(t, b.UID, cm.OwnerReferences[0].UID)
 
-	require.NoError(t, apply.Delete(ctx, kube.Client, b, refsB))
+	_, err = apply.Delete(ctx, kube.Client, b, refsB)
+	require.NoError(t, err)
 	assertGone(t, kube, client.ObjectKey{Namespace: ns, Name: "shared"}, &cm)
 }
 
@@ -193,18 +200,59 @@ func TestAStaleApplyWritesNothing(t *testing.T) {
 
 	// A stale update's prune does not delete what the newer one applied.
 	refs := []apply.Ref{{APIVersion: "v1", Kind: "ConfigMap", Name: "config", Namespace: ns}}
-	require.ErrorAs(t, apply.Prune(ctx, kube.Client, reg, apply.Fence{Generation: 2}, refs, nil), &superseded)
+	_, err = apply.Prune(ctx, kube.Client, reg, apply.Fence{Generation: 2}, refs, nil)
+	require.ErrorAs(t, err, &superseded)
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm), "the object is still there")
 
-	// A newer generation writes, and an instance made again under the
-	// same name (another registry) is not held back by the old stamps.
+	// A newer generation writes.
 	_, err = apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 4, PlanGeneration: 1}, ns, configMap(t, "gen-4"))
 	require.NoError(t, err)
-	again := owner(t, kube.Client, ns, "registry-again")
-	_, err = apply.Objects(ctx, kube.Client, again, apply.Fence{Generation: 1, PlanGeneration: 1}, ns, configMap(t, "new-instance"))
-	require.NoError(t, err)
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
-	assert.Equal(t, "new-instance", cm.Data["size"])
+	assert.Equal(t, "gen-4", cm.Data["size"])
+}
+
+// TestNoApplyTakesOverAnotherOwnersObject: an object of the name a plan
+// renders that another instance's applies made, or a user, is neither
+// written over nor deleted: the apply fails with NotOurs, and a removal
+// whose refs list it leaves it and says so. An instance made again under
+// the same name applies once the old one's object is gone.
+func TestNoApplyTakesOverAnotherOwnersObject(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns := kube.Namespace(t)
+	first := owner(t, kube.Client, ns, "registry-first")
+	_, err := apply.Objects(ctx, kube.Client, first, apply.Fence{Generation: 1}, ns, configMap(t, "first"))
+	require.NoError(t, err)
+	users := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "users", Namespace: ns}, Data: map[string]string{"size": "user's"}}
+	require.NoError(t, kube.Client.Create(ctx, users))
+
+	again := owner(t, kube.Client, ns, "registry-again")
+	_, err = apply.Objects(ctx, kube.Client, again, apply.Fence{Generation: 1}, ns, configMap(t, "again"))
+	var notOurs *apply.NotOurs
+	require.ErrorAs(t, err, &notOurs)
+	assert.Contains(t, err.Error(), "ConfigMap "+ns+"/config already exists and was not made by Quartermaster for this instance or binding")
+	var cm corev1.ConfigMap
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
+	assert.Equal(t, "first", cm.Data["size"], "the other owner's object is as it was")
+
+	usersDoc := objects(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: users}\ndata: {size: mine}\n")
+	_, err = apply.Objects(ctx, kube.Client, again, apply.Fence{Generation: 1}, ns, usersDoc)
+	require.ErrorAs(t, err, &notOurs, "a user's object is not taken over either")
+
+	refs := []apply.Ref{{APIVersion: "v1", Kind: "ConfigMap", Name: "config", Namespace: ns}, {APIVersion: "v1", Kind: "ConfigMap", Name: "users", Namespace: ns}}
+	left, err := apply.Delete(ctx, kube.Client, again, refs)
+	require.NoError(t, err)
+	assert.Equal(t, refs, left, "a removal leaves, and returns, what is not its owner's")
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "users"}, &cm))
+	assert.Equal(t, "user's", cm.Data["size"])
+
+	left, err = apply.Delete(ctx, kube.Client, first, refs[:1])
+	require.NoError(t, err)
+	assert.Empty(t, left)
+	assertGone(t, kube, client.ObjectKey{Namespace: ns, Name: "config"}, &cm)
+	_, err = apply.Objects(ctx, kube.Client, again, apply.Fence{Generation: 1}, ns, configMap(t, "again"))
+	require.NoError(t, err, "once the old object is gone, the new owner applies")
 }
 
 // TestANewerWriteBetweenReadAndWriteWins shows the API server's part of the

@@ -2,9 +2,11 @@ package apply
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -67,6 +69,31 @@ func stampFence(stamp string) Fence {
 		return Fence{}
 	}
 	return Fence{Generation: gen, PlanGeneration: planGen}
+}
+
+// Ours says whether obj is one that owner's applies made: it carries
+// owner's stamp, or (written before stamps were) an owner reference to
+// it. No apply writes over, and no removal deletes, an object that is not.
+func Ours(obj metav1.Object, owner types.UID) bool {
+	if owner == "" {
+		return false
+	}
+	if strings.HasPrefix(obj.GetAnnotations()[RenderedAnnotation], string(owner)+"/") {
+		return true
+	}
+	return slices.ContainsFunc(obj.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner })
+}
+
+// NotOurs is the error of an apply that met an object of the name it
+// renders that Quartermaster did not make for this instance or binding:
+// another's, or one a user made. Nothing is written over it.
+type NotOurs struct {
+	Object string
+}
+
+func (e *NotOurs) Error() string {
+	return fmt.Sprintf("%s already exists and was not made by Quartermaster for this instance or binding, so it is left as it is (a plan shares an object only through the %s annotation)",
+		e.Object, SingletonAnnotation)
 }
 
 // overtakenBy tells whether an object stamped stamp holds a newer

@@ -30,7 +30,9 @@ type globals struct {
 	// "none" or "gzip".
 	temporalCompression string
 	logLevel            string
-	logger              *slog.Logger
+	// catalog lists the catalog namespaces (tenancy.Boundary).
+	catalog []string
+	logger  *slog.Logger
 	// env is where the Temporal client configuration's variables are
 	// looked up (nil: the process's environment).
 	env envconfig.EnvLookup
@@ -84,6 +86,8 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 	pf.StringVar(&g.temporalProfile, "temporal-profile", "", "profile of the Temporal client configuration file, temporal.toml (over TEMPORAL_PROFILE)")
 	pf.StringVar(&g.temporalCompression, "temporal-grpc-compression", envOr("QM_TEMPORAL_GRPC_COMPRESSION", "none"), `compression of requests to Temporal: "none", or "gzip" where the network costs more than the CPU, as to a Temporal across a WAN (env QM_TEMPORAL_GRPC_COMPRESSION)`)
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
+	pf.StringSliceVar(&g.catalog, "catalog-namespaces", splitList(envOr("QM_CATALOG_NAMESPACES", envOr("QM_NAMESPACE", "default"))),
+		"the namespaces whose SFServices, SFPlans and SFClusters are trusted; a plan elsewhere is a tenant's, applied as a ServiceAccount of its namespace (env QM_CATALOG_NAMESPACES, comma-separated; default QM_NAMESPACE, else default)")
 
 	root.AddCommand(
 		newDevCommand(g),

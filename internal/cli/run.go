@@ -5,6 +5,7 @@ import (
 
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
+	"github.com/quartermaster/qm/internal/tenancy"
 )
 
 // run connects to the cluster named by --kubeconfig (or the pod's) and,
@@ -16,6 +17,7 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 		return err
 	}
 	o.Kube = cfg
+	o.Catalog = tenancy.Boundary{Catalog: g.catalog}
 	if withTemporal {
 		tc, opts, err := g.temporal(ctx)
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	"github.com/quartermaster/qm/internal/tenancy"
 )
 
 // KubeconfigKey is the key of an SFCluster's Secret that holds the
@@ -43,8 +44,14 @@ type Clients struct {
 	// Timeout bounds each request to a registered cluster (0: DefaultTimeout).
 	Timeout time.Duration
 
+	// Catalog is the trust boundary: only SFClusters of the catalog
+	// namespaces are used (none: every namespace's, for tests of the
+	// clients alone).
+	Catalog *tenancy.Boundary
+
 	mu     sync.Mutex
 	remote map[types.NamespacedName]remote
+	as     map[asKey]client.Client
 }
 
 // Cluster is a cluster to work in.
@@ -67,6 +74,18 @@ type remote struct {
 	Cluster
 }
 
+// Untrusted is the error of an SFCluster outside the catalog namespaces:
+// a tenant may not register a cluster, whose kubeconfig Quartermaster
+// would use with its own reach.
+type Untrusted struct {
+	Namespace, Name string
+}
+
+func (e *Untrusted) Error() string {
+	return fmt.Sprintf("SFCluster %s/%s is not used: SFClusters are trusted only in the catalog namespaces, and %s is not one",
+		e.Namespace, e.Name, e.Namespace)
+}
+
 // IsLocal says whether name is the cluster Quartermaster runs in: the
 // reserved name, or none (an instance from before scheduling).
 func IsLocal(name string) bool {
@@ -77,6 +96,9 @@ func IsLocal(name string) bool {
 func (c *Clients) Get(ctx context.Context, namespace, name string) (Cluster, error) {
 	if IsLocal(name) {
 		return Cluster{Name: resourcev1alpha1.LocalCluster, Client: c.Local, Config: c.LocalConfig}, nil
+	}
+	if c.Catalog != nil && !c.Catalog.Trusted(namespace) {
+		return Cluster{}, &Untrusted{Namespace: namespace, Name: name}
 	}
 	var sfc resourcev1alpha1.SFCluster
 	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &sfc); err != nil {
@@ -92,6 +114,9 @@ func (c *Clients) Get(ctx context.Context, namespace, name string) (Cluster, err
 func (c *Clients) ForSFCluster(ctx context.Context, sfc *resourcev1alpha1.SFCluster) (Cluster, error) {
 	if IsLocal(sfc.Name) {
 		return c.Get(ctx, sfc.Namespace, sfc.Name)
+	}
+	if c.Catalog != nil && !c.Catalog.Trusted(sfc.Namespace) {
+		return Cluster{}, &Untrusted{Namespace: sfc.Namespace, Name: sfc.Name}
 	}
 	var secret corev1.Secret
 	key := client.ObjectKey{Namespace: sfc.Namespace, Name: sfc.Spec.SecretRef}
@@ -112,10 +137,20 @@ func (c *Clients) ForSFCluster(ctx context.Context, sfc *resourcev1alpha1.SFClus
 	if len(raw) == 0 {
 		return Cluster{}, fmt.Errorf("the SFCluster's Secret %s has no %q key", key.Name, KubeconfigKey)
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
+	kc, err := clientcmd.Load(raw)
 	if err != nil {
 		// The parser's message may quote the file; it is the operator's own
 		// Secret, but it may hold a token, so it is not repeated.
+		return Cluster{}, fmt.Errorf("the kubeconfig in Secret %s is not valid", key.Name)
+	}
+	// Checked before anything of it is used: an exec plugin would run
+	// when the client is built, a token file would be read from the
+	// worker's own pod.
+	if err := tenancy.CheckKubeconfig(kc, sfc.Spec.AllowInsecureSkipTLSVerify); err != nil {
+		return Cluster{}, fmt.Errorf("the kubeconfig in Secret %s: %w", key.Name, err)
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*kc, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
 		return Cluster{}, fmt.Errorf("the kubeconfig in Secret %s is not valid", key.Name)
 	}
 	cfg.Timeout = c.Timeout

@@ -29,6 +29,7 @@ import (
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
+	"github.com/quartermaster/qm/internal/tenancy"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/workflows"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -154,6 +155,7 @@ func Run(ctx context.Context, o Options) error {
 	defer stop()
 	sys, err := system.Start(runCtx, system.Options{
 		Kube:              kubeCfg,
+		Catalog:           tenancy.Boundary{Catalog: []string{SampleNamespace}},
 		Temporal:          tc,
 		TemporalNamespace: o.Namespace,
 		HealthCheckMinute: o.HealthCheckMinute,

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
@@ -26,6 +27,10 @@ type Probe struct {
 	Endpoint Endpoint
 	// CABundle is the PEM the http check trusts, read from its Secret.
 	CABundle []byte
+	// FromSecret names the endpoint items whose values were read from a
+	// Secret: no message (the status, an Event, the run's history) shows
+	// them, only the item's name.
+	FromSecret map[string]bool
 }
 
 // Run runs the probe. A refused, failed or wrong answer is CheckFailed; a
@@ -43,33 +48,64 @@ func (p Probe) Run(ctx context.Context) Result {
 
 func (p Probe) tcp(ctx context.Context, c *primazav1alpha1.TCPCheck) Result {
 	host, port := c.Host, strconv.Itoa(int(c.Port))
+	shownHost, shownPort := host, port
+	var secrets []string
 	var err error
 	if c.FromEndpoint != nil && c.FromEndpoint.Host != "" && host == "" {
 		if host, err = p.item(c.FromEndpoint.Host); err != nil {
 			return unknown(err)
 		}
+		shownHost = p.shown(c.FromEndpoint.Host, host, &secrets)
 	}
 	if c.FromEndpoint != nil && c.FromEndpoint.Port != "" && c.Port == 0 {
 		if port, err = p.item(c.FromEndpoint.Port); err != nil {
 			return unknown(err)
 		}
+		shownPort = p.shown(c.FromEndpoint.Port, port, &secrets)
 	}
-	addr := net.JoinHostPort(host, port)
+	addr, shown := net.JoinHostPort(host, port), net.JoinHostPort(shownHost, shownPort)
 	d := net.Dialer{Timeout: seconds(c.TimeoutSeconds)}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return failed("tcp %s: %v", addr, dialError(err))
+		return failed("tcp %s: %s", shown, redact(dialError(err).Error(), secrets))
 	}
 	_ = conn.Close()
-	return Result{Outcome: primazav1alpha1.CheckSucceeded, Message: "tcp " + addr + " accepts connections"}
+	return Result{Outcome: primazav1alpha1.CheckSucceeded, Message: "tcp " + shown + " accepts connections"}
+}
+
+// shown is how a message shows the value of endpoint item name: as it is,
+// or, read from a Secret, by the item's name (and kept in secrets, for
+// redact).
+func (p Probe) shown(name, value string, secrets *[]string) string {
+	if !p.FromSecret[name] {
+		return value
+	}
+	*secrets = append(*secrets, value)
+	return "<" + name + " from its Secret>"
+}
+
+// redact takes every secret value out of msg, as an error that quotes
+// what it was given (a DNS lookup's, say) would show it.
+func redact(msg string, secrets []string) string {
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "<redacted>")
+		}
+	}
+	return msg
 }
 
 func (p Probe) http(ctx context.Context, c *primazav1alpha1.HTTPCheck) Result {
 	raw := c.URL
+	var secrets []string
+	fromSecret := ""
 	if c.FromEndpoint != nil {
 		var err error
 		if raw, err = p.item(c.FromEndpoint.URL); err != nil {
 			return unknown(err)
+		}
+		if p.FromSecret[c.FromEndpoint.URL] {
+			fromSecret = p.shown(c.FromEndpoint.URL, raw, &secrets)
 		}
 	}
 	u, err := url.Parse(raw)
@@ -91,15 +127,20 @@ func (p Probe) http(ctx context.Context, c *primazav1alpha1.HTTPCheck) Result {
 	if err != nil {
 		return unknown(fmt.Errorf("building the request: %w", err))
 	}
-	// The URL may carry credentials: messages show it redacted.
+	// The URL may carry credentials: messages show it redacted, or not
+	// at all when it came from a Secret.
 	shown := u.Redacted()
+	if fromSecret != "" {
+		shown = fromSecret
+		secrets = append(secrets, u.Host, u.Hostname())
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return failed("GET %s: %v", shown, dialError(err))
+		return failed("GET %s: %s", shown, redact(dialError(err).Error(), secrets))
 	}
 	_ = resp.Body.Close()
 	want := int(c.ExpectedStatus)

@@ -69,3 +69,41 @@ func TestHTTPProbe(t *testing.T) {
 	garbage := Probe{Check: &primazav1alpha1.HealthCheck{HTTP: &primazav1alpha1.HTTPCheck{URL: tlsSrv.URL}}, CABundle: []byte("nope")}.Run(context.Background())
 	assert.Equal(t, primazav1alpha1.CheckUnknown, garbage.Outcome)
 }
+
+// TestASecretValueNeverReachesTheMessage: a check whose host, port or URL
+// is read from a Secret names the endpoint item in its message, never the
+// value, whether the check succeeds, is refused, or the name does not
+// resolve (a DNS error quotes the name it looked up).
+func TestASecretValueNeverReachesTheMessage(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	tcp := &primazav1alpha1.HealthCheck{TCP: &primazav1alpha1.TCPCheck{FromEndpoint: &primazav1alpha1.TCPFromEndpoint{Host: "host", Port: "port"}}}
+	secret := map[string]bool{"host": true, "port": true, "url": true}
+
+	up := Probe{Check: tcp, Endpoint: Endpoint{"host": host, "port": port}, FromSecret: secret}.Run(context.Background())
+	assert.Equal(t, primazav1alpha1.CheckSucceeded, up.Outcome, up.Message)
+	assert.NotContains(t, up.Message, port)
+	assert.Contains(t, up.Message, "<host from its Secret>")
+
+	const password = "s3cr3t-pa55word.invalid"
+	unresolved := Probe{Check: tcp, Endpoint: Endpoint{"host": password, "port": port}, FromSecret: secret}.Run(context.Background())
+	assert.NotEqual(t, primazav1alpha1.CheckSucceeded, unresolved.Outcome)
+	assert.NotContains(t, unresolved.Message, "s3cr3t", "the lookup's error quotes the host; the message does not")
+	assert.Contains(t, unresolved.Message, "<redacted>")
+
+	require.NoError(t, ln.Close())
+	refused := Probe{Check: tcp, Endpoint: Endpoint{"host": host, "port": port}, FromSecret: secret}.Run(context.Background())
+	assert.Equal(t, primazav1alpha1.CheckFailed, refused.Outcome)
+	assert.NotContains(t, refused.Message, port)
+
+	http := &primazav1alpha1.HealthCheck{HTTP: &primazav1alpha1.HTTPCheck{FromEndpoint: &primazav1alpha1.HTTPFromEndpoint{URL: "url"}}}
+	r := Probe{Check: http, Endpoint: Endpoint{"url": "http://" + password + "/health"}, FromSecret: secret}.Run(context.Background())
+	assert.Equal(t, primazav1alpha1.CheckFailed, r.Outcome)
+	assert.NotContains(t, r.Message, "s3cr3t")
+	assert.Contains(t, r.Message, "<url from its Secret>")
+
+	// The same check with literal values shows them, as before.
+	literal := Probe{Check: tcp, Endpoint: Endpoint{"host": password, "port": port}}.Run(context.Background())
+	assert.Contains(t, literal.Message, password)
+}

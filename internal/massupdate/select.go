@@ -79,7 +79,7 @@ type Selection struct {
 
 // Plans finds a plan by its OSB plan ID (the offerings cache).
 type Plans interface {
-	Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error)
+	PlanFor(ctx context.Context, id, namespace string) (*osbv1alpha1.SFPlan, error)
 }
 
 // Select lists the instances the selector selects, page by page, and
@@ -106,7 +106,7 @@ func Select(ctx context.Context, c ctrlclient.Client, plans Plans, sel Selector)
 			if !inst.DeletionTimestamp.IsZero() || !sel.Matches(inst) {
 				continue
 			}
-			if plan, err := plans.Plan(ctx, inst.Spec.PlanID); err == nil && Current(inst, plan.Generation) {
+			if plan, err := plans.PlanFor(ctx, inst.Spec.PlanID, inst.Namespace); err == nil && Current(inst, plan.Generation) {
 				out.Skipped++
 				continue
 			}

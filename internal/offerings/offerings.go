@@ -19,6 +19,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 
 	"github.com/quartermaster/qm/internal/informers"
+	"github.com/quartermaster/qm/internal/tenancy"
 )
 
 // idField indexes services and plans by spec.id.
@@ -35,12 +36,13 @@ type Cache struct {
 	// operation must not fail as "unknown plan" for that.
 	live      client.Reader
 	namespace string
+	boundary  tenancy.Boundary
 }
 
 // New returns a cache of the offerings of the cluster cfg reaches, of one
-// namespace or, when namespace is empty, of all. It serves once Start has
-// synced its cache.
-func New(cfg *rest.Config, scheme *runtime.Scheme, namespace string) (*Cache, error) {
+// namespace or, when namespace is empty, of all; boundary says which
+// namespaces are the catalog. It serves once Start has synced its cache.
+func New(cfg *rest.Config, scheme *runtime.Scheme, namespace string, boundary tenancy.Boundary) (*Cache, error) {
 	opts := cache.Options{
 		Scheme:      scheme,
 		NewInformer: informers.New,
@@ -71,7 +73,7 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, namespace string) (*Cache, er
 	if err != nil {
 		return nil, fmt.Errorf("creating the offerings' client: %w", err)
 	}
-	return &Cache{cache: c, live: live, namespace: namespace}, nil
+	return &Cache{cache: c, live: live, namespace: namespace, boundary: boundary}, nil
 }
 
 // Start runs the cache until ctx is done; it returns once the cache has
@@ -90,13 +92,29 @@ func (c *Cache) Start(ctx context.Context) error {
 	return nil
 }
 
-// Plan returns the SFPlan whose spec.id is id.
+// Plan returns the catalog's SFPlan whose spec.id is id: the one the OSB
+// catalog serves.
 func (c *Cache) Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error) {
+	return c.plan(ctx, id, func(list []osbv1alpha1.SFPlan) []osbv1alpha1.SFPlan {
+		return slices.DeleteFunc(list, func(p osbv1alpha1.SFPlan) bool { return !c.boundary.Trusted(p.Namespace) })
+	})
+}
+
+// PlanFor returns the SFPlan whose spec.id is id that an instance of
+// namespace uses: the catalog's, or else one of its own namespace
+// (tenancy.Served). Another tenant's plan is not found.
+func (c *Cache) PlanFor(ctx context.Context, id, namespace string) (*osbv1alpha1.SFPlan, error) {
+	return c.plan(ctx, id, func(list []osbv1alpha1.SFPlan) []osbv1alpha1.SFPlan {
+		return tenancy.Served(c.boundary, namespace, list, func(p osbv1alpha1.SFPlan) string { return p.Namespace })
+	})
+}
+
+func (c *Cache) plan(ctx context.Context, id string, served func([]osbv1alpha1.SFPlan) []osbv1alpha1.SFPlan) (*osbv1alpha1.SFPlan, error) {
 	var list osbv1alpha1.SFPlanList
 	if err := c.byID(ctx, &list, id); err != nil {
 		return nil, fmt.Errorf("looking up plan %q: %w", id, err)
 	}
-	list.Items = slices.DeleteFunc(list.Items, func(p osbv1alpha1.SFPlan) bool { return p.Spec.ID != id })
+	list.Items = served(slices.DeleteFunc(list.Items, func(p osbv1alpha1.SFPlan) bool { return p.Spec.ID != id }))
 	switch len(list.Items) {
 	case 0:
 		return nil, fmt.Errorf("plan %q: %w", id, ErrNotFound)
@@ -108,13 +126,27 @@ func (c *Cache) Plan(ctx context.Context, id string) (*osbv1alpha1.SFPlan, error
 	}
 }
 
-// Service returns the SFService whose spec.id is id.
+// Service returns the catalog's SFService whose spec.id is id.
 func (c *Cache) Service(ctx context.Context, id string) (*osbv1alpha1.SFService, error) {
+	return c.service(ctx, id, func(list []osbv1alpha1.SFService) []osbv1alpha1.SFService {
+		return slices.DeleteFunc(list, func(s osbv1alpha1.SFService) bool { return !c.boundary.Trusted(s.Namespace) })
+	})
+}
+
+// ServiceFor returns the SFService whose spec.id is id that an instance
+// of namespace uses, as PlanFor chooses plans.
+func (c *Cache) ServiceFor(ctx context.Context, id, namespace string) (*osbv1alpha1.SFService, error) {
+	return c.service(ctx, id, func(list []osbv1alpha1.SFService) []osbv1alpha1.SFService {
+		return tenancy.Served(c.boundary, namespace, list, func(s osbv1alpha1.SFService) string { return s.Namespace })
+	})
+}
+
+func (c *Cache) service(ctx context.Context, id string, served func([]osbv1alpha1.SFService) []osbv1alpha1.SFService) (*osbv1alpha1.SFService, error) {
 	var list osbv1alpha1.SFServiceList
 	if err := c.byID(ctx, &list, id); err != nil {
 		return nil, fmt.Errorf("looking up service %q: %w", id, err)
 	}
-	list.Items = slices.DeleteFunc(list.Items, func(s osbv1alpha1.SFService) bool { return s.Spec.ID != id })
+	list.Items = served(slices.DeleteFunc(list.Items, func(s osbv1alpha1.SFService) bool { return s.Spec.ID != id }))
 	switch len(list.Items) {
 	case 0:
 		return nil, fmt.Errorf("service %q: %w", id, ErrNotFound)
@@ -135,20 +167,21 @@ func (c *Cache) byID(ctx context.Context, list client.ObjectList, id string) err
 	return c.live.List(ctx, list, client.InNamespace(c.namespace))
 }
 
-// Services returns every registered service.
+// Services returns the catalog's services: those of the catalog
+// namespaces.
 func (c *Cache) Services(ctx context.Context) ([]osbv1alpha1.SFService, error) {
 	var list osbv1alpha1.SFServiceList
 	if err := c.cache.List(ctx, &list); err != nil {
 		return nil, err
 	}
-	return list.Items, nil
+	return slices.DeleteFunc(list.Items, func(s osbv1alpha1.SFService) bool { return !c.boundary.Trusted(s.Namespace) }), nil
 }
 
-// Plans returns every registered plan.
+// Plans returns the catalog's plans.
 func (c *Cache) Plans(ctx context.Context) ([]osbv1alpha1.SFPlan, error) {
 	var list osbv1alpha1.SFPlanList
 	if err := c.cache.List(ctx, &list); err != nil {
 		return nil, err
 	}
-	return list.Items, nil
+	return slices.DeleteFunc(list.Items, func(p osbv1alpha1.SFPlan) bool { return !c.boundary.Trusted(p.Namespace) }), nil
 }

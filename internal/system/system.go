@@ -29,6 +29,7 @@ import (
 	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/telemetry"
+	"github.com/quartermaster/qm/internal/tenancy"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/worker"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -38,6 +39,10 @@ import (
 type Options struct {
 	// Kube reaches the cluster the components work on.
 	Kube *rest.Config
+	// Catalog is the trust boundary: the namespaces whose SFServices,
+	// SFPlans and SFClusters are the platform's (tenancy). The API's
+	// namespace must be one of them.
+	Catalog tenancy.Boundary
 	// TemplateHosts, when set, are the only hosts the worker fetches
 	// templates from (plan.Fetcher.AllowedHosts).
 	TemplateHosts []string
@@ -129,12 +134,16 @@ func Run(ctx context.Context, o Options) error {
 func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Options) error {
 	if o.Worker || o.API != nil {
 		// The API alone reads the catalog of its namespace only, which is
-		// all its role may read; the worker reads every namespace's plans.
-		namespace := ""
+		// all its role may read; the worker reads every namespace's plans,
+		// the tenants' too.
+		namespace, boundary := "", o.Catalog
 		if !o.Worker {
-			namespace = o.API.Namespace
+			namespace, boundary = o.API.Namespace, tenancy.Boundary{Catalog: []string{o.API.Namespace}}
 		}
-		cache, err := offerings.New(o.Kube, crds.NewScheme(), namespace)
+		if o.API != nil && !boundary.Trusted(o.API.Namespace) {
+			return fmt.Errorf("the API's namespace %s is not a catalog namespace (%s): OSB requests would use plans the catalog does not serve", o.API.Namespace, boundary)
+		}
+		cache, err := offerings.New(o.Kube, crds.NewScheme(), namespace, boundary)
 		if err != nil {
 			return err
 		}
@@ -162,7 +171,7 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 		}
 		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
 			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims,
-			Clusters:  s.clusters(o.Kube),
+			Clusters: s.clusters(o.Kube, o.Catalog), Catalog: o.Catalog,
 			Scheduler: o.Scheduler, Instances: instances, Events: checks.Events},
 			worker.Options{StopTimeout: o.WorkerStopTimeout, Versioning: o.WorkerVersioning})
 		if err := w.Start(); err != nil {
@@ -186,7 +195,9 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 		g.Go(func() error { return runWorker(ctx, w) })
 	}
 	if o.Watcher != nil {
-		mgr, err := starter.NewWatcher(o.Kube, o.Temporal, *o.Watcher)
+		wo := *o.Watcher
+		wo.Catalog = o.Catalog
+		mgr, err := starter.NewWatcher(o.Kube, o.Temporal, wo)
 		if err != nil {
 			return err
 		}
@@ -205,7 +216,7 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 			return err
 		}
 		o.API.Kube, o.API.Offerings, o.API.Cache = s.Kube, s.Offerings, polls
-		o.API.Clusters = s.clusters(o.Kube)
+		o.API.Clusters = s.clusters(o.Kube, tenancy.Boundary{Catalog: []string{o.API.Namespace}})
 		if o.API.Temporal == nil {
 			o.API.Temporal = o.Temporal
 		}
@@ -289,6 +300,6 @@ func (s *System) Stop() error {
 
 // clusters reaches the clusters registered as SFClusters, and the one cfg
 // reaches as cluster "1".
-func (s *System) clusters(cfg *rest.Config) *clusters.Clients {
-	return &clusters.Clients{Local: s.Kube, LocalConfig: cfg, Reader: s.Kube, Scheme: s.Kube.Scheme()}
+func (s *System) clusters(cfg *rest.Config, catalog tenancy.Boundary) *clusters.Clients {
+	return &clusters.Clients{Local: s.Kube, LocalConfig: cfg, Reader: s.Kube, Scheme: s.Kube.Scheme(), Catalog: &catalog}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/internal/temporalcluster"
+	"github.com/quartermaster/qm/internal/tenancy"
 	"github.com/quartermaster/qm/starter"
 	"github.com/quartermaster/qm/workflows"
 )
@@ -176,7 +177,7 @@ spec:
 	if parts.Worker {
 		s.StartWorker()
 	}
-	o := system.Options{Kube: s.Kube.Config, Temporal: s.Temporal}
+	o := system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal}
 	if parts.Watcher {
 		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency, ClusterProbePeriod: parts.ClusterProbePeriod,
 			LoopCheckPeriod: parts.LoopCheckPeriod}
@@ -208,6 +209,12 @@ spec:
 	return s
 }
 
+// Catalog is the System's trust boundary: its namespace is the catalog,
+// as the chart's release namespace is; every other is a tenant's.
+func (s *System) Catalog() tenancy.Boundary {
+	return tenancy.Boundary{Catalog: []string{s.Namespace}}
+}
+
 // Over returns a System of no components of its own over a cluster the
 // test started itself (the chaos run's), for the helpers that register
 // services and plans.
@@ -233,7 +240,7 @@ func (s *System) run(o system.Options) *system.System {
 // `qm worker` has.
 func (s *System) StartWorker() {
 	s.t.Helper()
-	o := system.Options{Kube: s.Kube.Config, Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
+	o := system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
 		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes}
 	if s.TemporalCluster != nil {
 		// As `qm worker` does: a cluster's namespace gets the search
@@ -265,7 +272,7 @@ func (s *System) serveWorkerMetrics() {
 // second replica of `qm worker` has; it stops when the test ends.
 func (s *System) StartAnotherWorker() {
 	s.t.Helper()
-	s.run(system.Options{Kube: s.Kube.Config, Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler})
+	s.run(system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler})
 }
 
 // RestartWatcher stops the watcher (and the API, if the System has it) and

@@ -237,6 +237,7 @@ type release struct {
 // until each serves its metrics.
 func startRelease(b *testing.B, kube *testenv.Cluster, ns string, shards int) *release {
 	qm := buildQM(b)
+	b.Setenv("QM_CATALOG_NAMESPACES", ns) // see newProcessEnv
 	temporal := testenv.FileTemporalServer(b)
 	rel := &release{components: slices.Clone(restComponents), ns: ns, procs: map[string]*process{}, metrics: map[string]string{},
 		audit: auditLog{path: kube.AuditLog, ns: ns}}

@@ -303,6 +303,7 @@ var keptUnused = map[string]string{
 	"worker primaza.io registeredservices get":                     "a service just given to a claim, read afresh when the worker's cache does not show the hold yet; a hold that met a conflict; a hold let go of for a claim already gone",
 	"worker core events patch":                                     "the event recorder patches the count of a repeated event",
 	"worker osb.servicefabrik.io sfservicebindings create":         "the successor bindings of a binding whose credentials rotate (TestCredentialsRotateOnSchedule drives them on the processes)",
+	"worker core serviceaccounts impersonate":                      "a tenant's plan, applied as a ServiceAccount of its namespace (starter's TestTenantsAreKeptApart drives it with RBAC enforced)",
 }
 
 // whyKept says why a permission granted to a component is there: it used

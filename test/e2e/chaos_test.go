@@ -157,6 +157,7 @@ func startCluster(t *testing.T, qm string) *cluster {
 	kubeconfig := filepath.Join(c.data, "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, cp.Kubeconfig, 0o600))
 	common := []string{"--kubeconfig", kubeconfig, "--temporal-address", c.temporalAddr, "--log-level", "info"}
+	t.Setenv("QM_CATALOG_NAMESPACES", chaosNamespace) // see newProcessEnv
 	add := func(name string, env []string, args ...string) {
 		c.roles[name] = &role{name: name, args: append(args, common...), env: env, log: &testenv.SyncBuffer{}}
 		require.NoError(t, c.start(c.roles[name]))

@@ -68,5 +68,9 @@ func newProcessEnv(t *testing.T) processEnv {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, e.kube.Kubeconfig, 0o600))
 	e.common = []string{"--kubeconfig", kubeconfig, "--temporal-address", testenv.TemporalAddress(t), "--log-level", "info"}
+	// The System's namespace is the processes' catalog, as the release
+	// namespace is the chart's. An environment variable rather than a flag:
+	// an earlier release, which an upgrade test runs, has no such flag.
+	t.Setenv("QM_CATALOG_NAMESPACES", e.s.Namespace)
 	return e
 }

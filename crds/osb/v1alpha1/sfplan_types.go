@@ -133,6 +133,14 @@ type SFPlanSpec struct {
 	// +optional
 	// +listType=atomic
 	Templates []TemplateSpec `json:"templates,omitempty"`
+	// ServiceAccountName is a ServiceAccount of the plan's namespace that
+	// the plan's objects are applied as (impersonated), so that Kubernetes'
+	// RBAC decides what the plan may do. A plan outside the catalog
+	// namespaces always acts as one: this, or quartermaster-plans. A
+	// catalog plan that names none acts with the worker's own rights.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 }
 
 // MassUpdateSettings tune a mass update of a plan's instances.

@@ -36,6 +36,10 @@ type SFClusterSpec struct {
 	// for the resources it names: an autoscaler's maximum, say.
 	// +optional
 	TotalCapacity corev1.ResourceList `json:"totalCapacity,omitempty"`
+	// AllowInsecureSkipTLSVerify lets the kubeconfig set
+	// insecure-skip-tls-verify; without it such a kubeconfig is refused.
+	// +optional
+	AllowInsecureSkipTLSVerify bool `json:"allowInsecureSkipTLSVerify,omitempty"`
 }
 
 // SFClusterStatus is what the scheduler observed of a cluster.

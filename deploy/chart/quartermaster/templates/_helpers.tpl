@@ -86,6 +86,11 @@ its tasks in hand finish (--stop-timeout, 30 s), with room for both.
 {{ .Values.catalogNamespace | default .Release.Namespace }}
 {{- end }}
 
+{{/* The trust boundary: the catalog namespace and the others the operator lists. */}}
+{{- define "qm.catalogNamespaces" -}}
+{{ prepend .Values.trustedNamespaces (include "qm.catalogNamespace" .) | uniq | join "," }}
+{{- end }}
+
 {{- define "qm.osbSecret" -}}
 {{ .Values.credentials.osb.existingSecret | default (printf "%s-osb" (include "qm.fullname" .)) }}
 {{- end }}
