@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
@@ -278,7 +279,35 @@ spec: {secretRef: unused}
 	kube.Kubectl(t, "", "-n", r.ns, "patch", "sfserviceinstance", "kv-eu", "--subresource=status", "--type=merge", "-p", `{"status":{"state":"delete"}}`)
 	kube.Kubectl(t, "", "-n", r.ns, "wait", "sfserviceinstance/kv-eu", "--for=delete", "--timeout=90s")
 
+	assertProtected(t, kube, r)
 	checkAccess(t, kube, r)
+}
+
+// assertProtected: the chart's protection policy refuses the worker's own
+// service account a ServiceAccount-token Secret and a write in a
+// protected namespace, with messages that say why, as a bad catalog plan
+// would meet them.
+func assertProtected(t *testing.T, kube *testenv.Cluster, r podsRelease) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := rest.CopyConfig(kube.Config)
+	cfg.CertData, cfg.KeyData, cfg.Impersonate = nil, nil, rest.ImpersonationConfig{}
+	cfg.BearerToken = kube.ServiceAccountToken(t, r.ns, r.fullname+"-worker")
+	asWorker, err := ctrlclient.New(cfg, ctrlclient.Options{})
+	require.NoError(t, err)
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "minted", Namespace: r.ns,
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: r.fullname + "-worker"}}, Type: corev1.SecretTypeServiceAccountToken}
+	err = asWorker.Create(ctx, token)
+	require.Error(t, err, "the worker may not mint a token")
+	assert.Contains(t, err.Error(), "Quartermaster may not write a ServiceAccount-token Secret")
+	planted := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "planted-" + r.ns, Namespace: "kube-system"}}
+	err = asWorker.Create(ctx, planted)
+	require.Error(t, err, "the worker may not write in kube-system")
+	assert.Contains(t, err.Error(), "Quartermaster may not write in namespace kube-system, which the operator protects")
+	// Its ordinary writes still pass the policy.
+	ordinary := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ordinary", Namespace: r.ns}, StringData: map[string]string{"a": "b"}}
+	require.NoError(t, asWorker.Create(ctx, ordinary))
+	require.NoError(t, asWorker.Delete(ctx, ordinary))
 }
 
 // installRelease renders the chart for a namespace of its own, as
