@@ -88,7 +88,7 @@ func (a *Operations) removalOutcome(ctx context.Context, t *target) (Outcome, er
 		if err != nil {
 			return Outcome{}, err
 		}
-		if obj != nil && !apply.Ours(obj, owner.UID) {
+		if obj != nil && !apply.Ours(obj, owner) {
 			continue // not the target's: left, and reported when it was
 		}
 		remains := apply.Remaining(obj, t.registryKey().SecretName())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/apply"
 	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
@@ -80,9 +81,13 @@ func TestRemovalWaitsAndDeletesAgain(t *testing.T) {
 	assert.Regexp(t, `^waiting for ConfigMap gone-1-db to go \(held by `+hold+`(, foregroundDeletion)?\)$`, o.Description)
 	letGo()
 
-	// Written again after the delete, as a resumed apply would.
+	// Written again after the delete, as a resumed apply would: with the
+	// instance's stamp.
+	var reg corev1.Secret
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "qm-instance-gone-1"}, &reg))
 	require.NoError(t, h.sys.Kube.Client.Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: h.sys.Namespace, Name: "gone-1-db", Finalizers: []string{hold}}, Data: map[string]string{"size": "s"}}))
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.sys.Namespace, Name: "gone-1-db", Finalizers: []string{hold},
+			Annotations: map[string]string{apply.RenderedAnnotation: string(reg.UID) + "/1/1"}}, Data: map[string]string{"size": "s"}}))
 	assert.Equal(t, activities.Outcome{State: osbv1alpha1.StateInProgress,
 		Description: "waiting for ConfigMap gone-1-db to go"}, observe())
 	letGo()

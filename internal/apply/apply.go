@@ -129,7 +129,7 @@ func readFence(ctx context.Context, c client.Client, owner Owner, fence Fence, o
 	if err != nil {
 		return "", fmt.Errorf("reading %s %s before applying it: %w", obj.GetKind(), key(obj), err)
 	}
-	if !Ours(live, owner.UID) {
+	if !Ours(live, owner) {
 		return "", &NotOurs{Object: obj.GetKind() + " " + key(obj)}
 	}
 	if stamp := live.GetAnnotations()[RenderedAnnotation]; fence.overtakenBy(stamp, owner.UID) {
@@ -217,7 +217,7 @@ func deleteFenced(ctx context.Context, c client.Client, owner Owner, fence Fence
 		if err != nil {
 			return left, fmt.Errorf("reading %s %s: %w", ref.Kind, key(obj), err)
 		}
-		if !Ours(obj, owner.UID) {
+		if !Ours(obj, owner) {
 			left = append(left, ref)
 			continue
 		}

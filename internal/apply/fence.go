@@ -72,16 +72,22 @@ func stampFence(stamp string) Fence {
 }
 
 // Ours says whether obj is one that owner's applies made: it carries
-// owner's stamp, or (written before stamps were) an owner reference to
-// it. No apply writes over, and no removal deletes, an object that is not.
-func Ours(obj metav1.Object, owner types.UID) bool {
-	if owner == "" {
+// owner's stamp, or an owner reference to it (written before stamps
+// were), or to an earlier registry of the same name beside it: an earlier
+// instance or binding of the same name in the same namespace, whose
+// objects the garbage collector has not removed yet. No apply writes
+// over, and no removal deletes, an object that is not.
+func Ours(obj metav1.Object, owner Owner) bool {
+	if owner.UID == "" {
 		return false
 	}
-	if strings.HasPrefix(obj.GetAnnotations()[RenderedAnnotation], string(owner)+"/") {
+	if strings.HasPrefix(obj.GetAnnotations()[RenderedAnnotation], string(owner.UID)+"/") {
 		return true
 	}
-	return slices.ContainsFunc(obj.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner })
+	sameName := obj.GetNamespace() == owner.Namespace
+	return slices.ContainsFunc(obj.GetOwnerReferences(), func(r metav1.OwnerReference) bool {
+		return r.UID == owner.UID || sameName && r.APIVersion == "v1" && r.Kind == "Secret" && r.Name == owner.Name
+	})
 }
 
 // NotOurs is the error of an apply that met an object of the name it

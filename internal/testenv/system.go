@@ -210,9 +210,10 @@ spec:
 }
 
 // Catalog is the System's trust boundary: its namespace is the catalog,
-// as the chart's release namespace is; every other is a tenant's.
+// as the chart's release namespace is, and "default", where the samples
+// are (installSample), as under `make run`; every other is a tenant's.
 func (s *System) Catalog() tenancy.Boundary {
-	return tenancy.Boundary{Catalog: []string{s.Namespace}}
+	return tenancy.Boundary{Catalog: []string{s.Namespace, "default"}}
 }
 
 // Over returns a System of no components of its own over a cluster the
