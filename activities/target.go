@@ -47,9 +47,8 @@ type target struct {
 	reached clusters.Cluster
 	// applier applies, reads and deletes what the templates render: kube,
 	// or a client of the same cluster acting as the plan's ServiceAccount
-	// (actsAs), for a tenant's plan and a catalog plan that names one.
+	// (actAs), for a tenant's plan and a catalog plan that names one.
 	applier client.Client
-	actsAs  *tenancy.Identity
 	// refused is why the cluster the instance names may not be used (an
 	// SFCluster outside the catalog, an unsafe kubeconfig): every step
 	// fails with it, but the target's own status can still be written.
@@ -131,7 +130,7 @@ func (a *Operations) load(ctx context.Context, tg lifecycle.Target, op lifecycle
 // catalog plan, a ServiceAccount of the plan's namespace for a tenant's
 // plan or one that names it (tenancy.Boundary.ActsAs).
 func (a *Operations) actAs(t *target) error {
-	t.applier, t.actsAs = t.kube, nil
+	t.applier = t.kube
 	id, ok := a.Catalog.ActsAs(t.plan.Namespace, t.plan.Spec.ServiceAccountName)
 	if !ok {
 		return nil
@@ -147,7 +146,7 @@ func (a *Operations) actAs(t *target) error {
 	if err != nil {
 		return err
 	}
-	t.applier, t.actsAs = c, &id
+	t.applier = c
 	return nil
 }
 
