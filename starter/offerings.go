@@ -121,7 +121,8 @@ func (c *OfferingStatus) ReconcilePlan(ctx context.Context, req ctrl.Request) (c
 	}
 	cond := metav1.Condition{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid",
 		Message: "the service is registered and every template parses"}
-	if id, ok := c.Catalog.ActsAs(sfplan.Namespace, sfplan.Spec.ServiceAccountName); ok && !c.Catalog.Trusted(sfplan.Namespace) {
+	if !c.Catalog.Trusted(sfplan.Namespace) {
+		id, _ := c.Catalog.ActsAs(sfplan.Namespace, sfplan.Spec.ServiceAccountName) // a tenant's plan always acts as one
 		cond.Message = fmt.Sprintf("a tenant's plan: it serves the instances of namespace %s and is applied as ServiceAccount %s; the service is registered and every template parses",
 			sfplan.Namespace, id)
 	}
