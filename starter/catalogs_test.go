@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/crds"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 )
@@ -110,7 +111,7 @@ spec:
 	}, "a claimed service and a deleted one leave")
 }
 
-// catalogWrite is a change of a catalog's list, as a poll saw it.
+// catalogWrite is a write of a catalog's list, as a watch saw it.
 type catalogWrite struct {
 	at         time.Time
 	generation int64
@@ -136,31 +137,31 @@ spec:
 	want := []string{"svc-00"}
 	waitCatalogs(t, s, map[string][]string{"dev": want}, "the dev catalog lists the first service")
 
-	// A poll of the catalog's generation, which a write of its list
-	// raises (its status's count is written apart and does not), every
-	// 20 ms on a goroutine of its own; it only records.
+	// A watch of the catalog sees each write of its list, which raises its
+	// generation (its status's count is written apart and does not): every
+	// write with the moment it arrived, where a poll would read two writes
+	// close together as one. Its goroutine only records.
+	wc, err := ctrlclient.NewWithWatch(s.Kube.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
+	require.NoError(t, err)
+	watchCtx, cancelWatch := context.WithCancel(context.Background())
+	defer cancelWatch()
+	w, err := wc.Watch(watchCtx, &primazav1alpha1.ServiceCatalogList{}, ctrlclient.InNamespace(s.Namespace),
+		ctrlclient.MatchingFields{"metadata.name": "dev"})
+	require.NoError(t, err)
 	var (
 		mu     sync.Mutex
 		writes []catalogWrite
 	)
-	stop, polled := make(chan struct{}), make(chan struct{})
+	polled := make(chan struct{})
 	go func() {
 		defer close(polled)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
 		last := int64(0)
-		for {
-			var cat primazav1alpha1.ServiceCatalog
-			if err := s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "dev"}, &cat); err == nil && cat.Generation != last {
+		for ev := range w.ResultChan() {
+			if cat, ok := ev.Object.(*primazav1alpha1.ServiceCatalog); ok && cat.Generation != last {
 				mu.Lock()
 				writes = append(writes, catalogWrite{at: time.Now(), generation: cat.Generation})
 				mu.Unlock()
 				last = cat.Generation
-			}
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
 			}
 		}
 	}()
@@ -174,7 +175,7 @@ spec:
 	}
 	tick.Stop()
 	waitCatalogs(t, s, map[string][]string{"dev": want}, "the dev catalog lists the whole burst within seconds")
-	close(stop)
+	w.Stop()
 	<-polled
 
 	mu.Lock()
@@ -183,12 +184,14 @@ spec:
 	during := writes[1:] // the first is the catalog as it was before the burst
 	require.GreaterOrEqual(t, len(during), 2, "the burst of %s took more than one write: %v", time.Duration(burst)*pace, writes)
 	assert.LessOrEqual(t, len(during), 3, "a burst of %s is written at most once every %s: %v", time.Duration(burst)*pace, interval, writes)
-	// The first write the poll saw is the catalog as it was before the
-	// burst, seen when the poll began: only the gaps after it are writes'.
+	// The first event is the catalog as it was before the burst, seen
+	// when the watch began: each later one is one write, a generation up.
+	for i := 1; i < len(writes); i++ {
+		assert.Equal(t, writes[i-1].generation+1, writes[i].generation, "every write is seen: %v", writes)
+	}
 	for i := 2; i < len(writes); i++ {
-		// The poll sees a write up to 20 ms late, and the one before it
-		// as late: 100 ms is what that and the API server's own time
-		// allow.
+		// Both ends arrive through the same watch: 100 ms is what the API
+		// server's and the watch's own delays allow.
 		gap := writes[i].at.Sub(writes[i-1].at)
 		assert.GreaterOrEqual(t, gap, interval-100*time.Millisecond, "write %d came %s after the one before", i, gap)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -335,6 +336,46 @@ func watchExclusive(t *testing.T, s *testenv.System) func() []string {
 		cancel()
 		<-done
 		return reports
+	}
+}
+
+// watchClaimRefs watches the namespace's RegisteredServices from now until
+// the function it returns is called, which returns, for each service, the
+// UIDs of every claim its status said held it meanwhile: every write, where
+// a look at the end would miss a service held a moment by another claim.
+// A watch that ends early fails the test there.
+func watchClaimRefs(t *testing.T, s *testenv.System) func() map[string][]types.UID {
+	t.Helper()
+	wc, err := ctrlclient.NewWithWatch(s.Kube.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := wc.Watch(ctx, &primazav1alpha1.RegisteredServiceList{}, ctrlclient.InNamespace(s.Namespace))
+	require.NoError(t, err)
+	held := map[string][]types.UID{}
+	early := false
+	stopped := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			svc, ok := ev.Object.(*primazav1alpha1.RegisteredService)
+			if ok && svc.Status.ClaimRef != nil && !slices.Contains(held[svc.Name], svc.Status.ClaimRef.UID) {
+				held[svc.Name] = append(held[svc.Name], svc.Status.ClaimRef.UID)
+			}
+		}
+		select {
+		case <-stopped:
+		default:
+			early = true
+		}
+	}()
+	return func() map[string][]types.UID {
+		close(stopped)
+		w.Stop()
+		cancel()
+		<-done
+		assert.False(t, early, "the watch of the services ended early")
+		return held
 	}
 }
 

@@ -151,8 +151,15 @@ spec:
 		until := b.Status.Rotation.Retiring[0].Until.Time
 		assert.Equal(t, fmt.Sprintf("app-r%d", gen-1), b.Status.Rotation.Retiring[0].Binding)
 		assert.WithinDuration(t, b.Status.Rotation.LastRotated.Add(10*time.Second), until, time.Second)
-		if time.Until(until) > time.Second {
-			requireConfigMap(t, s, predecessorLogin, true)
+		// Every look until a second before the overlap ends finds it (the
+		// rotation is seen well within its ten seconds; a run too slow for
+		// that fails here rather than checking nothing).
+		overlap := time.Until(until) - time.Second
+		if assert.Positive(t, overlap, "the rotation was seen with its overlap still to run") {
+			assert.Never(t, func() bool {
+				err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: predecessorLogin}, &corev1.ConfigMap{})
+				return err != nil
+			}, overlap, 50*time.Millisecond, "the predecessor's login %s stays through the overlap", predecessorLogin)
 		}
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: predecessorLogin}, &corev1.ConfigMap{})
@@ -268,63 +275,4 @@ func requireConfigMap(t *testing.T, s *testenv.System, name string, exists bool)
 		return
 	}
 	require.True(t, apierrors.IsNotFound(err), "ConfigMap %s is gone: %v", name, err)
-}
-
-// TestRotationSurvivesAWorkerKilledMidway: the worker stops while a forced
-// rotation waits for its successor's bind, and another takes over. The
-// rotation completes once: generation 2 is published once, no third
-// successor is made, and the first one is retired after its overlap.
-func TestRotationSurvivesAWorkerKilledMidway(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
-	ctx := context.Background()
-	plan := s.Plan("gated", "  bindingRotatable: true", testenv.Templates("gated-binding"))
-	s.Instance("db", plan, "")
-	s.WaitInstance("db", "provisioned", testenv.Succeeded(1))
-	s.OpenGate("db", "bind-gate")
-	s.OpenGate("db", "unbind-gate")
-	s.Create(fmt.Sprintf(`
-apiVersion: osb.servicefabrik.io/v1alpha1
-kind: SFServiceBinding
-metadata: {name: app, namespace: %s}
-spec: {id: app, instanceId: db, serviceId: %s, planId: %s, rotation: {every: 1h, keepFor: 5s}}`, s.Namespace, s.ServiceID, plan))
-	waitRotation(t, s, "app", 1)
-
-	// The gate closed: the next successor's bind waits.
-	gate := &corev1.ConfigMap{ObjectMeta: metaName(s.Namespace, "db-bind-gate")}
-	require.NoError(t, s.Kube.Client.Delete(ctx, gate))
-	s.Kube.Kubectl(t, "", "annotate", "sfservicebinding", "app", "-n", s.Namespace, osbv1alpha1.RotateAnnotation+"=now")
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, osbv1alpha1.StateInProgress, getBinding(c, s, "app-r2").Status.State)
-	}, 30*time.Second, 50*time.Millisecond, "the successor's bind waits at the gate")
-
-	s.StopWorker()
-	s.StartWorker()
-	s.OpenGate("db", "bind-gate")
-	b := waitRotation(t, s, "app", 2)
-	assert.Equal(t, "app-r2", b.Status.Rotation.Current)
-	assert.Equal(t, "now", b.Status.Rotation.Forced)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "app-r1"}, &osbv1alpha1.SFServiceBinding{})
-		assert.True(c, apierrors.IsNotFound(err), "the first successor is retired: %v", err)
-		assert.Empty(c, getBinding(c, s, "app").Status.Rotation.Retiring)
-	}, 30*time.Second, 50*time.Millisecond, "the overlap ends")
-
-	// Once: one Event for the generation, and no successor beyond it.
-	var events corev1.EventList
-	require.NoError(t, s.Kube.Client.List(ctx, &events, ctrlclient.InNamespace(s.Namespace)))
-	published := 0
-	for _, e := range events.Items {
-		if e.InvolvedObject.Name == "app" && e.Reason == "Rotated" && strings.Contains(e.Message, "generation 2 published") {
-			published += int(max(e.Count, 1))
-		}
-	}
-	assert.Equal(t, 1, published, "generation 2 is published once")
-	var all osbv1alpha1.SFServiceBindingList
-	require.NoError(t, s.Kube.Client.List(ctx, &all, ctrlclient.InNamespace(s.Namespace)))
-	var names []string
-	for _, x := range all.Items {
-		names = append(names, x.Name)
-	}
-	assert.ElementsMatch(t, []string{"app", "app-r2"}, names, "nothing half done is left")
-	assert.EqualValues(t, 2, getBinding(t, s, "app").Status.Rotation.Generation)
 }

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quartermaster/qm/crds"
+	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/worker"
 	"github.com/quartermaster/qm/workflows"
@@ -88,4 +90,39 @@ func TestReplicasRegisterSearchAttributesTogether(t *testing.T) {
 	for _, key := range runs.SearchAttributeKeys() {
 		assert.Equal(t, enums.INDEXED_VALUE_TYPE_KEYWORD, have.GetCustomAttributes()[key.GetName()], key.GetName())
 	}
+}
+
+// TestAWorkerRefusesANamespaceWhoseKeywordsAreTaken: another application
+// registered ten Keyword attributes first, all SQL visibility has. A
+// worker told to register Quartermaster's there (as `qm worker` is on a
+// cluster) does not start, and says which attributes it could not
+// register, as docs/install.md says.
+func TestAWorkerRefusesANamespaceWhoseKeywordsAreTaken(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	tc := testenv.Temporal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := "taken-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	_, err := tc.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: ns, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)})
+	require.NoError(t, err)
+	theirs := map[string]enums.IndexedValueType{}
+	for i := range 10 {
+		theirs[fmt.Sprintf("OtherApp%d", i)] = enums.INDEXED_VALUE_TYPE_KEYWORD
+	}
+	_, err = tc.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: ns, SearchAttributes: theirs})
+	require.NoError(t, err, "the other application takes the ten slots")
+
+	sys, err := system.Start(ctx, system.Options{Kube: kube.Config, Temporal: tc, TemporalNamespace: ns, Worker: true})
+	if sys != nil {
+		t.Cleanup(func() { _ = sys.Stop() })
+	}
+	require.Error(t, err, "the worker does not start")
+	for _, key := range runs.SearchAttributeKeys() {
+		assert.Contains(t, err.Error(), key.GetName(), "the error names each attribute it could not register")
+	}
+	assert.Contains(t, err.Error(), ns)
+	have, err := tc.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: ns})
+	require.NoError(t, err)
+	assert.Len(t, have.GetCustomAttributes(), 10, "the other application's attributes are all the namespace has")
 }

@@ -127,7 +127,7 @@ var (
 		"SFServiceBindings by plan and state of their last operation.",
 		[]string{"service", "plan", "state", "shard"}, nil)
 	overdueDesc = prometheus.NewDesc("qm_bindings_rotation_overdue",
-		"Rotating SFServiceBindings whose next rotation is more than a minute late (status.rotation.nextRotation), by plan.",
+		"Rotating SFServiceBindings whose next rotation is more than a minute late (status.rotation.nextRotation), by plan: 0 while none of the plan's is.",
 		[]string{"service", "plan", "shard"}, nil)
 	maxPollingDesc = prometheus.NewDesc("qm_plan_maximum_polling_seconds",
 		"Each plan's maximum_polling_duration (an hour when it sets none): the time an operation may stay in progress.",

@@ -72,7 +72,7 @@ var (
 	}, []string{"kind"})
 	runsReestablished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qm_runs_reestablished_total",
-		Help: "Long-lived runs (health-check shards, claim allocators, claims, binding usages, ServiceBindings, credential rotations, automatic mass updates) that Temporal no longer had and the watcher started again from their resources, by kind.",
+		Help: "Runs that Temporal no longer had and the watcher started again from their resources, by kind: long-lived runs (health-check shards, claim allocators, claims, binding usages, ServiceBindings, credential rotations, automatic mass updates) and operations whose resource says they are under way (instance and binding operations).",
 	}, []string{"kind"})
 	rotations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qm_rotations_total",

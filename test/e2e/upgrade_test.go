@@ -19,8 +19,10 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/watch"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/healthcheck"
@@ -97,6 +99,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	l := startLongLived(t, s, "db")
 	require.EventuallyWithT(t, l.settled, 2*time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", upgradeFrom)
 
+	claimDeviations := watchHeldClaim(t, s, "resolved", "svc-00")
 	baseline := r.baseline("base", baselineProvisions)
 	stalls := map[string]time.Duration{}
 	// Up from the earlier release's unversioned workers, then to another
@@ -131,6 +134,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "resolved"}, &claim))
 	assert.Equal(t, "svc-00", claim.Status.RegisteredService, "the claim kept its service")
 	assert.True(t, meta.IsStatusConditionTrue(claim.Status.Conditions, "ServiceAvailable"))
+	assert.Empty(t, claimDeviations(), "every write of the claim through the upgrade and the rollback kept its service, available")
 	t.Logf("longest stall: upgrade %s, upgrade between builds %s, rollback %s; runs that crossed all three: %s", stalls["up"].Round(time.Millisecond),
 		stalls["next"].Round(time.Millisecond), stalls["down"].Round(time.Millisecond), crossed)
 }
@@ -152,7 +156,7 @@ type upgradeStepOf struct {
 // and returns the longest stall.
 func upgradeStep(t *testing.T, s *testenv.System, r *rollout, l *longLived, baseline []time.Duration, step upgradeStepOf, roll func() []time.Duration) time.Duration {
 	t.Helper()
-	before := l.checks.Load()
+	before, began := l.checks.Load(), time.Now()
 	gen := startMassUpdate(t, s, r.planID, step.massUpdate)
 	binds := make(chan error, 1)
 	go func() { binds <- bindAll(r.f, s.ServiceID, l.plan, "db", step.name, upgradeBinds) }()
@@ -163,9 +167,56 @@ func upgradeStep(t *testing.T, s *testenv.System, r *rollout, l *longLived, base
 	checkBinds(t, s, step.name, upgradeBinds)
 	checkMassUpdate(t, s, r.planID, step.massUpdate, gen)
 	require.EventuallyWithT(t, l.settled, time.Minute, 200*time.Millisecond, "every long-lived run runs on %s", step.release)
-	assert.Greater(t, l.checks.Load()-before, int64(upgradeServices), "the checks went on through the replacements")
+	// Each service is checked every upgradeCheckMinute: over the step, at
+	// most one check each may be lost to a replacement.
+	intervals := int64(time.Since(began) / upgradeCheckMinute)
+	assert.GreaterOrEqual(t, l.checks.Load()-before, upgradeServices*(intervals-1),
+		"the checks went on through the replacements: %d services, %d intervals of %s", upgradeServices, intervals, upgradeCheckMinute)
 	checkLateService(t, s, "late-"+step.name, step.release)
 	return stall
+}
+
+// watchHeldClaim watches the claim name from now until the function it
+// returns is called, which returns every write of it that did not show it
+// Resolved, holding service, with ServiceAvailable true: the claim's state
+// through the whole upgrade, where one look at the end would miss a claim
+// that lost its service and got it back. A watch that ends early is one.
+func watchHeldClaim(t *testing.T, s *testenv.System, name, service string) func() []string {
+	t.Helper()
+	wc, err := ctrlclient.NewWithWatch(s.Kube.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := wc.Watch(ctx, &primazav1alpha1.ServiceClaimList{}, ctrlclient.InNamespace(s.Namespace),
+		ctrlclient.MatchingFields{"metadata.name": name})
+	require.NoError(t, err)
+	var deviations []string
+	stopped, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*primazav1alpha1.ServiceClaim)
+			if !ok {
+				continue
+			}
+			if ev.Type == watch.Deleted || c.Status.State != primazav1alpha1.ClaimResolved || c.Status.RegisteredService != service ||
+				!meta.IsStatusConditionTrue(c.Status.Conditions, "ServiceAvailable") {
+				deviations = append(deviations, fmt.Sprintf("%s %s: %s, holding %q, conditions %v",
+					time.Now().Format(timelineFormat), ev.Type, c.Status.State, c.Status.RegisteredService, c.Status.Conditions))
+			}
+		}
+		select {
+		case <-stopped:
+		default:
+			deviations = append(deviations, "the watch of the claim ended early")
+		}
+	}()
+	return func() []string {
+		close(stopped)
+		w.Stop()
+		cancel()
+		<-done
+		return deviations
+	}
 }
 
 // failedTaskLines are the lines of a component's log that say a workflow
