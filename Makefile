@@ -227,9 +227,15 @@ BENCH_PKG = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git 
 
 .PHONY: test-steps
 test-steps: tools check-generated check-tidy vet lint
-	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m -skip '^(TestChartPods|TestUpgradeUnderLoad|TestChartUpgradeUnderLoad|$(ALONE))$$' $(TEST_FLAGS) $(TEST_PKG)
+	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m -parallel $(TEST_PARALLEL) -skip '^(TestChartPods|TestUpgradeUnderLoad|TestChartUpgradeUnderLoad|$(ALONE))$$' $(TEST_FLAGS) $(TEST_PKG)
 	$(if $(filter ./...,$(PKG)),QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 10m -run '^($(ALONE))$$' $(TEST_FLAGS) ./test/e2e)
 	$(MAKE) --no-print-directory -j2 test-smoke test-beside
+
+# How many of a package's parallel tests run at once. They are the ones
+# whose System keeps to its own namespaces and Temporal namespace
+# (testenv.Parts.Parallel), and they mostly wait on timers and servers:
+# go test's default, the number of cores, would leave two cores idle.
+TEST_PARALLEL = 6
 
 # Tests that run alone, after the others: TestRollingUpdateUnderLoad bounds
 # how much longer provisions take while the components restart, and with

@@ -26,7 +26,7 @@ import (
 // deprovision, and last_operation 410 at the end. Along the way it checks
 // the answers to repeated, conflicting and concurrent requests.
 func TestOSBLifecycle(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	small := s.Plan("small", "  manager: {async: true}", testenv.Templates("gated"))
 	large := s.Plan("large", "  manager: {async: true}\n  maintenance_info: {version: 2.1.0}", testenv.Templates("gated"))
 	inst := "/v2/service_instances/db-1"
@@ -174,7 +174,7 @@ func TestOSBLifecycle(t *testing.T) {
 // When it cannot finish within the timeout it answers 202 to a client that
 // accepts it, and 500 to one that does not.
 func TestOSBSynchronousPlan(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	instant := s.Plan("instant", "", testenv.Templates("instant"))
 	gated := s.Plan("gated", "", testenv.Templates("gated"))
 
@@ -204,7 +204,7 @@ func TestOSBSynchronousPlan(t *testing.T) {
 // TestOSBParallelDuplicatePUTs: 50 identical PUTs at once for one instance
 // ID make one SFServiceInstance and one workflow, and every reply agrees.
 func TestOSBParallelDuplicatePUTs(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("gated", "  manager: {async: true}", testenv.Templates("gated"))
 	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space", "parameters": {"size": "large"}}`, s.ServiceID, plan)
 
@@ -245,7 +245,7 @@ func TestOSBParallelDuplicatePUTs(t *testing.T) {
 // --bind-timeout is answered 202 to a client that accepts it, and its
 // last_operation follows it to the end.
 func TestOSBBindTimeout(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true, BindTimeout: 2 * time.Second})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true, BindTimeout: 2 * time.Second})
 	plan := s.Plan("slow-bind", "", testenv.Templates("gated-binding"))
 	inst := "/v2/service_instances/sb-1"
 	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan), http.StatusCreated, `{}`)
@@ -278,7 +278,7 @@ func waitInProgress(t *testing.T, s *testenv.System, path, description string) {
 // TestOSBDeleteRecordsWhoAsked: the originating identity of a DELETE is
 // recorded as an Event on the resource, which `kubectl describe` shows.
 func TestOSBDeleteRecordsWhoAsked(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("async", "  manager: {async: true}", testenv.Templates("instant"))
 	inst := "/v2/service_instances/who-1"
 	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
@@ -305,7 +305,7 @@ func TestOSBDeleteRecordsWhoAsked(t *testing.T) {
 // TestOSBBindingOfAGoneInstance: a binding whose instance is gone answers
 // GET with 404, never with the credentials it had.
 func TestOSBBindingOfAGoneInstance(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("instant", "", testenv.Templates("instant"))
 	inst := "/v2/service_instances/gone-1"
 	binding := inst + "/service_bindings/b-1"
@@ -333,7 +333,7 @@ func TestOSBBindingOfAGoneInstance(t *testing.T) {
 // bindings unbinds them first; the synchronous plan answers once all of
 // it is gone, and the bindings are then unknown.
 func TestOSBDeprovisionWithBindings(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("instant", "", testenv.Templates("instant"))
 	inst := "/v2/service_instances/owner-1"
 	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
@@ -359,7 +359,7 @@ func TestOSBDeprovisionWithBindings(t *testing.T) {
 // plan's status template, come back from the bind and from GET of the
 // binding, with the binding's parameters.
 func TestOSBBindResponseFields(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("full-bind", "", `
   - action: provision
     type: gotemplate
@@ -404,7 +404,7 @@ func TestOSBBindResponseFields(t *testing.T) {
 // on: as synchronous removals (no plan says otherwise), which fail naming
 // the plan that is missing.
 func TestOSBRemovalsAfterThePlanLeftTheCatalog(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("leaving", "  manager: {async: true, asyncBinding: true}\n", testenv.Templates("instant"))
 	inst := "/v2/service_instances/orphan-1"
 	s.Expect(http.MethodPut, inst+"?accepts_incomplete=true", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),

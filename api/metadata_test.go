@@ -12,7 +12,7 @@ import (
 // for a provision or an update (labels and attributes) is in the response
 // and in GET of the instance.
 func TestOSBInstanceMetadata(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("labelled", "", `
   - action: provision
     type: gotemplate

@@ -17,7 +17,7 @@ import (
 // moment it is accepted: never missing, never the state of the operation
 // before it, and its end is seen.
 func TestPollsAcrossReplicas(t *testing.T) {
-	a := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	a := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	b := testenv.Start(t, testenv.Parts{API: true, Namespace: a.Namespace, ServiceID: a.ServiceID})
 	plan := a.Plan("gated", "  manager: {async: true}", testenv.Templates("gated"))
 	inst := "/v2/service_instances/polled"

@@ -159,7 +159,7 @@ func TestOSBRefusals(t *testing.T) {
 // TestOSBBindRefusals: a bind the plan cannot serve is refused before
 // anything is recorded.
 func TestOSBBindRefusals(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	appOnly := s.Plan("app-only", "  manager: {requiresApp: true}", testenv.Templates("instant"))
 	asyncBind := s.Plan("async-bind", "  manager: {asyncBinding: true}", testenv.Templates("instant"))
 	unbindable := s.Plan("unbindable", "  bindable: false", testenv.Templates("instant"))
@@ -199,7 +199,7 @@ func TestOSBBindRefusals(t *testing.T) {
 // instance's state does not allow are refused, and an update that asks for
 // nothing new is a 200 that starts nothing.
 func TestOSBUpdateAndDeleteRefusals(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	fixed := s.Plan("fixed", "  planUpdatable: false\n  manager: {async: true}", testenv.Templates("instant"))
 	other := s.Plan("other", "  manager: {async: true}", testenv.Templates("instant"))
 	inst := "/v2/service_instances/upd-1"
@@ -248,7 +248,7 @@ func TestOSBUpdateAndDeleteRefusals(t *testing.T) {
 // schema that refuses what the create schema allowed. A refused request
 // changes nothing.
 func TestOSBSchemasOnRequests(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("schemas", `  schemas:
     service_instance:
       create:
@@ -288,7 +288,7 @@ func TestOSBSchemasOnRequests(t *testing.T) {
 // field and request kind. Each refusal is a 400 that names the field, and
 // leaves nothing recorded and nothing changed.
 func TestOSBRequiredFields(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("instant", "", testenv.Templates("instant"))
 	inst := "/v2/service_instances/req-1"
 	binding := inst + "/service_bindings/b-1"

@@ -38,7 +38,7 @@ type boundCredentials struct {
 // predecessor is unbound. Each rotation the rules do not allow is 400 and
 // leaves nothing behind; kubectl users rotate with spec.predecessorBinding.
 func TestBindingRotation(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	rotating := s.Plan("rotating", "  bindingRotatable: true", testenv.Templates("rotating"))
 	fixed := s.Plan("fixed", "", testenv.Templates("rotating"))
@@ -217,7 +217,7 @@ func hold(t *testing.T, s *testenv.System, name string) {
 // when to renew them (the next rotation) and when they expire (the end of
 // its overlap), not what the plan's status template says; GET agrees.
 func TestOSBBindingsRotateOnThePlansSchedule(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true})
 	plan := s.Plan("scheduled", "  bindingRotatable: true\n  bindingRotation: {every: 1h, keepFor: 10m}", testenv.Templates("rotating"))
 	s.Expect(http.MethodPut, "/v2/service_instances/db", fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`,
 		s.ServiceID, plan), http.StatusCreated, "")

@@ -26,7 +26,7 @@ import (
 // spec.metadata is served by GET where its status template reports none.
 func TestServiceFabrikFieldsAreHonoured(t *testing.T) {
 	ctx := context.Background()
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, API: true})
 	plan := s.Plan("instant", "  bindingRotatable: true\n", testenv.Templates("instant"))
 	patch := `{"spec": {"instancesRetrievable": false, "bindingsRetrievable": false, "instanceRetrievable": true, "bindingRetrievable": true,
 		"dashboardClient": {"id": "dash", "secret": "dash-secret", "redirectUri": "https://dashboard.example.com/sf"}}}`

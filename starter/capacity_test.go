@@ -72,7 +72,7 @@ func total(on map[string]int) int {
 // turns race on the ledger as two replicas' would. Deprovisioning five
 // schedules five of those waiting; a new cluster takes five more.
 func TestCapacitySchedulingNeverOvershoots(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond,
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond,
 		Scheduler: scheduling.Capacity, Concurrency: 64})
 	s.StartAnotherWorker()
 	ctx := context.Background()

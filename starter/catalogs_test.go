@@ -45,7 +45,7 @@ func waitCatalogs(t *testing.T, s *testenv.System, want map[string][]string, why
 // that turn Unreachable, are claimed or are deleted leave it within
 // seconds, and come back when they are Available again.
 func TestCatalogsFollowServices(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	l := listen(t)
 	constrained := func(name, envs string) {
 		s.Create(fmt.Sprintf(`
@@ -124,7 +124,7 @@ type catalogWrite struct {
 // service within seconds of the burst's end.
 func TestCatalogsWrittenAtMostEveryFiveSeconds(t *testing.T) {
 	const burst, pace, interval = 20, 300 * time.Millisecond, 5 * time.Second
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	s.Create(fmt.Sprintf(`
 apiVersion: primaza.io/v1alpha1
 kind: ServiceClaim

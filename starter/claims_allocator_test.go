@@ -22,7 +22,7 @@ import (
 // it does not keep the service a pass gave it: its first step lets go of
 // it. No watcher runs, so that only the test asks and starts.
 func TestAllocatorWakesItsClaims(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true})
 	ctx := context.Background()
 	// Services Available at once: no watcher runs their health checks.
 	for _, name := range []string{"db-1", "db-2"} {

@@ -56,7 +56,7 @@ func projectedInto(c require.TestingT, s *testenv.System, deployment, claim stri
 // takes all three back, as the claim's falling back to Pending does until a
 // service matches again. A claim that gives both target shapes is refused.
 func TestClaimProjectsIntoItsApplication(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	ctx := context.Background()
 	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
 	for name, labels := range map[string]string{"orders": "team: shop", "payments": "team: shop", "reports": "team: finance"} {

@@ -101,7 +101,7 @@ func binding(c require.TestingT, s *testenv.System, name string) map[string]stri
 // claim releases the service and its Secret. The password, read from a
 // Secret, never enters the workflow's history.
 func TestClaimUseCases(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	ctx := context.Background()
 	const password = "s3cret-value-kept-out-of-histories"
 	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": %q}}`, s.Namespace, password))
@@ -180,7 +180,7 @@ func TestClaimUseCases(t *testing.T) {
 // or a user's edit) gets it back from its workflow at its next
 // resolution, so that deleting it still releases its service.
 func TestClaimGetsItsFinalizerBack(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	ctx := context.Background()
 	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
 	dbService(t, s, "db-1", "psqlserver", "db-1.example")
@@ -209,7 +209,7 @@ func TestClaimGetsItsFinalizerBack(t *testing.T) {
 // TestClaimedServiceUnreachable: a claimed service that turns Unreachable
 // keeps its claim, whose condition says so until the service is back.
 func TestClaimedServiceUnreachable(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	l := listen(t)
 	registered(t, s, "checked", fmt.Sprintf(`    tcp: {host: 127.0.0.1, port: %s, minutes: 1, timeoutSeconds: 1}`, l.port()))
 	waitService(t, s, "checked", primazav1alpha1.ServiceAvailable, flipWithin)
@@ -248,13 +248,14 @@ spec:
 // claims resolves exactly 5 pending ones. It runs with one worker, then
 // with two (claims taken by two processes at once).
 func TestClaimRace(t *testing.T) {
+	t.Parallel()
 	for _, workers := range []int{1, 2} {
 		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) { claimRace(t, workers) })
 	}
 }
 
 func claimRace(t *testing.T, workers int) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	for range workers - 1 {
 		s.StartAnotherWorker()
 	}

@@ -28,7 +28,7 @@ import (
 // through provision, bind, scale-up and deprovision, each done only when
 // the Deployment says so.
 func TestKeyValueStoreFollowsItsDeployment(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
 
 	s.Instance("cache", testenv.KeyValuePlan, "")
@@ -84,7 +84,7 @@ func TestKeyValueStoreFollowsItsDeployment(t *testing.T) {
 // node has: the instance fails at the plan's maximum_polling_duration, and
 // says why in the Deployment's own words.
 func TestStoreThatCannotBeScheduledFails(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	planID := s.Plan("huge", `  maximum_polling_duration: 8
   context: {replicas: 1, cpu: "64", memory: 1Gi, image: "valkey/valkey:8.1"}
 `, testenv.SampleTemplates(t, "key-value-store"))
@@ -101,7 +101,7 @@ func TestStoreThatCannotBeScheduledFails(t *testing.T) {
 // collector: an instance's own objects go with its registry, and a
 // singleton that two instances share goes with the last of them (the Couchbase broker's registries).
 func TestGarbageCollectorRemovesWhatTheRegistryOwned(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	planID := s.Plan("owned", "", `  - action: provision
     type: gotemplate
@@ -177,7 +177,7 @@ func runningPods(t *testing.T, s *testenv.System, name string) []corev1.Pod {
 // instance (one kubectl apply) waits for the provision, then binds; it
 // does not keep reading the instance as it was when the bind began.
 func TestBindingCreatedWithItsInstance(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
 	s.Instance("cache", testenv.KeyValuePlan, "")
 	b := s.Bind("cache-app", "cache", testenv.KeyValuePlan)
 	assert.NotEmpty(t, b.Status.Response.SecretRef)

@@ -65,7 +65,7 @@ func addNode(t *testing.T, c *testenv.Cluster, name, cpu, memory string) {
 // requests, the instances scheduled there), shows it in kubectl, and holds
 // an SFCluster with instances on it until they are gone.
 func TestClusterRegistry(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Watcher: true, ClusterProbePeriod: 300 * time.Millisecond})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond})
 	ctx := context.Background()
 	eu1 := testenv.StartSister(t, 0)
 	addNode(t, eu1.Cluster, "n-1", "4", "8Gi")

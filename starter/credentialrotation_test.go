@@ -23,8 +23,9 @@ import (
 )
 
 // TestCredentialsRotateOnSchedule: a binding made with a rotation policy of
-// a 20 s period and a 10 s overlap, injected into one Deployment by a
-// usage, into another by a ServiceBinding, and into a third by a claim of
+// a 12 s period and a 6 s overlap (short, yet long enough for a rotation's
+// work and for a window to check the overlap in), injected into one
+// Deployment by a usage, into another by a ServiceBinding, and into a third by a claim of
 // a RegisteredService that reads its Secret and by a usage (two Secrets
 // that change together). Over three rotations its Secret keeps its name
 // and its credentials change; the predecessor's login is there until its
@@ -46,7 +47,7 @@ func TestCredentialsRotateOnSchedule(t *testing.T) {
 apiVersion: osb.servicefabrik.io/v1alpha1
 kind: SFServiceBinding
 metadata: {name: %s, namespace: %s}
-spec: {id: %s, instanceId: db, serviceId: %s, planId: %s, rotation: {every: 20s, keepFor: 10s}}`, name, s.Namespace, name, s.ServiceID, planID))
+spec: {id: %s, instanceId: db, serviceId: %s, planId: %s, rotation: {every: 12s, keepFor: 6s}}`, name, s.Namespace, name, s.ServiceID, planID))
 	}
 
 	// A plan whose bindings do not rotate refuses the policy.
@@ -150,9 +151,9 @@ spec:
 		require.Len(t, b.Status.Rotation.Retiring, 1)
 		until := b.Status.Rotation.Retiring[0].Until.Time
 		assert.Equal(t, fmt.Sprintf("app-r%d", gen-1), b.Status.Rotation.Retiring[0].Binding)
-		assert.WithinDuration(t, b.Status.Rotation.LastRotated.Add(10*time.Second), until, time.Second)
+		assert.WithinDuration(t, b.Status.Rotation.LastRotated.Add(6*time.Second), until, time.Second)
 		// Every look until a second before the overlap ends finds it (the
-		// rotation is seen well within its ten seconds; a run too slow for
+		// rotation is seen well within its six seconds; a run too slow for
 		// that fails here rather than checking nothing).
 		overlap := time.Until(until) - time.Second
 		if assert.Positive(t, overlap, "the rotation was seen with its overlap still to run") {

@@ -133,7 +133,7 @@ func (l *switchable) close() {
 // Available, each within an interval plus 10 s; checks that agree write
 // nothing; each flip is an Event.
 func TestHealthChecksTCPAndHTTP(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	l := listen(t)
 	registered(t, s, "tcp", fmt.Sprintf(`    tcp: {host: 127.0.0.1, port: %s, minutes: 1, timeoutSeconds: 1}`, l.port()))
 	registered(t, s, "http", fmt.Sprintf(`    http: {url: "http://%s/healthz", expectedStatus: 204, minutes: 1, timeoutSeconds: 1}`, l.addr))
@@ -202,7 +202,7 @@ func TestHealthChecksTCPAndHTTP(t *testing.T) {
 // failed check leaves the service Available; a change of the interval
 // from 5 minutes to 1 holds at once, without waiting out the old one.
 func TestHealthCheckThresholdsAndSpecChange(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	l := listen(t)
 	registered(t, s, "slow", fmt.Sprintf("    tcp: {host: 127.0.0.1, port: %s, minutes: 5, timeoutSeconds: 1}\n    failureThreshold: 2", l.port()))
 	svc := waitService(t, s, "slow", primazav1alpha1.ServiceAvailable, flipWithin)
@@ -233,7 +233,7 @@ func TestHealthCheckThresholdsAndSpecChange(t *testing.T) {
 // cannot be pulled or that runs out of time Unknown, saying why; deleting
 // the services leaves no Job behind.
 func TestHealthChecksInContainers(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	registered(t, s, "passes", `    container: {image: "alpine:3.20", command: [/bin/sh, -c, exit 0], minutes: 1}`)
 	registered(t, s, "fails", `    container: {image: "`+controlplane.FailingImage+`", minutes: 1}`)
 	registered(t, s, "unpullable", `    container: {image: "`+controlplane.UnpullableImage+`", minutes: 1}`)
@@ -274,7 +274,7 @@ func TestHealthChecksInContainers(t *testing.T) {
 // runs; the restarted one reads that check, leaves no Job behind, runs the
 // next check on time, and no loop runs twice.
 func TestHealthCheckWorkerRestart(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	registered(t, s, "restart", `    container: {image: "alpine:3.20", minutes: 3}`)
 	svc := waitService(t, s, "restart", primazav1alpha1.ServiceUnknown, 30*time.Second)
 	uid := string(svc.UID)
@@ -324,7 +324,7 @@ func TestHealthCheckWorkerRestart(t *testing.T) {
 // "health check" spelling, and a service without a check both reach
 // Available.
 func TestSeedExamples(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	raw, err := os.ReadFile(filepath.Join("..", "crds", "testdata", "seeds", "000-registeredservice.yaml"))
 	require.NoError(t, err)
 	seed := testenv.Decode(t, string(raw))
@@ -342,7 +342,7 @@ func TestSeedExamples(t *testing.T) {
 // Temporal suggests it, on the real server; the loop here has a shard with
 // no services, and the server suggests it at 20 events.
 func TestHealthChecksLoopContinuesAsNew(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, HealthCheckMinute: 200 * time.Millisecond, SuggestContinueAsNewAt: 20})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, HealthCheckMinute: 200 * time.Millisecond, SuggestContinueAsNewAt: 20})
 	id := "registeredservices/" + s.Namespace
 	run, err := s.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: id, TaskQueue: runs.TaskQueue},
 		runs.HealthChecksType, map[string]any{"shard": healthcheck.Shards + 1})

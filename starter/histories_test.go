@@ -38,7 +38,7 @@ func recorded(t *testing.T, h *historypb.History, name string) {
 // waits for its status, across a worker restart, is
 // TestWorkerRestartMidProvision's.)
 func TestHistories(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	plan := s.Plan("instant", "", testenv.Templates("instant"))
 	target := lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: s.Namespace, Name: "h-1"}

@@ -35,7 +35,7 @@ var (
 // plays the docker operator: it sets the status of the objects the plan
 // applies.
 func TestInterOperatorStylePlan(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	s.InstallCRD("docker")
 	s.InstallCRD("dockerbind")
@@ -93,7 +93,7 @@ func TestInterOperatorStylePlan(t *testing.T) {
 // that the operation does not need, is ignored with a warning: a Warning
 // Event on the resource, and a line in the run's result.
 func TestPlanOutputWarnings(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	planID := s.Plan("typo", "", `
   - action: provision

@@ -28,7 +28,7 @@ import (
 // TestInstanceLifecycle provisions the tenant-namespace sample with kubectl's
 // calls, updates it and deletes it, checking what a user would.
 func TestInstanceLifecycle(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
 
 	s.Instance("team-a", testenv.TenantPlan, "")
@@ -94,7 +94,7 @@ func TestInstanceLifecycle(t *testing.T) {
 
 // TestBindingLifecycle binds to a provisioned instance and unbinds again.
 func TestBindingLifecycle(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
 	s.Instance("team-b", testenv.TenantPlan, "")
 	inst := s.WaitInstance("team-b", "provisioned", testenv.Succeeded(1))
@@ -140,7 +140,7 @@ func TestBindingLifecycle(t *testing.T) {
 // failed with the template error and its line; nothing is applied and
 // nothing is retried.
 func TestTemplateFailure(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
 	plan := s.Plan("broken", "", testenv.Templates("broken"))
 	s.Instance("broken-1", plan, `{"size": "s"}`)
 	inst := s.WaitInstance("broken-1", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
@@ -172,7 +172,7 @@ func TestTemplateFailure(t *testing.T) {
 // remembers nothing it started: only the workflow ID keeps a second run
 // from starting.
 func TestTenReconcilesStartOneWorkflow(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true})
 	ctx := context.Background()
 	plan := s.Plan("gated", "", testenv.Templates("gated-password"))
 	inst := s.Instance("once", plan, "")
@@ -215,7 +215,7 @@ func TestTenReconcilesStartOneWorkflow(t *testing.T) {
 // policies (Kubernetes < 1.36): the watcher adds the finalizer before it
 // starts the provision.
 func TestWatcherAddsAMissingFinalizer(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Sample: true})
 	ctx := context.Background()
 	inst := s.Instance("bare", testenv.TenantPlan, "")
 	require.NoError(t, s.Kube.Client.Patch(ctx, inst, ctrlclient.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))))
@@ -254,7 +254,7 @@ func serviceAccountOf(t *testing.T, b *osbv1alpha1.SFServiceBinding) string {
 // for a removal by writing "delete" into the status; the watcher deletes
 // the instance, and Deprovision removes what it applied.
 func TestStateDeleteRemovesTheInstance(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	plan := s.Plan("instant", "", testenv.Templates("instant"))
 	s.Instance("doomed", plan, "")
@@ -276,7 +276,7 @@ func TestStateDeleteRemovesTheInstance(t *testing.T) {
 // TestSearchAttributesFindTheRun: the watcher sets the search attributes
 // of each run it starts; visibility finds the run by every one of them.
 func TestSearchAttributesFindTheRun(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	plan := s.Plan("instant", "", testenv.Templates("instant"))
 	s.Instance("found-1", plan, "")
 	s.WaitInstance("found-1", "provisioned", testenv.Succeeded(1))
@@ -295,7 +295,7 @@ func TestSearchAttributesFindTheRun(t *testing.T) {
 // TestStateUpdateRunsUpdate: a client that writes "update" into the status
 // of an instance, as the inter-operator's do, gets an Update run.
 func TestStateUpdateRunsUpdate(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	plan := s.Plan("instant", "", testenv.Templates("instant"))
 	s.Instance("again-1", plan, "")
@@ -315,7 +315,7 @@ func TestStateUpdateRunsUpdate(t *testing.T) {
 // unbinds each of them first, by its own Unbind run, and says so while it
 // waits; then the instance goes, and nothing is left behind.
 func TestDeprovisionUnbindsFirst(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	plan := s.Plan("slow-unbind", "", testenv.Templates("gated-binding"))
 	s.Instance("owner-1", plan, "")

@@ -190,7 +190,7 @@ spec: {id: keys, instanceId: keys, serviceId: %s, planId: %s, rotation: {every: 
 // new provision, whose start sets those attributes, succeeds; and a
 // service whose endpoint then goes away turns Unreachable.
 func TestLostNamespaceComesBack(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, TemporalCluster: true, HealthCheckMinute: checkMinute,
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, TemporalCluster: true, HealthCheckMinute: checkMinute,
 		LoopCheckPeriod: loopCheckPeriod})
 	ctx := context.Background()
 	up := listen(t)

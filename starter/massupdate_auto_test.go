@@ -20,7 +20,7 @@ import (
 // instance to the newest generation.
 func TestAutoUpdateInstances(t *testing.T) {
 	const n = 20
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	massFleet(t, s, n, "  autoUpdateInstances: true\n  massUpdate: {concurrency: 2, maxFailures: \"10%\"}\n", func(int) string { return `{"gated": true}` })
 
 	newVersion(t, s, "2")

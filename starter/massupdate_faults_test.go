@@ -43,7 +43,7 @@ func atGeneration(instances []osbv1alpha1.SFServiceInstance, gen int64) int {
 // started untouched.
 func TestMassUpdateCancel(t *testing.T) {
 	const n = 60
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, API: true})
 	planID := massFleet(t, s, n, "", func(int) string { return "" })
 	newVersion(t, s, "2")
 	name := s.Namespace + "/cancelled"
@@ -71,7 +71,7 @@ func TestMassUpdateCancel(t *testing.T) {
 // pauses the run at maxFailures, listing them.
 func TestMassUpdateFailureBudget(t *testing.T) {
 	const n = 40
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, API: true})
 	planID := massFleet(t, s, n, "", func(i int) string {
 		if i%4 == 3 {
 			return `{"fragile": true}`
@@ -113,7 +113,7 @@ func TestMassUpdateFailureBudget(t *testing.T) {
 // Update run.
 func TestMassUpdateSurvivesAWorkerRestart(t *testing.T) {
 	const n = 100
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, API: true})
 	planID := massFleet(t, s, n, "", func(int) string { return "" })
 	newVersion(t, s, "2")
 	name := s.Namespace + "/restart"
@@ -158,7 +158,7 @@ func TestMassUpdateSurvivesAWorkerRestart(t *testing.T) {
 // under way when the run reaches it is tried again once that update ends;
 // it is not failed.
 func TestMassUpdateWaitsForABusyInstance(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, API: true})
 	planID := massFleet(t, s, 3, "", func(int) string { return "" })
 	newVersion(t, s, "2")
 	busy, err := s.GetInstance("m-001")
@@ -196,7 +196,7 @@ func TestMassUpdateWaitsForABusyInstance(t *testing.T) {
 // Update runs, which count as updated (not skipped, as a second run would).
 func TestMassUpdateLetsItsWorkerStop(t *testing.T) {
 	const n = 4
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, API: true})
 	planID := massFleet(t, s, n, "", func(int) string { return `{"gated": true}` })
 	newVersion(t, s, "2")
 	name := s.Namespace + "/stopping"

@@ -75,7 +75,7 @@ func startMassUpdate(t *testing.T, s *testenv.System, req massupdate.Request) cl
 // each of its instances, each by its own Update run, and a second run
 // skips them all.
 func TestMassUpdateOfAPlanChange(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	planID := massFleet(t, s, 20, "", func(int) string { return "" })
 	newVersion(t, s, "2")
 

@@ -19,7 +19,7 @@ import (
 // TestPlanReadiness: kubectl get sfplans says whether a plan can work, as
 // soon as it is registered.
 func TestPlanReadiness(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
 	ready := func(name string) *osbv1alpha1.SFPlan {
 		t.Helper()

@@ -28,7 +28,7 @@ import (
 // every run carries a summary with names and details that lead back to its
 // resource.
 func TestRunsEndAsTheirOperations(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	failures := map[string]struct{ plan, kind string }{
 		"tpl":     {s.Plan("broken", "", testenv.Templates("broken")), "TemplateError"},
@@ -115,7 +115,7 @@ func TestRunsEndAsTheirOperations(t *testing.T) {
 // namespace does not exist yet) is retried where an operator and a kubectl
 // user see it, and fails at the plan's deadline if the error never passes.
 func TestRetriesShow(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	later := s.Namespace + "-later"
 	template := func(ns string) string {

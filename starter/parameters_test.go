@@ -22,7 +22,7 @@ import (
 // applied; an update that breaks the update schema fails the same way and
 // leaves the instance as it was.
 func TestKubectlParametersMeetThePlanSchema(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
 	failed := func(i *osbv1alpha1.SFServiceInstance) bool { return i.Status.State == osbv1alpha1.StateFailed }
 

@@ -23,7 +23,7 @@ import (
 // through the worker: the instance succeeds, and the chart's objects exist
 // with the request's parameters over the chart's defaults.
 func TestHelmPlan(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	plan := s.Plan("helm", "", fmt.Sprintf(`
   - action: provision
@@ -46,7 +46,7 @@ func TestHelmPlan(t *testing.T) {
 // TestRefusedObjectFailsTheInstance: an object the API server refuses
 // leaves the instance failed with the API server's own message, at once.
 func TestRefusedObjectFailsTheInstance(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	plan := s.Plan("refused", "", testenv.Templates("refused"))
 	s.Instance("refused-1", plan, "")
 	inst := s.WaitInstance("refused-1", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {
@@ -60,7 +60,7 @@ func TestRefusedObjectFailsTheInstance(t *testing.T) {
 // worker; a plan version keeps the body it fetched, and a change to the
 // plan fetches again.
 func TestTemplateFromURLPlan(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	var suffix atomic.Value
 	suffix.Store("first")

@@ -26,7 +26,7 @@ import (
 // applied and before the status says succeeded, and starts another: the
 // workflow finishes, with no duplicate objects and no second password.
 func TestWorkerRestartMidProvision(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
 	plan := s.Plan("gated", "", testenv.Templates("gated-password"))
 	s.Instance("restart-1", plan, "")
@@ -97,7 +97,7 @@ func nextPoll(t *testing.T, s *testenv.System, id string) time.Time {
 // operation on an instance while one runs is refused by Temporal; the
 // starter starts it once the running one is done.
 func TestConcurrentOperationIsRefused(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, Sample: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
 	ctx := context.Background()
 	plan := s.Plan("gated", "", testenv.Templates("gated-password"))
 	s.Instance("busy", plan, "")

@@ -28,7 +28,7 @@ func TestSchedulersPlace(t *testing.T) {
 		sis[fmt.Sprintf("eu-%d", i+1)] = testenv.StartSister(t, 1)
 	}
 	setUp := func(t *testing.T, scheduler scheduling.Scheduler) *testenv.System {
-		s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond, Scheduler: scheduler, Concurrency: 32})
+		s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond, Scheduler: scheduler, Concurrency: 32})
 		for name, sister := range sis {
 			register(t, s, name, sister.Kubeconfig, nil)
 			waitCluster(t, s, name, "ready", func(c *resourcev1alpha1.SFCluster) bool {

@@ -57,7 +57,7 @@ func exists(t *testing.T, c *testenv.Cluster, namespace, name string, obj ctrlcl
 // registry and bindings' credentials are in its cluster only, its status
 // and an event say why it went there, and deprovision removes them there.
 func TestProvisionIntoSisterClusters(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true, ClusterProbePeriod: 300 * time.Millisecond,
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, API: true, ClusterProbePeriod: 300 * time.Millisecond,
 		Scheduler: scheduling.LeastUtilized})
 	ctx := context.Background()
 	sis := sisters(t, s, 2)

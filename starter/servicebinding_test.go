@@ -67,7 +67,7 @@ func projectedVolume(binding, secret string) corev1.Volume {
 // same does not; the Secret deleted turns it Ready=False and back; its
 // deletion takes back exactly what it projected.
 func TestServiceBindingToASecret(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	s.Kube.Kubectl(t, "", "label", "deployment", "web", "tier=front", "-n", s.Namespace)
@@ -257,7 +257,7 @@ spec:
 // as a ServiceBinding names it); once it is gone, Ready=False.
 func TestServiceBindingToAnotherProvisionedService(t *testing.T) {
 	ctx := context.Background()
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	s.InstallCRD("database")
 	for _, name := range []string{"orders-v1", "orders-v2"} {
 		s.Create(fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: %s}\nstringData: {username: %s}", name, s.Namespace, name))
@@ -394,7 +394,7 @@ spec:
 // it holds a service (its status.binding.name names the claim's Secret,
 // which carries type and provider itself).
 func TestServiceBindingToAClaim(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
 	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	claimIntoWeb(s)

@@ -30,7 +30,7 @@ import (
 // away, and the claim goes Pending.
 func TestServiceClassRegistersItsResources(t *testing.T) {
 	ctx := context.Background()
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	s.InstallCRD("database")
 	s.Create(fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: orders-creds, namespace: %s}\nstringData: {password: s3cret}", s.Namespace))
 	s.Create(fmt.Sprintf(`

@@ -50,12 +50,12 @@ func shardCache(opts *cache.Options, s sharding.Shard) {
 // its own, so that a class of a sharded kind (a class of SFServiceInstances)
 // registers every object of it, not the shard's part. Its informers start
 // when a class names a kind; without such a class it holds nothing.
-func classResources(mgr ctrl.Manager, s sharding.Shard) (cache.Cache, error) {
+func classResources(mgr ctrl.Manager, s sharding.Shard, namespaces []string) (cache.Cache, error) {
 	if !s.Sharded() {
 		return mgr.GetCache(), nil
 	}
 	c, err := cache.New(mgr.GetConfig(), cache.Options{Scheme: crds.NewScheme(), NewInformer: informers.New,
-		DefaultTransform: cache.TransformStripManagedFields()})
+		DefaultTransform: cache.TransformStripManagedFields(), DefaultNamespaces: informers.Namespaces(namespaces)})
 	if err != nil {
 		return nil, fmt.Errorf("creating the cache of the ServiceClasses' kinds: %w", err)
 	}

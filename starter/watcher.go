@@ -82,6 +82,12 @@ type WatcherOptions struct {
 	// on a lease of its own (the whole when zero). The first shard also
 	// does the work of every other kind.
 	Shard sharding.Shard
+	// Namespaces, when set, are the only namespaces the watcher watches
+	// (cluster-scoped kinds are watched whole): Quartermasters that share a
+	// cluster, each with a Temporal namespace of its own, keep out of each
+	// other's way so (the tests run side by side this way). Empty: every
+	// namespace.
+	Namespaces []string
 }
 
 // LeaseName is the Lease through which one of several watchers leads, in
@@ -131,6 +137,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	cacheOpts := cache.Options{NewInformer: informers.New, DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[ctrlclient.Object]cache.ByObject{secretsMetadata(): {Label: secrets}}}
 	shardCache(&cacheOpts, opts.Shard)
+	cacheOpts.DefaultNamespaces = informers.Namespaces(opts.Namespaces)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  crds.NewScheme(),
 		Cache:                   cacheOpts,
@@ -204,7 +211,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 // and the Kubernetes users' kinds, the SFClusters, the automatic mass
 // updates, and the labelling of the objects no shard owns yet.
 func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, copts reconcilerOptions, keep *Loops) error {
-	classes, err := classResources(mgr, opts.Shard)
+	classes, err := classResources(mgr, opts.Shard, opts.Namespaces)
 	if err != nil {
 		return err
 	}

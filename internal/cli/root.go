@@ -32,6 +32,8 @@ type globals struct {
 	logLevel            string
 	// catalog lists the catalog namespaces (tenancy.Boundary).
 	catalog []string
+	// watched lists the only namespaces the components watch (system.Options.Namespaces).
+	watched []string
 	logger  *slog.Logger
 	// env is where the Temporal client configuration's variables are
 	// looked up (nil: the process's environment).
@@ -88,6 +90,8 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	pf.StringSliceVar(&g.catalog, "catalog-namespaces", splitList(envOr("QM_CATALOG_NAMESPACES", envOr("QM_NAMESPACE", "default"))),
 		"the namespaces whose SFServices, SFPlans and SFClusters are trusted; a plan elsewhere is a tenant's, applied as a ServiceAccount of its namespace (env QM_CATALOG_NAMESPACES, comma-separated; default QM_NAMESPACE, else default)")
+	pf.StringSliceVar(&g.watched, "watch-namespaces", splitList(os.Getenv("QM_WATCH_NAMESPACES")),
+		"the only namespaces whose resources the watcher and the worker's health checks watch, the catalog namespaces among them, for Quartermasters that share a cluster, each with a Temporal namespace of its own (env QM_WATCH_NAMESPACES, comma-separated; default: every namespace)")
 
 	root.AddCommand(
 		newDevCommand(g),

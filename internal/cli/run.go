@@ -18,6 +18,7 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 	}
 	o.Kube = cfg
 	o.Catalog = tenancy.Boundary{Catalog: g.catalog}
+	o.Namespaces = g.watched
 	if withTemporal {
 		tc, opts, err := g.temporal(ctx)
 		if err != nil {

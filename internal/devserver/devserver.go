@@ -44,6 +44,10 @@ type Options struct {
 	UIPort int
 	// Namespace is registered at start; empty means "default".
 	Namespace string
+	// Namespaces are registered at start too, each with Quartermaster's
+	// search attributes: ready at once, where one registered later waits
+	// out the server's namespace cache.
+	Namespaces []string
 	// Out receives the server's output; nil discards it.
 	Out io.Writer
 	// Logger is used by the returned client; nil uses slog's default.
@@ -83,6 +87,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// through the task queue (about 40 ms a batch on SQLite).
 	extra := []string{"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false",
 		"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
+	for _, ns := range opts.Namespaces {
+		extra = append(extra, "--namespace", ns)
+	}
 	for _, key := range slices.Sorted(maps.Keys(opts.DynamicConfig)) {
 		extra = append(extra, "--dynamic-config-value", key+"="+opts.DynamicConfig[key])
 	}

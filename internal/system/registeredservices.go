@@ -33,7 +33,7 @@ import (
 // label), so that a pass over thousands of services reads nothing from the
 // API server; the checks get a recorder for the Events of their changes of
 // state.
-func registeredServiceActivities(ctx context.Context, g *errgroup.Group, cfg *rest.Config, kube ctrlclient.Client, minute time.Duration) (*activities.HealthChecks, *activities.Claims, error) {
+func registeredServiceActivities(ctx context.Context, g *errgroup.Group, cfg *rest.Config, kube ctrlclient.Client, minute time.Duration, namespaces []string) (*activities.HealthChecks, *activities.Claims, error) {
 	checks, err := labels.NewRequirement(healthcheck.LabelService, selection.Exists, nil)
 	if err != nil {
 		return nil, nil, err
@@ -43,6 +43,8 @@ func registeredServiceActivities(ctx context.Context, g *errgroup.Group, cfg *re
 		Scheme:      crds.NewScheme(),
 		NewInformer: informers.New,
 		ByObject:    map[ctrlclient.Object]cache.ByObject{&batchv1.Job{}: onlyChecks, &corev1.Pod{}: onlyChecks},
+		// Only the services of the watched namespaces are checked here.
+		DefaultNamespaces: informers.Namespaces(namespaces),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the health checks' cache: %w", err)

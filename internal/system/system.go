@@ -61,6 +61,12 @@ type Options struct {
 	// Scheduler chooses the cluster of each new instance among the
 	// SFClusters ("" or default: the one Kube reaches).
 	Scheduler scheduling.Scheduler
+	// Namespaces, when set, are the only namespaces whose resources the
+	// components watch: the watcher's (unless its options name others),
+	// the health checks' services and the scheduler's instances. Two
+	// Quartermasters on one cluster, each with a Temporal namespace of its
+	// own, then keep to their own resources. Empty: every namespace.
+	Namespaces []string
 
 	// Worker runs the Temporal worker.
 	Worker bool
@@ -158,14 +164,14 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 				return err
 			}
 		}
-		checks, claims, err := registeredServiceActivities(ctx, g, o.Kube, s.Kube, o.HealthCheckMinute)
+		checks, claims, err := registeredServiceActivities(ctx, g, o.Kube, s.Kube, o.HealthCheckMinute, o.Namespaces)
 		if err != nil {
 			return err
 		}
 		var instances ctrlclient.Reader
 		if o.Scheduler.Schedules() {
 			// Each decision counts the instances of every cluster.
-			if instances, err = startCache(ctx, g, o.Kube, "", "the scheduler", &osbv1alpha1.SFServiceInstance{}); err != nil {
+			if instances, err = startCache(ctx, g, o.Kube, o.Namespaces, "the scheduler", &osbv1alpha1.SFServiceInstance{}); err != nil {
 				return err
 			}
 		}
@@ -197,6 +203,9 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 	if o.Watcher != nil {
 		wo := *o.Watcher
 		wo.Catalog = o.Catalog
+		if len(wo.Namespaces) == 0 {
+			wo.Namespaces = o.Namespaces
+		}
 		mgr, err := starter.NewWatcher(o.Kube, o.Temporal, wo)
 		if err != nil {
 			return err
@@ -211,7 +220,7 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 			return errors.New("the API needs a listener")
 		}
 		// The last_operation polls read the cache.
-		polls, err := startCache(ctx, g, o.Kube, o.API.Namespace, "the API", &osbv1alpha1.SFServiceInstance{}, &osbv1alpha1.SFServiceBinding{})
+		polls, err := startCache(ctx, g, o.Kube, []string{o.API.Namespace}, "the API", &osbv1alpha1.SFServiceInstance{}, &osbv1alpha1.SFServiceBinding{})
 		if err != nil {
 			return err
 		}
@@ -225,14 +234,12 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 	return nil
 }
 
-// startCache starts an informer cache of objs in namespace (all, when it
-// is empty), without their managedFields, for user, and returns once it
-// has synced.
-func startCache(ctx context.Context, g *errgroup.Group, cfg *rest.Config, namespace, user string, objs ...ctrlclient.Object) (cache.Cache, error) {
-	opts := cache.Options{Scheme: crds.NewScheme(), DefaultTransform: cache.TransformStripManagedFields(), NewInformer: informers.New}
-	if namespace != "" {
-		opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
-	}
+// startCache starts an informer cache of objs in namespaces (all, when
+// there are none), without their managedFields, for user, and returns once
+// it has synced.
+func startCache(ctx context.Context, g *errgroup.Group, cfg *rest.Config, namespaces []string, user string, objs ...ctrlclient.Object) (cache.Cache, error) {
+	opts := cache.Options{Scheme: crds.NewScheme(), DefaultTransform: cache.TransformStripManagedFields(), NewInformer: informers.New,
+		DefaultNamespaces: informers.Namespaces(namespaces)}
 	c, err := cache.New(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating the cache of %s: %w", user, err)

@@ -96,6 +96,14 @@ type Parts struct {
 	// LoopCheckPeriod is how often the watcher looks for lost long-lived
 	// runs (0: its default).
 	LoopCheckPeriod time.Duration
+	// Parallel runs the test beside the package's other parallel tests
+	// (Start calls t.Parallel): the System keeps to its namespace and
+	// "default" (the samples') and has a Temporal namespace of its own
+	// (OwnTemporalNamespace), so that no other test's watcher or worker
+	// acts on what it makes. A test that writes in other namespaces, edits
+	// what is in "default", or reads process-wide figures (Metrics) stays
+	// serial.
+	Parallel bool
 }
 
 // System is Quartermaster running on the shared API server and dev server,
@@ -127,11 +135,16 @@ type System struct {
 	restOptions    system.Options
 	minute         time.Duration
 	scheduler      scheduling.Scheduler
+	// watched are the only namespaces the components watch (Parts.Parallel).
+	watched []string
 }
 
 // Start runs the parts of Quartermaster that parts names until the test ends.
 func Start(t testing.TB, parts Parts) *System {
 	t.Helper()
+	if p, ok := t.(interface{ Parallel() }); ok && parts.Parallel {
+		p.Parallel()
+	}
 	s := &System{t: t, Namespace: parts.Namespace, ServiceID: parts.ServiceID, minute: parts.HealthCheckMinute, scheduler: parts.Scheduler}
 	if parts.Bare {
 		s.Kube = BareKubernetes(t)
@@ -149,6 +162,8 @@ func Start(t testing.TB, parts Parts) *System {
 	case parts.SuggestContinueAsNewAt > 0:
 		s.Temporal = ownTemporal(t, devserver.Options{DynamicConfig: map[string]string{
 			"limit.historyCount.suggestContinueAsNew": strconv.Itoa(parts.SuggestContinueAsNewAt)}})
+	case parts.Parallel && (parts.Worker || parts.Watcher):
+		s.Temporal, _ = OwnTemporalNamespace(t)
 	case parts.Worker || parts.Watcher:
 		s.Temporal = Temporal(t)
 	}
@@ -168,6 +183,9 @@ spec:
   bindingsRetrievable: true
   planUpdatable: true`, s.Namespace, s.Namespace, s.ServiceID))
 	}
+	if parts.Parallel {
+		s.watched = s.Catalog().Catalog
+	}
 	if parts.Sample {
 		s.installSample()
 	}
@@ -177,7 +195,7 @@ spec:
 	if parts.Worker {
 		s.StartWorker()
 	}
-	o := system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal}
+	o := system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal, Namespaces: s.watched}
 	if parts.Watcher {
 		o.Watcher = &starter.WatcherOptions{Concurrency: parts.Concurrency, ClusterProbePeriod: parts.ClusterProbePeriod,
 			LoopCheckPeriod: parts.LoopCheckPeriod}
@@ -242,7 +260,7 @@ func (s *System) run(o system.Options) *system.System {
 func (s *System) StartWorker() {
 	s.t.Helper()
 	o := system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
-		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes}
+		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes, Namespaces: s.watched}
 	if s.TemporalCluster != nil {
 		// As `qm worker` does: a cluster's namespace gets the search
 		// attributes from the worker.
@@ -273,7 +291,8 @@ func (s *System) serveWorkerMetrics() {
 // second replica of `qm worker` has; it stops when the test ends.
 func (s *System) StartAnotherWorker() {
 	s.t.Helper()
-	s.run(system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler})
+	s.run(system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler,
+		Namespaces: s.watched})
 }
 
 // RestartWatcher stops the watcher (and the API, if the System has it) and

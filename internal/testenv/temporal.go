@@ -2,14 +2,19 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 
 	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/internal/temporalcluster"
@@ -61,7 +66,7 @@ func Temporal(t testing.TB) client.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var srv *devserver.Server
-		if srv, temporalErr = devserver.Start(ctx, devserver.Options{Path: path}); temporalErr == nil {
+		if srv, temporalErr = devserver.Start(ctx, devserver.Options{Path: path, Namespaces: pooledNamespaces()}); temporalErr == nil {
 			temporalSrv = devTemporal{srv}
 		}
 	})
@@ -69,6 +74,90 @@ func Temporal(t testing.TB) client.Client {
 		t.Fatalf("starting Temporal (%s): %v", TemporalKind(), temporalErr)
 	}
 	return temporalSrv.Client()
+}
+
+// namespacePool holds the shared dev server's namespaces besides "default"
+// that no System holds now (OwnTemporalNamespace).
+var namespacePool = make(chan string, poolSize)
+
+// poolSize is how many Systems of a test binary may hold a Temporal
+// namespace of their own at once: more than go test's -parallel, so that a
+// test with two Systems does not wait for one.
+const poolSize = 24
+
+// pooledNamespaces names the pool's namespaces and fills it.
+func pooledNamespaces() []string {
+	names := make([]string, poolSize)
+	for i := range names {
+		names[i] = fmt.Sprintf("qm-test-%d", i)
+		namespacePool <- names[i]
+	}
+	return names
+}
+
+// OwnTemporalNamespace returns a client of a namespace of the shared dev
+// server that the test alone uses until it ends: task queues, workflow IDs
+// and visibility of its own, so that its worker never takes another test's
+// tasks. When the test ends, the namespace's open runs are terminated and
+// it goes back to the pool for a later test. On a Temporal cluster
+// (TemporalKind) it is the shared client, "default".
+func OwnTemporalNamespace(t testing.TB) (client.Client, string) {
+	t.Helper()
+	shared := Temporal(t)
+	if TemporalKind() == "cluster" {
+		return shared, "default"
+	}
+	var ns string
+	select {
+	case ns = <-namespacePool:
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("no Temporal namespace came free in 5 minutes: more Systems at once than the pool's %d", poolSize)
+	}
+	// The shared client's logger: a client without one logs the SDK's
+	// debug lines, every timer of every run.
+	tc, err := client.NewClientFromExisting(shared, client.Options{Namespace: ns, Logger: log.NewStructuredLogger(slog.Default())})
+	if err != nil {
+		namespacePool <- ns
+		t.Fatalf("a client of the Temporal namespace %s: %v", ns, err)
+	}
+	t.Cleanup(func() {
+		defer func() { namespacePool <- ns }()
+		defer tc.Close()
+		if err := terminateOpenRuns(tc); err != nil {
+			t.Errorf("clearing the Temporal namespace %s for the next test: %v", ns, err)
+		}
+	})
+	return tc, ns
+}
+
+// terminateOpenRuns ends every run still open in tc's namespace: the
+// long-lived loops a test leaves behind would otherwise run on in the next
+// test's worker.
+func terminateOpenRuns(tc client.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: "ExecutionStatus = 'Running'"})
+		if err != nil {
+			return fmt.Errorf("listing the open runs: %w", err)
+		}
+		if len(resp.Executions) == 0 {
+			return nil
+		}
+		for _, e := range resp.Executions {
+			err := tc.TerminateWorkflow(ctx, e.Execution.WorkflowId, e.Execution.RunId, "the test ended")
+			if err != nil && !isNotFound(err) {
+				return fmt.Errorf("terminating %s: %w", e.Execution.WorkflowId, err)
+			}
+		}
+	}
+}
+
+// isNotFound says whether err is Temporal's answer for a run that is gone
+// or closed already.
+func isNotFound(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
 }
 
 // TemporalAddress is the host:port of the shared Temporal.

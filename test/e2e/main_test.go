@@ -74,3 +74,20 @@ func newProcessEnv(t *testing.T) processEnv {
 	t.Setenv("QM_CATALOG_NAMESPACES", e.s.Namespace)
 	return e
 }
+
+// newIsolatedProcessEnv is newProcessEnv for a test that runs beside the
+// package's other parallel tests (it calls t.Parallel): its processes keep
+// to its namespace (--watch-namespaces) and to a Temporal namespace of its
+// own (testenv.OwnTemporalNamespace), as two Quartermasters on one cluster
+// do. Only this release's qm has those flags.
+func newIsolatedProcessEnv(t *testing.T) processEnv {
+	t.Helper()
+	e := processEnv{qm: buildQM(t), kube: testenv.Kubernetes(t), s: testenv.Start(t, testenv.Parts{Parallel: true})}
+	tc, temporalNamespace := testenv.OwnTemporalNamespace(t)
+	e.s.Temporal = tc
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, e.kube.Kubeconfig, 0o600))
+	e.common = []string{"--kubeconfig", kubeconfig, "--temporal-address", testenv.TemporalAddress(t), "--temporal-namespace", temporalNamespace,
+		"--catalog-namespaces", e.s.Namespace, "--watch-namespaces", e.s.Namespace, "--log-level", "info"}
+	return e
+}

@@ -25,7 +25,7 @@ import (
 // published once, no third successor is made, and the first one is
 // retired after its overlap.
 func TestRotationSurvivesAWorkerKilledMidway(t *testing.T) {
-	e := newProcessEnv(t)
+	e := newIsolatedProcessEnv(t)
 	qm, kube, s := e.qm, e.kube, e.s
 	ctx := context.Background()
 	common := slices.Concat(e.common, []string{"--health-addr", "0", "--metrics-addr", "0"})

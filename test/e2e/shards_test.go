@@ -48,13 +48,14 @@ const shardedProvisions = 40
 // handles, project bindings that other shards may own, and a claim is
 // the first shard's too; an SFCluster counts every shard's instances.
 func TestShardedWatchers(t *testing.T) {
+	t.Parallel()
 	for _, count := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d shards", count), func(t *testing.T) { shardedRun(t, count) })
 	}
 }
 
 func shardedRun(t *testing.T, count int) {
-	e := newProcessEnv(t)
+	e := newIsolatedProcessEnv(t)
 	qm, kube, s, common := e.qm, e.kube, e.s, e.common
 	ns := s.Namespace
 	ctx := context.Background()

@@ -20,7 +20,7 @@ import (
 // the history service killed while the provision runs. The operator finds
 // each operation's run in visibility by its search attributes.
 func TestOnATemporalCluster(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{API: true, Worker: true, Watcher: true, TemporalCluster: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true, Worker: true, Watcher: true, TemporalCluster: true})
 	ctx := context.Background()
 	plan := s.Plan("small", "  manager: {async: true}", testenv.Templates("gated"))
 	inst := "/v2/service_instances/tc-1"
