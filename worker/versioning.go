@@ -42,6 +42,11 @@ type Versioning struct {
 	// routed to keeps serving the runs pinned to it (zero:
 	// DefaultDrainTimeout).
 	DrainTimeout time.Duration
+	// AdoptPeriod is how often a worker looks for a current build whose
+	// workers are gone, and PollerGone how long after its last poll a
+	// worker counts as gone (zero: adoptPeriod and pollerGone, so that a
+	// new install waits two and a half minutes at most; tests shorten them).
+	AdoptPeriod, PollerGone time.Duration
 }
 
 // DefaultDrainTimeout covers a provision or bind that waits for its
@@ -174,7 +179,7 @@ func Adopt(ctx context.Context, c client.Client, v Versioning, log *slog.Logger)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(adoptPeriod):
+		case <-time.After(cmp.Or(v.AdoptPeriod, adoptPeriod)):
 		}
 		if err := adopt(ctx, c, v, log); err != nil && ctx.Err() == nil {
 			log.Warn("could not check that the current build has workers", "error", err.Error())
@@ -206,7 +211,7 @@ func adopt(ctx context.Context, c client.Client, v Versioning, log *slog.Logger)
 const pollerGone = 2 * time.Minute
 
 // gone says whether no worker of build has polled the task queue within
-// pollerGone, as the server lists its pollers.
+// PollerGone, as the server lists its pollers.
 func gone(ctx context.Context, c client.Client, v Versioning, build string) (bool, error) {
 	resp, err := c.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
 		Namespace: cmp.Or(v.Namespace, "default"), TaskQueue: &taskqueuepb.TaskQueue{Name: runs.TaskQueue, Kind: enums.TASK_QUEUE_KIND_NORMAL},
@@ -216,7 +221,7 @@ func gone(ctx context.Context, c client.Client, v Versioning, build string) (boo
 	}
 	for _, p := range resp.GetPollers() {
 		o := p.GetDeploymentOptions()
-		if o.GetDeploymentName() == v.Deployment && o.GetBuildId() == build && time.Since(p.GetLastAccessTime().AsTime()) < pollerGone {
+		if o.GetDeploymentName() == v.Deployment && o.GetBuildId() == build && time.Since(p.GetLastAccessTime().AsTime()) < cmp.Or(v.PollerGone, pollerGone) {
 			return false, nil
 		}
 	}
