@@ -277,3 +277,45 @@ func requireConfigMap(t *testing.T, s *testenv.System, name string, exists bool)
 	}
 	require.True(t, apierrors.IsNotFound(err), "ConfigMap %s is gone: %v", name, err)
 }
+
+// TestTourRotatesTheTenantSample is the README tour's fourth step on the
+// tenant-namespace sample: a binding of tenant-1 that rotates, its Secret
+// naming the binding's ServiceAccount; `quartermaster.io/rotate=now`
+// rotates at once, the Secret then names another ServiceAccount, the old
+// one works through the overlap and goes after it, and the successors
+// are listed by their label.
+func TestTourRotatesTheTenantSample(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, Sample: true})
+	ctx := context.Background()
+	s.Instance("tenant-1", testenv.TenantPlan, "")
+	tenantNS := nsOf(t, s.WaitInstance("tenant-1", "provisioned", testenv.Succeeded(1)))
+	s.Create(fmt.Sprintf(`
+apiVersion: osb.servicefabrik.io/v1alpha1
+kind: SFServiceBinding
+metadata: {name: ci, namespace: %s}
+spec: {id: ci, instanceId: tenant-1, serviceId: %s, planId: %s, rotation: {every: 1h, keepFor: 5s}}`, s.Namespace, testenv.TenantService, testenv.TenantPlan))
+	b := waitRotation(t, s, "ci", 1)
+	secret := b.Status.Response.SecretRef
+	first := secretData(t, s, secret)["serviceAccount"]
+	require.NotEmpty(t, first, "the Secret names the binding's ServiceAccount")
+	serviceAccount := func(name string) error {
+		return s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: tenantNS, Name: name}, &corev1.ServiceAccount{})
+	}
+	require.NoError(t, serviceAccount(first), "the login exists in the tenant's namespace")
+
+	s.Kube.Kubectl(t, "", "annotate", "--overwrite", "sfservicebinding", "ci", "-n", s.Namespace, osbv1alpha1.RotateAnnotation+"=now")
+	b = waitRotation(t, s, "ci", 2)
+	second := secretData(t, s, secret)["serviceAccount"]
+	assert.NotEqual(t, first, second, "another login after the rotation, under the same Secret")
+	require.NoError(t, serviceAccount(second))
+	require.Len(t, b.Status.Rotation.Retiring, 1)
+	until := b.Status.Rotation.Retiring[0].Until.Time
+	if overlap := time.Until(until) - time.Second; assert.Positive(t, overlap, "the rotation was seen with its overlap still to run") {
+		assert.Never(t, func() bool { return serviceAccount(first) != nil }, overlap, 50*time.Millisecond, "the old login works through the overlap")
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, apierrors.IsNotFound(serviceAccount(first)), "the old login is gone after the overlap")
+	}, 30*time.Second, 50*time.Millisecond, "the old ServiceAccount goes")
+	out := s.Kube.Kubectl(t, "", "get", "sfservicebindings", "-n", s.Namespace, "-l", osbv1alpha1.RotationOfLabel, "-o", "name")
+	assert.Equal(t, "sfservicebinding.osb.servicefabrik.io/"+b.Status.Rotation.Current+"\n", out, "the current successor alone, once the overlap is over")
+}
