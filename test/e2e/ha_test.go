@@ -55,7 +55,6 @@ func TestHighAvailability(t *testing.T) {
 	e := newProcessEnv(t)
 	qm, kube, s, common := e.qm, e.kube, e.s, e.common
 	ns := s.Namespace
-	ctx := context.Background()
 	async := s.Plan("async", "  manager: {async: true}\n", testenv.Templates("instant"))
 	sync := s.Plan("sync", "", testenv.Templates("instant"))
 
@@ -70,13 +69,7 @@ func TestHighAvailability(t *testing.T) {
 	}
 	workers := []*process{worker("worker-1"), worker("worker-2")}
 	first := watcher("watcher-1")
-	lease := func() coordinationv1.LeaseSpec {
-		var l coordinationv1.Lease
-		if err := kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: starter.LeaseName}, &l); err != nil {
-			return coordinationv1.LeaseSpec{}
-		}
-		return l.Spec
-	}
+	lease := func() coordinationv1.LeaseSpec { return leaseSpec(kube, ns, starter.LeaseName) }
 	holder := func() string { return ptr.Deref(lease().HolderIdentity, "") }
 	require.Eventually(t, func() bool { return holder() != "" }, 30*time.Second, 50*time.Millisecond, "the first watcher takes the lease")
 	firstHolder := holder()
@@ -204,6 +197,16 @@ func startLogged(t testing.TB, qm, name string, env []string, log *testenv.SyncB
 	}
 	t.Cleanup(func() { p.stop(t) })
 	return p, nil
+}
+
+// leaseSpec is the Lease ns/name as it is now: empty while there is none
+// (a poll asks again).
+func leaseSpec(kube *testenv.Cluster, ns, name string) coordinationv1.LeaseSpec {
+	var l coordinationv1.Lease
+	if err := kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+		return coordinationv1.LeaseSpec{}
+	}
+	return l.Spec
 }
 
 // launch starts qm with args as the process name, its output in log. It

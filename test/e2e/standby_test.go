@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/utils/ptr"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/starter"
@@ -26,7 +24,6 @@ func TestStandbyServesNoGaugesAndTakesOverOnSIGTERM(t *testing.T) {
 	e := newIsolatedProcessEnv(t)
 	qm, kube, s := e.qm, e.kube, e.s
 	ns := s.Namespace
-	ctx := context.Background()
 	start(t, qm, "worker", nil, slices.Concat([]string{"worker", "--health-addr", "0", "--metrics-addr", "0"}, e.common)...)
 	watcher := func(name string) (*process, string) {
 		addr := testenv.FreeAddr(t)
@@ -35,13 +32,7 @@ func TestStandbyServesNoGaugesAndTakesOverOnSIGTERM(t *testing.T) {
 			"--leader-elect-retry-period", retryPeriod.String()}, e.common)...)
 		return p, "http://" + addr + "/metrics"
 	}
-	lease := func() coordinationv1.LeaseSpec {
-		var l coordinationv1.Lease
-		if err := kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: starter.LeaseName}, &l); err != nil {
-			return coordinationv1.LeaseSpec{}
-		}
-		return l.Spec
-	}
+	lease := func() coordinationv1.LeaseSpec { return leaseSpec(kube, ns, starter.LeaseName) }
 	holder := func() string { return ptr.Deref(lease().HolderIdentity, "") }
 
 	leader, leaderMetrics := watcher("watcher-1")
