@@ -235,7 +235,7 @@ test-steps: tools check-generated check-tidy vet lint
 # whose System keeps to its own namespaces and Temporal namespace
 # (testenv.Parts.Parallel), and they mostly wait on timers and servers:
 # go test's default, the number of cores, would leave two cores idle.
-TEST_PARALLEL = 6
+TEST_PARALLEL = 4
 
 # Tests that run alone, after the others: TestRollingUpdateUnderLoad bounds
 # how much longer provisions take while the components restart, and with

@@ -196,7 +196,7 @@ func TestMassUpdateWaitsForABusyInstance(t *testing.T) {
 // Update runs, which count as updated (not skipped, as a second run would).
 func TestMassUpdateLetsItsWorkerStop(t *testing.T) {
 	const n = 4
-	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, API: true})
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
 	planID := massFleet(t, s, n, "", func(int) string { return `{"gated": true}` })
 	newVersion(t, s, "2")
 	name := s.Namespace + "/stopping"

@@ -77,7 +77,7 @@ func openGates(t require.TestingT, s *testenv.System) (inProgress, updated int) 
 // update; a resume finishes the rest.
 func TestMassUpdateSteering(t *testing.T) {
 	const n = 200
-	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, API: true})
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, API: true})
 	planID := massFleet(t, s, n, "", func(int) string { return `{"gated": true}` })
 	newVersion(t, s, "2")
 

@@ -51,7 +51,7 @@ var fencedTemplates = fmt.Sprintf(`  - action: provision
 // 30 s timeout, so the apply goes on after it rather than dying with its
 // context: what keeps the writes out is the fence.
 func TestAResumedWorkerWritesNothingStale(t *testing.T) {
-	e := newIsolatedProcessEnv(t)
+	e := newProcessEnv(t)
 	qm, kube, s := e.qm, e.kube, e.s
 	ctx := context.Background()
 	common := slices.Concat(e.common, []string{"--health-addr", "0", "--metrics-addr", "0"})
