@@ -228,7 +228,7 @@ BENCH_PKG = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git 
 .PHONY: test-steps
 test-steps: tools check-generated check-tidy vet lint
 	QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 30m -parallel $(TEST_PARALLEL) -skip '^(TestChartPods|TestUpgradeUnderLoad|TestChartUpgradeUnderLoad|$(ALONE))$$' $(TEST_FLAGS) $(TEST_PKG)
-	$(if $(filter ./...,$(PKG)),QM_BIN_DIR=$(BIN) go test -race -count=1 -timeout 10m -run '^($(ALONE))$$' $(TEST_FLAGS) ./test/e2e)
+	$(if $(filter ./...,$(PKG)),QM_BIN_DIR=$(BIN) go test -count=1 -timeout 10m -run '^($(ALONE))$$' $(TEST_FLAGS) ./test/e2e)
 	$(MAKE) --no-print-directory -j2 test-smoke test-beside
 
 # How many of a package's parallel tests run at once. They are the ones
@@ -242,6 +242,10 @@ TEST_PARALLEL = 4
 # another package's tests beside it on two cores it measured their load
 # instead (three failures of the full suite in two sessions, the provisions'
 # median at 6.5 to 7.1 s during the restarts against under 1 s before).
+# Without the race detector, as make test-upgrade runs its timed tests: it
+# builds the qm processes it restarts with -race too, and their starts
+# under it were what the bound measured (a 15.4 s stall against 15 s, with
+# no workflow task lost; the code it runs is raced in the step before).
 ALONE = TestRollingUpdateUnderLoad
 
 # The smoke runs wait on servers far more than they compute; beside them

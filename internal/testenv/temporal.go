@@ -150,6 +150,12 @@ func terminateOpenRuns(tc client.Client) error {
 				return fmt.Errorf("terminating %s: %w", e.Execution.WorkflowId, err)
 			}
 		}
+		// Visibility lists a terminated run as running a moment longer.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("runs still open after a minute: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
