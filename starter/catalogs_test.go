@@ -10,9 +10,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/watch"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/quartermaster/qm/crds"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 )
@@ -141,30 +141,19 @@ spec:
 	// generation (its status's count is written apart and does not): every
 	// write with the moment it arrived, where a poll would read two writes
 	// close together as one. Its goroutine only records.
-	wc, err := ctrlclient.NewWithWatch(s.Kube.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
-	require.NoError(t, err)
-	watchCtx, cancelWatch := context.WithCancel(context.Background())
-	defer cancelWatch()
-	w, err := wc.Watch(watchCtx, &primazav1alpha1.ServiceCatalogList{}, ctrlclient.InNamespace(s.Namespace),
-		ctrlclient.MatchingFields{"metadata.name": "dev"})
-	require.NoError(t, err)
 	var (
 		mu     sync.Mutex
 		writes []catalogWrite
+		last   int64
 	)
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		last := int64(0)
-		for ev := range w.ResultChan() {
-			if cat, ok := ev.Object.(*primazav1alpha1.ServiceCatalog); ok && cat.Generation != last {
-				mu.Lock()
-				writes = append(writes, catalogWrite{at: time.Now(), generation: cat.Generation})
-				mu.Unlock()
-				last = cat.Generation
-			}
+	stopWatch := s.Kube.Watch(t, &primazav1alpha1.ServiceCatalogList{}, func(ev watch.Event) {
+		if cat, ok := ev.Object.(*primazav1alpha1.ServiceCatalog); ok && cat.Generation != last {
+			mu.Lock()
+			writes = append(writes, catalogWrite{at: time.Now(), generation: cat.Generation})
+			mu.Unlock()
+			last = cat.Generation
 		}
-	}()
+	}, ctrlclient.InNamespace(s.Namespace), ctrlclient.MatchingFields{"metadata.name": "dev"})
 
 	tick := time.NewTicker(pace)
 	for i := 1; i <= burst; i++ {
@@ -175,8 +164,7 @@ spec:
 	}
 	tick.Stop()
 	waitCatalogs(t, s, map[string][]string{"dev": want}, "the dev catalog lists the whole burst within seconds")
-	w.Stop()
-	<-polled
+	stopWatch()
 
 	mu.Lock()
 	defer mu.Unlock()

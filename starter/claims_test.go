@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/quartermaster/qm/crds"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -293,49 +292,30 @@ func claimRace(t *testing.T, workers int) {
 // watchExclusive watches the namespace's claims from now until the
 // function it returns is called, which returns every moment two claims
 // not being deleted said they held one service: the end state alone would
-// not show a double grant undone before it. A watch that ends early is
-// one such report.
+// not show a double grant undone before it.
 func watchExclusive(t *testing.T, s *testenv.System) func() []string {
 	t.Helper()
-	wc, err := ctrlclient.NewWithWatch(s.Kube.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := wc.Watch(ctx, &primazav1alpha1.ServiceClaimList{}, ctrlclient.InNamespace(s.Namespace))
-	require.NoError(t, err)
 	var reports []string
-	stopped := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		holds := map[string]string{} // claim -> the service it says it holds
-		for ev := range w.ResultChan() {
-			claim, ok := ev.Object.(*primazav1alpha1.ServiceClaim)
-			if !ok {
-				continue
-			}
-			delete(holds, claim.Name)
-			if ev.Type != watch.Deleted && claim.DeletionTimestamp.IsZero() && claim.Status.State == primazav1alpha1.ClaimResolved {
-				holds[claim.Name] = claim.Status.RegisteredService
-			}
-			by := map[string]string{}
-			for name, svc := range holds {
-				if other, twice := by[svc]; twice {
-					reports = append(reports, fmt.Sprintf("%s and %s both hold %s", other, name, svc))
-				}
-				by[svc] = name
-			}
+	holds := map[string]string{} // claim -> the service it says it holds
+	stop := s.Kube.Watch(t, &primazav1alpha1.ServiceClaimList{}, func(ev watch.Event) {
+		claim, ok := ev.Object.(*primazav1alpha1.ServiceClaim)
+		if !ok {
+			return
 		}
-		select {
-		case <-stopped:
-		default:
-			reports = append(reports, "the watch of the claims ended early")
+		delete(holds, claim.Name)
+		if ev.Type != watch.Deleted && claim.DeletionTimestamp.IsZero() && claim.Status.State == primazav1alpha1.ClaimResolved {
+			holds[claim.Name] = claim.Status.RegisteredService
 		}
-	}()
+		by := map[string]string{}
+		for name, svc := range holds {
+			if other, twice := by[svc]; twice {
+				reports = append(reports, fmt.Sprintf("%s and %s both hold %s", other, name, svc))
+			}
+			by[svc] = name
+		}
+	}, ctrlclient.InNamespace(s.Namespace))
 	return func() []string {
-		close(stopped)
-		w.Stop()
-		cancel()
-		<-done
+		stop()
 		return reports
 	}
 }
@@ -344,38 +324,17 @@ func watchExclusive(t *testing.T, s *testenv.System) func() []string {
 // the function it returns is called, which returns, for each service, the
 // UIDs of every claim its status said held it meanwhile: every write, where
 // a look at the end would miss a service held a moment by another claim.
-// A watch that ends early fails the test there.
 func watchClaimRefs(t *testing.T, s *testenv.System) func() map[string][]types.UID {
 	t.Helper()
-	wc, err := ctrlclient.NewWithWatch(s.Kube.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := wc.Watch(ctx, &primazav1alpha1.RegisteredServiceList{}, ctrlclient.InNamespace(s.Namespace))
-	require.NoError(t, err)
 	held := map[string][]types.UID{}
-	early := false
-	stopped := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			svc, ok := ev.Object.(*primazav1alpha1.RegisteredService)
-			if ok && svc.Status.ClaimRef != nil && !slices.Contains(held[svc.Name], svc.Status.ClaimRef.UID) {
-				held[svc.Name] = append(held[svc.Name], svc.Status.ClaimRef.UID)
-			}
+	stop := s.Kube.Watch(t, &primazav1alpha1.RegisteredServiceList{}, func(ev watch.Event) {
+		svc, ok := ev.Object.(*primazav1alpha1.RegisteredService)
+		if ok && svc.Status.ClaimRef != nil && !slices.Contains(held[svc.Name], svc.Status.ClaimRef.UID) {
+			held[svc.Name] = append(held[svc.Name], svc.Status.ClaimRef.UID)
 		}
-		select {
-		case <-stopped:
-		default:
-			early = true
-		}
-	}()
+	}, ctrlclient.InNamespace(s.Namespace))
 	return func() map[string][]types.UID {
-		close(stopped)
-		w.Stop()
-		cancel()
-		<-done
-		assert.False(t, early, "the watch of the services ended early")
+		stop()
 		return held
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/healthcheck"
@@ -181,41 +180,23 @@ func upgradeStep(t *testing.T, s *testenv.System, r *rollout, l *longLived, base
 // returns is called, which returns every write of it that did not show it
 // Resolved, holding service, with ServiceAvailable true: the claim's state
 // through the whole upgrade, where one look at the end would miss a claim
-// that lost its service and got it back. A watch that ends early is one.
+// that lost its service and got it back.
 func watchHeldClaim(t *testing.T, s *testenv.System, name, service string) func() []string {
 	t.Helper()
-	wc, err := ctrlclient.NewWithWatch(s.Kube.Config, ctrlclient.Options{Scheme: crds.NewScheme()})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := wc.Watch(ctx, &primazav1alpha1.ServiceClaimList{}, ctrlclient.InNamespace(s.Namespace),
-		ctrlclient.MatchingFields{"metadata.name": name})
-	require.NoError(t, err)
 	var deviations []string
-	stopped, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			c, ok := ev.Object.(*primazav1alpha1.ServiceClaim)
-			if !ok {
-				continue
-			}
-			if ev.Type == watch.Deleted || c.Status.State != primazav1alpha1.ClaimResolved || c.Status.RegisteredService != service ||
-				!meta.IsStatusConditionTrue(c.Status.Conditions, "ServiceAvailable") {
-				deviations = append(deviations, fmt.Sprintf("%s %s: %s, holding %q, conditions %v",
-					time.Now().Format(timelineFormat), ev.Type, c.Status.State, c.Status.RegisteredService, c.Status.Conditions))
-			}
+	stop := s.Kube.Watch(t, &primazav1alpha1.ServiceClaimList{}, func(ev watch.Event) {
+		c, ok := ev.Object.(*primazav1alpha1.ServiceClaim)
+		if !ok {
+			return
 		}
-		select {
-		case <-stopped:
-		default:
-			deviations = append(deviations, "the watch of the claim ended early")
+		if ev.Type == watch.Deleted || c.Status.State != primazav1alpha1.ClaimResolved || c.Status.RegisteredService != service ||
+			!meta.IsStatusConditionTrue(c.Status.Conditions, "ServiceAvailable") {
+			deviations = append(deviations, fmt.Sprintf("%s %s: %s, holding %q, conditions %v",
+				time.Now().Format(timelineFormat), ev.Type, c.Status.State, c.Status.RegisteredService, c.Status.Conditions))
 		}
-	}()
+	}, ctrlclient.InNamespace(s.Namespace), ctrlclient.MatchingFields{"metadata.name": name})
 	return func() []string {
-		close(stopped)
-		w.Stop()
-		cancel()
-		<-done
+		stop()
 		return deviations
 	}
 }
