@@ -152,16 +152,10 @@ spec:
 		until := b.Status.Rotation.Retiring[0].Until.Time
 		assert.Equal(t, fmt.Sprintf("app-r%d", gen-1), b.Status.Rotation.Retiring[0].Binding)
 		assert.WithinDuration(t, b.Status.Rotation.LastRotated.Add(6*time.Second), until, time.Second)
-		// Every look until a second before the overlap ends finds it (the
-		// rotation is seen well within its six seconds; a run too slow for
-		// that fails here rather than checking nothing).
-		overlap := time.Until(until) - time.Second
-		if assert.Positive(t, overlap, "the rotation was seen with its overlap still to run") {
-			assert.Never(t, func() bool {
-				err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: predecessorLogin}, &corev1.ConfigMap{})
-				return err != nil
-			}, overlap, 50*time.Millisecond, "the predecessor's login %s stays through the overlap", predecessorLogin)
-		}
+		// The rotation is seen well within its six seconds of overlap.
+		staysThroughOverlap(t, until, func() error {
+			return s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: predecessorLogin}, &corev1.ConfigMap{})
+		}, "the predecessor's login "+predecessorLogin)
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: predecessorLogin}, &corev1.ConfigMap{})
 			assert.True(c, apierrors.IsNotFound(err), "the predecessor's login is gone: %v", err)
@@ -245,6 +239,18 @@ func waitRotation(t *testing.T, s *testenv.System, name string, gen int64) *osbv
 	return b
 }
 
+// staysThroughOverlap asserts that get finds the retired login at every
+// look until a second before its overlap ends (until). A rotation seen too
+// late to leave any of that window fails here rather than checking
+// nothing.
+func staysThroughOverlap(t *testing.T, until time.Time, get func() error, login string) {
+	t.Helper()
+	overlap := time.Until(until) - time.Second
+	if assert.Positive(t, overlap, "the rotation was seen with its overlap still to run") {
+		assert.Never(t, func() bool { return get() != nil }, overlap, 50*time.Millisecond, "%s stays through the overlap", login)
+	}
+}
+
 func getBinding(c require.TestingT, s *testenv.System, name string) *osbv1alpha1.SFServiceBinding {
 	var b osbv1alpha1.SFServiceBinding
 	require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &b))
@@ -310,9 +316,7 @@ spec: {id: ci, instanceId: tenant-1, serviceId: %s, planId: %s, rotation: {every
 	require.NoError(t, serviceAccount(second))
 	require.Len(t, b.Status.Rotation.Retiring, 1)
 	until := b.Status.Rotation.Retiring[0].Until.Time
-	if overlap := time.Until(until) - time.Second; assert.Positive(t, overlap, "the rotation was seen with its overlap still to run") {
-		assert.Never(t, func() bool { return serviceAccount(first) != nil }, overlap, 50*time.Millisecond, "the old login works through the overlap")
-	}
+	staysThroughOverlap(t, until, func() error { return serviceAccount(first) }, "the old login "+first)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, apierrors.IsNotFound(serviceAccount(first)), "the old login is gone after the overlap")
 	}, 30*time.Second, 50*time.Millisecond, "the old ServiceAccount goes")
