@@ -63,11 +63,8 @@ type processEnv struct {
 
 func newProcessEnv(t *testing.T) processEnv {
 	t.Helper()
-	e := processEnv{qm: buildQM(t), kube: testenv.Kubernetes(t), s: testenv.Start(t, testenv.Parts{})}
+	e := startProcessEnv(t, false)
 	e.s.Temporal = testenv.Temporal(t)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, e.kube.Kubeconfig, 0o600))
-	e.common = []string{"--kubeconfig", kubeconfig, "--temporal-address", testenv.TemporalAddress(t), "--log-level", "info"}
 	// The System's namespace is the processes' catalog, as the release
 	// namespace is the chart's. An environment variable rather than a flag:
 	// an earlier release, which an upgrade test runs, has no such flag.
@@ -82,12 +79,22 @@ func newProcessEnv(t *testing.T) processEnv {
 // do. Only this release's qm has those flags.
 func newIsolatedProcessEnv(t *testing.T) processEnv {
 	t.Helper()
-	e := processEnv{qm: buildQM(t), kube: testenv.Kubernetes(t), s: testenv.Start(t, testenv.Parts{Parallel: true})}
+	e := startProcessEnv(t, true)
 	tc, temporalNamespace := testenv.OwnTemporalNamespace(t)
 	e.s.Temporal = tc
+	e.common = append(e.common, "--temporal-namespace", temporalNamespace,
+		"--catalog-namespaces", e.s.Namespace, "--watch-namespaces", e.s.Namespace)
+	return e
+}
+
+// startProcessEnv is what both kinds of processEnv share: the qm binary,
+// the cluster, a namespace with a service, and the flags that reach the
+// cluster and the shared Temporal.
+func startProcessEnv(t *testing.T, parallel bool) processEnv {
+	t.Helper()
+	e := processEnv{qm: buildQM(t), kube: testenv.Kubernetes(t), s: testenv.Start(t, testenv.Parts{Parallel: parallel})}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, e.kube.Kubeconfig, 0o600))
-	e.common = []string{"--kubeconfig", kubeconfig, "--temporal-address", testenv.TemporalAddress(t), "--temporal-namespace", temporalNamespace,
-		"--catalog-namespaces", e.s.Namespace, "--watch-namespaces", e.s.Namespace, "--log-level", "info"}
+	e.common = []string{"--kubeconfig", kubeconfig, "--temporal-address", testenv.TemporalAddress(t), "--log-level", "info"}
 	return e
 }
