@@ -59,6 +59,12 @@ type Options struct {
 	// Versioning puts the worker in a version of the worker deployment
 	// (zero: unversioned).
 	Versioning Versioning
+	// DeadlockTimeout is how long workflow code may run without yielding
+	// before the SDK fails its task as deadlocked (zero: the SDK's 1 s).
+	// A worker whose CPU is throttled or shared can take longer than that
+	// over code that does not block, and each such failure puts the run's
+	// next task (and every query to it) behind a retry.
+	DeadlockTimeout time.Duration
 }
 
 // DefaultStopTimeout covers one attempt of the longest step a workflow
@@ -77,6 +83,7 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	w := sdkworker.New(c, runs.TaskQueue, sdkworker.Options{
 		WorkerStopTimeout:            cmp.Or(o.StopTimeout, DefaultStopTimeout),
 		StickyScheduleToStartTimeout: stickyTimeout,
+		DeadlockDetectionTimeout:     o.DeadlockTimeout,
 		DeploymentOptions:            o.Versioning.options(),
 	})
 	workflows.Register(w)

@@ -20,7 +20,7 @@ import (
 
 func newWorkerCommand(g *globals) *cobra.Command {
 	var hosts []string
-	var minute, stopTimeout time.Duration
+	var minute, stopTimeout, deadlockTimeout time.Duration
 	var bounds plan.Bounds
 	var scheduler scheduling.Scheduler
 	var versioned worker.Versioning
@@ -40,7 +40,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 				}
 			}
 			return g.run(cmd.Context(), true, system.Options{WorkerVersioning: versioned, Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes, Scheduler: scheduler,
-				WorkerStopTimeout: stopTimeout})
+				WorkerStopTimeout: stopTimeout, WorkerDeadlockTimeout: deadlockTimeout})
 		},
 	}
 	f := cmd.Flags()
@@ -62,6 +62,8 @@ func newWorkerCommand(g *globals) *cobra.Command {
 	f.DurationVar(&minute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
 	f.DurationVar(&stopTimeout, "stop-timeout", worker.DefaultStopTimeout,
 		"on SIGTERM, how long the worker lets the tasks in hand finish after it stops polling; keep it below the pod's terminationGracePeriodSeconds")
+	f.DurationVar(&deadlockTimeout, "deadlock-timeout", envDuration("QM_DEADLOCK_TIMEOUT"),
+		"how long workflow code may run without yielding before its task fails as deadlocked (env QM_DEADLOCK_TIMEOUT); 0: the Temporal SDK's 1s. Raise it where the worker's CPU is throttled or shared")
 	schedulerFlag(f, &scheduler)
 	deploymentFlag(f, &versioned.Deployment)
 	f.StringVar(&versioned.BuildID, "build-id", os.Getenv("QM_BUILD_ID"),
@@ -71,6 +73,13 @@ func newWorkerCommand(g *globals) *cobra.Command {
 	f.DurationVar(&versioned.DrainTimeout, "drain-timeout", worker.DefaultDrainTimeout,
 		"on SIGTERM, how long a versioned worker whose build is no longer current serves the runs pinned to it; keep it and --stop-timeout below terminationGracePeriodSeconds")
 	return cmd
+}
+
+// envDuration reads a duration from the environment (0 when unset or
+// not a duration).
+func envDuration(key string) time.Duration {
+	d, _ := time.ParseDuration(os.Getenv(key))
+	return d
 }
 
 // envInt reads a whole number from the environment (0 when unset or not

@@ -73,6 +73,9 @@ type Options struct {
 	// WorkerStopTimeout bounds how long a stopping worker lets its tasks
 	// in hand finish (zero: worker.DefaultStopTimeout).
 	WorkerStopTimeout time.Duration
+	// WorkerDeadlockTimeout is how long workflow code may run without
+	// yielding (zero: the SDK's 1 s; worker.Options.DeadlockTimeout).
+	WorkerDeadlockTimeout time.Duration
 	// WorkerVersioning puts the worker in a version of the worker
 	// deployment (zero: unversioned). A versioned worker promotes its build
 	// before it is ready, and on stopping serves the runs pinned to a build
@@ -179,7 +182,7 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims,
 			Clusters: s.clusters(o.Kube, o.Catalog), Catalog: o.Catalog,
 			Scheduler: o.Scheduler, Instances: instances, Events: checks.Events},
-			worker.Options{StopTimeout: o.WorkerStopTimeout, Versioning: o.WorkerVersioning})
+			worker.Options{StopTimeout: o.WorkerStopTimeout, Versioning: o.WorkerVersioning, DeadlockTimeout: o.WorkerDeadlockTimeout})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting the Temporal worker: %w", err)
 		}

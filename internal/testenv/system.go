@@ -260,7 +260,7 @@ func (s *System) run(o system.Options) *system.System {
 func (s *System) StartWorker() {
 	s.t.Helper()
 	o := system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
-		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes, Namespaces: s.watched}
+		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes, Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout}
 	if s.TemporalCluster != nil {
 		// As `qm worker` does: a cluster's namespace gets the search
 		// attributes from the worker.
@@ -292,7 +292,7 @@ func (s *System) serveWorkerMetrics() {
 func (s *System) StartAnotherWorker() {
 	s.t.Helper()
 	s.run(system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler,
-		Namespaces: s.watched})
+		Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout})
 }
 
 // RestartWatcher stops the watcher (and the API, if the System has it) and

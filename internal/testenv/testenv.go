@@ -40,6 +40,7 @@ import (
 	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/controlplane"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // Cluster is the shared API server of a test binary.
@@ -77,6 +78,8 @@ func Main(m *testing.M, cleanups ...func()) {
 	// The servers start through the test binary itself (internal/childproc),
 	// so that they die with it.
 	childproc.Run()
+	// The workers the tests run as processes (qm worker) inherit it.
+	_ = os.Setenv("QM_DEADLOCK_TIMEOUT", DeadlockTimeout.String())
 	// Controllers under test log through controller-runtime; without a
 	// logger it prints a warning with a stack trace instead.
 	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
@@ -98,6 +101,16 @@ func Main(m *testing.M, cleanups ...func()) {
 	}
 	os.Exit(code)
 }
+
+// DeadlockTimeout is the test workers' deadlock detection timeout: the
+// workflow task timeout instead of the SDK's 1 s. Under the race detector,
+// with more tests than cores, workflow code that never blocks took over a
+// second between yields (TMPRL1101 in a run of the starter tests, a mass
+// update among them); each such task failed and was retried after a
+// backoff that held every query to the run, and a test asking for the
+// run's progress failed on that. Code that really blocks still fails its
+// task, within the time the task had anyway.
+const DeadlockTimeout = runs.WorkflowTaskTimeout
 
 // BinDir is where `make tools` puts kube-apiserver, etcd and temporal:
 // $QM_BIN_DIR, or bin/ at the root of the module.
