@@ -23,8 +23,9 @@ import (
 )
 
 // TestCredentialsRotateOnSchedule: a binding made with a rotation policy of
-// a 12 s period and a 6 s overlap (short, yet long enough for a rotation's
-// work and for a window to check the overlap in), injected into one
+// a 15 s period and a 10 s overlap (short, yet long enough for a rotation's
+// work, and for a window to check the overlap in once a loaded machine has
+// shown the rotation several seconds late), injected into one
 // Deployment by a usage, into another by a ServiceBinding, and into a third by a claim of
 // a RegisteredService that reads its Secret and by a usage (two Secrets
 // that change together). Over three rotations its Secret keeps its name
@@ -47,7 +48,7 @@ func TestCredentialsRotateOnSchedule(t *testing.T) {
 apiVersion: osb.servicefabrik.io/v1alpha1
 kind: SFServiceBinding
 metadata: {name: %s, namespace: %s}
-spec: {id: %s, instanceId: db, serviceId: %s, planId: %s, rotation: {every: 12s, keepFor: 6s}}`, name, s.Namespace, name, s.ServiceID, planID))
+spec: {id: %s, instanceId: db, serviceId: %s, planId: %s, rotation: {every: 15s, keepFor: 10s}}`, name, s.Namespace, name, s.ServiceID, planID))
 	}
 
 	// A plan whose bindings do not rotate refuses the policy.
@@ -151,8 +152,8 @@ spec:
 		require.Len(t, b.Status.Rotation.Retiring, 1)
 		until := b.Status.Rotation.Retiring[0].Until.Time
 		assert.Equal(t, fmt.Sprintf("app-r%d", gen-1), b.Status.Rotation.Retiring[0].Binding)
-		assert.WithinDuration(t, b.Status.Rotation.LastRotated.Add(6*time.Second), until, time.Second)
-		// The rotation is seen well within its six seconds of overlap.
+		assert.WithinDuration(t, b.Status.Rotation.LastRotated.Add(10*time.Second), until, time.Second)
+		// The rotation is seen well within its ten seconds of overlap.
 		staysThroughOverlap(t, until, func() error {
 			return s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: predecessorLogin}, &corev1.ConfigMap{})
 		}, "the predecessor's login "+predecessorLogin)
@@ -299,7 +300,7 @@ func TestTourRotatesTheTenantSample(t *testing.T) {
 apiVersion: osb.servicefabrik.io/v1alpha1
 kind: SFServiceBinding
 metadata: {name: ci, namespace: %s}
-spec: {id: ci, instanceId: tenant-1, serviceId: %s, planId: %s, rotation: {every: 1h, keepFor: 5s}}`, s.Namespace, testenv.TenantService, testenv.TenantPlan))
+spec: {id: ci, instanceId: tenant-1, serviceId: %s, planId: %s, rotation: {every: 1h, keepFor: 15s}}`, s.Namespace, testenv.TenantService, testenv.TenantPlan))
 	b := waitRotation(t, s, "ci", 1)
 	secret := b.Status.Response.SecretRef
 	first := secretData(t, s, secret)["serviceAccount"]
