@@ -46,7 +46,17 @@ type bindingSecrets struct {
 
 	mu      sync.Mutex
 	readers []secretReader
-	watched map[string]bool
+	watched map[string]*namespaceSecrets
+}
+
+// namespaceSecrets is one namespace's cache of credentials Secrets and how
+// many of the readers watch it so far: an ensure that failed halfway is
+// taken up again where it stopped, on the same cache, rather than adding
+// another cache to the manager (each one a watch of its own that never
+// stops).
+type namespaceSecrets struct {
+	cache   cache.Cache
+	readers int
 }
 
 // secretReader is one controller's sources of Secrets, made on a cache,
@@ -60,7 +70,7 @@ type secretReader struct {
 
 // newBindingSecrets is the bindingSecrets of a watcher, sharded or not.
 func newBindingSecrets(mgr ctrl.Manager, sharded bool) *bindingSecrets {
-	return &bindingSecrets{mgr: mgr, sharded: sharded, watched: map[string]bool{}}
+	return &bindingSecrets{mgr: mgr, sharded: sharded, watched: map[string]*namespaceSecrets{}}
 }
 
 // read has ctl watch the Secrets that sources make, in the watcher's cache
@@ -88,31 +98,43 @@ func (b *bindingSecrets) ensure(ns string) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.watched[ns] {
-		return nil
-	}
-	c, err := cache.New(b.mgr.GetConfig(), cache.Options{Scheme: crds.NewScheme(), NewInformer: informers.New,
-		DefaultNamespaces: map[string]cache.Config{ns: {}}, DefaultLabelSelector: credentialsSelector(),
-		DefaultTransform: cache.TransformStripManagedFields()})
-	if err != nil {
-		return fmt.Errorf("creating the cache of the credentials Secrets of %s: %w", ns, err)
-	}
-	if err := b.mgr.Add(c); err != nil {
-		return fmt.Errorf("adding the cache of the credentials Secrets of %s: %w", ns, err)
-	}
-	for _, r := range b.readers {
-		sources := r.sources(c)
-		if r.byBinding != nil {
-			sources = append(sources, source.Kind[ctrlclient.Object](c, ctrlclient.Object(secretsMetadata()),
-				enqueueAfter(r.byBinding(credentialsOf), credentialsSettle)))
+	w := b.watched[ns]
+	if w == nil {
+		c, err := cache.New(b.mgr.GetConfig(), cache.Options{Scheme: crds.NewScheme(), NewInformer: informers.New,
+			DefaultNamespaces: map[string]cache.Config{ns: {}}, DefaultLabelSelector: credentialsSelector(),
+			DefaultTransform: cache.TransformStripManagedFields()})
+		if err != nil {
+			return fmt.Errorf("creating the cache of the credentials Secrets of %s: %w", ns, err)
 		}
-		for _, src := range sources {
-			if err := r.ctl.Watch(src); err != nil {
-				return fmt.Errorf("watching the credentials Secrets of %s: %w", ns, err)
-			}
+		if err := b.mgr.Add(c); err != nil {
+			return fmt.Errorf("adding the cache of the credentials Secrets of %s: %w", ns, err)
+		}
+		w = &namespaceSecrets{cache: c}
+		b.watched[ns] = w
+	}
+	for ; w.readers < len(b.readers); w.readers++ {
+		if err := b.readers[w.readers].watch(w.cache); err != nil {
+			return fmt.Errorf("watching the credentials Secrets of %s: %w", ns, err)
 		}
 	}
-	b.watched[ns] = true
+	return nil
+}
+
+// watch has the reader watch the Secrets of the cache c. A retry after a
+// failure watches the reader's sources again, those that took too: a
+// source watched twice enqueues the same keys twice, which the
+// controller's queue merges.
+func (r secretReader) watch(c cache.Cache) error {
+	sources := r.sources(c)
+	if r.byBinding != nil {
+		sources = append(sources, source.Kind[ctrlclient.Object](c, ctrlclient.Object(secretsMetadata()),
+			enqueueAfter(r.byBinding(credentialsOf), credentialsSettle)))
+	}
+	for _, src := range sources {
+		if err := r.ctl.Watch(src); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
