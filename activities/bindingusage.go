@@ -21,6 +21,7 @@ import (
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/bindingusage"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // BindingUsages holds the activities of the ServiceBindingUsage workflow:
@@ -33,12 +34,6 @@ type BindingUsages struct {
 	Client ctrlclient.Client
 	// Offerings names a binding's service (the volume's type file).
 	Offerings Offerings
-}
-
-// UsageTarget names a ServiceBindingUsage.
-type UsageTarget struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
 }
 
 // UsageProblem is why a usage is not Ready: its state (Pending while
@@ -96,7 +91,7 @@ func failed(reason, format string, args ...any) *UsageProblem {
 
 // ResolveUsage reads the usage, holds it with its finalizer, and resolves the
 // UsageKind and the binding it names.
-func (b *BindingUsages) ResolveUsage(ctx context.Context, t UsageTarget) (Usage, error) {
+func (b *BindingUsages) ResolveUsage(ctx context.Context, t runs.UsageTarget) (Usage, error) {
 	var usage sc.ServiceBindingUsage
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &usage); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -193,13 +188,13 @@ func brokeredIdentity(ctx context.Context, offerings Offerings, serviceID, names
 // Inject applies the usage's injection into its workload, first removing
 // it from a workload it no longer names. A problem is an outcome, not an
 // error: the workflow records it and waits for a change.
-func (b *BindingUsages) Inject(ctx context.Context, t UsageTarget, u Usage) (UsageOutcome, error) {
+func (b *BindingUsages) Inject(ctx context.Context, t runs.UsageTarget, u Usage) (UsageOutcome, error) {
 	return passThenRoll(ctx, func(roll bool) (UsageOutcome, bool, error) { return b.inject(ctx, t, u, roll) })
 }
 
 // inject is Inject's pass; rollDue says that it wrote nothing because only
 // the credentials changed, and roll was false (rollout.go).
-func (b *BindingUsages) inject(ctx context.Context, t UsageTarget, u Usage, roll bool) (out UsageOutcome, rollDue bool, err error) {
+func (b *BindingUsages) inject(ctx context.Context, t runs.UsageTarget, u Usage, roll bool) (out UsageOutcome, rollDue bool, err error) {
 	out = UsageOutcome{Generation: u.Generation, Injected: u.Injected, Problem: u.Problem}
 	if u.Injected != nil && (u.Kind == nil || u.Injected.Workload != u.Workload || u.Injected.Kind.Resource != u.Kind.Resource) && u.Problem == nil {
 		if err := b.RemoveInjection(ctx, t, u.UID, *u.Injected); err != nil {
@@ -230,7 +225,7 @@ func (b *BindingUsages) inject(ctx context.Context, t UsageTarget, u Usage, roll
 }
 
 // RecordUsage writes the outcome to the usage's status, when it changed it.
-func (b *BindingUsages) RecordUsage(ctx context.Context, t UsageTarget, o UsageOutcome) error {
+func (b *BindingUsages) RecordUsage(ctx context.Context, t runs.UsageTarget, o UsageOutcome) error {
 	var usage sc.ServiceBindingUsage
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &usage); err != nil {
 		return ctrlclient.IgnoreNotFound(err)
@@ -263,12 +258,12 @@ func (b *BindingUsages) RecordUsage(ctx context.Context, t UsageTarget, o UsageO
 // RemoveInjection removes the usage's injection from a workload: an apply of
 // nothing under the usage's field manager drops exactly the fields it
 // owns. A workload that is gone has nothing to remove.
-func (b *BindingUsages) RemoveInjection(ctx context.Context, t UsageTarget, uid types.UID, in Injected) error {
+func (b *BindingUsages) RemoveInjection(ctx context.Context, t runs.UsageTarget, uid types.UID, in Injected) error {
 	return removeInjection(ctx, b.Client, in.Kind.GVK(), t.Namespace, in.Workload, t.Name, uid)
 }
 
 // ReleaseUsage lets the deleted usage go: its finalizer is removed.
-func (b *BindingUsages) ReleaseUsage(ctx context.Context, t UsageTarget) error {
+func (b *BindingUsages) ReleaseUsage(ctx context.Context, t runs.UsageTarget) error {
 	var usage sc.ServiceBindingUsage
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &usage); err != nil {
 		return ctrlclient.IgnoreNotFound(err)

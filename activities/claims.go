@@ -20,6 +20,7 @@ import (
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/claims"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // Claims are the activities of a ServiceClaim's workflow: resolve the
@@ -34,12 +35,6 @@ type Claims struct {
 	Cache ctrlclient.Reader
 	// Temporal reaches the namespaces' allocators (Ask).
 	Temporal client.Client
-}
-
-// ClaimTarget names a ServiceClaim.
-type ClaimTarget struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
 }
 
 // Resolution is what Resolve found: names and states, never values.
@@ -69,7 +64,7 @@ type Resolution struct {
 // status it can mark Claimed with the resourceVersion it read. That
 // precondition is the lock: of two claims racing for one service, the
 // second write fails, and that claim reads again and moves on.
-func (c *Claims) Resolve(ctx context.Context, t ClaimTarget) (Resolution, error) {
+func (c *Claims) Resolve(ctx context.Context, t runs.ClaimTarget) (Resolution, error) {
 	claim, res, keep, err := c.current(ctx, t, "")
 	if err != nil || claim == nil {
 		return res, err
@@ -145,7 +140,7 @@ func (c *Claims) take(ctx context.Context, claim *primazav1alpha1.ServiceClaim, 
 // when the change's own event wakes the claim again. The claim is read
 // afresh: the Secret's owner is its UID, and a claim deleted and made
 // again under its name must not own the Secret through the old one.
-func (c *Claims) Bind(ctx context.Context, t ClaimTarget, service string) (string, error) {
+func (c *Claims) Bind(ctx context.Context, t runs.ClaimTarget, service string) (string, error) {
 	claim, err := c.claim(ctx, t)
 	if err != nil {
 		return "", ctrlclient.IgnoreNotFound(err)
@@ -240,7 +235,7 @@ func (c *Claims) reportConflict(ctx context.Context, claim *primazav1alpha1.Serv
 // Record writes the claim's status from res and the binding's name; a
 // Pending claim loses its binding Secret, which spoke of a service it no
 // longer holds.
-func (c *Claims) Record(ctx context.Context, t ClaimTarget, res Resolution, binding string) error {
+func (c *Claims) Record(ctx context.Context, t runs.ClaimTarget, res Resolution, binding string) error {
 	claim, err := c.claim(ctx, t)
 	if err != nil {
 		return ctrlclient.IgnoreNotFound(err)
@@ -323,7 +318,7 @@ func (c *Claims) cached(ctx context.Context, key types.NamespacedName, obj ctrlc
 	return c.Client.Get(ctx, key, obj)
 }
 
-func (c *Claims) claim(ctx context.Context, t ClaimTarget) (*primazav1alpha1.ServiceClaim, error) {
+func (c *Claims) claim(ctx context.Context, t runs.ClaimTarget) (*primazav1alpha1.ServiceClaim, error) {
 	var claim primazav1alpha1.ServiceClaim
 	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &claim); err != nil {
 		return nil, err

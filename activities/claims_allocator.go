@@ -29,7 +29,7 @@ type Allocation struct {
 // may just have been given to it, read afresh in case the cache does not
 // show it yet. A claim that is gone or going returns nil and a Resolution
 // that says so.
-func (c *Claims) current(ctx context.Context, t ClaimTarget, hint string) (*primazav1alpha1.ServiceClaim, Resolution, *primazav1alpha1.RegisteredService, error) {
+func (c *Claims) current(ctx context.Context, t runs.ClaimTarget, hint string) (*primazav1alpha1.ServiceClaim, Resolution, *primazav1alpha1.RegisteredService, error) {
 	claim, err := c.claim(ctx, t)
 	if apierrors.IsNotFound(err) {
 		return nil, Resolution{Gone: true}, nil, nil
@@ -68,7 +68,7 @@ func (c *Claims) current(ctx context.Context, t ClaimTarget, hint string) (*prim
 // service could be taken, and Wants one otherwise, which the namespace's
 // allocator hands out (Allocate). hint names a service the allocator may
 // just have given it.
-func (c *Claims) Look(ctx context.Context, t ClaimTarget, hint string) (Resolution, error) {
+func (c *Claims) Look(ctx context.Context, t runs.ClaimTarget, hint string) (Resolution, error) {
 	claim, res, keep, err := c.current(ctx, t, hint)
 	if err != nil || claim == nil {
 		return res, err
@@ -90,7 +90,7 @@ func (c *Claims) Look(ctx context.Context, t ClaimTarget, hint string) (Resoluti
 
 // Ask asks the namespace's allocator for a service for the claim,
 // starting the allocator if it does not run.
-func (c *Claims) Ask(ctx context.Context, t ClaimTarget) error {
+func (c *Claims) Ask(ctx context.Context, t runs.ClaimTarget) error {
 	_, err := c.Temporal.SignalWithStartWorkflow(ctx, runs.AllocatorID(t.Namespace), runs.SignalClaimWants, t.Name,
 		runs.AllocatorOptions(t.Namespace), runs.AllocatorType, t.Namespace, []string(nil))
 	if err != nil {
@@ -145,7 +145,7 @@ func (c *Claims) allocate(ctx context.Context, namespace string, names []string,
 		// Each claim asked for is read afresh: a hold is written under its
 		// UID, and a copy a moment old could be of a claim deleted and made
 		// again under its name, whose hold no one would release.
-		claim, err := c.claim(ctx, ClaimTarget{Namespace: namespace, Name: names[i]})
+		claim, err := c.claim(ctx, runs.ClaimTarget{Namespace: namespace, Name: names[i]})
 		if ctrlclient.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("reading claim %s: %w", names[i], err)
 		}

@@ -12,17 +12,18 @@ import (
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/claims"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // Release lets go of every service the claim (by its UID) holds, deletes
 // its binding Secret and its finalizer: the claim is deleted.
-func (c *Claims) Release(ctx context.Context, t ClaimTarget, claimUID types.UID) error {
+func (c *Claims) Release(ctx context.Context, t runs.ClaimTarget, claimUID types.UID) error {
 	return c.letGo(ctx, t, claimUID, "")
 }
 
 // letGo is Release; given names a service the allocator may just have
 // given the claim, which the cache may not show held yet.
-func (c *Claims) letGo(ctx context.Context, t ClaimTarget, claimUID types.UID, given string) error {
+func (c *Claims) letGo(ctx context.Context, t runs.ClaimTarget, claimUID types.UID, given string) error {
 	if claimUID == "" && given != "" {
 		// A claim gone before its workflow ever read it (the allocator's
 		// answer started it): the service given, if held under the claim's
@@ -65,7 +66,7 @@ func (c *Claims) letGo(ctx context.Context, t ClaimTarget, claimUID types.UID, g
 }
 
 // takeBack lets go of service if a claim of t's name holds it.
-func (c *Claims) takeBack(ctx context.Context, t ClaimTarget, service string) error {
+func (c *Claims) takeBack(ctx context.Context, t runs.ClaimTarget, service string) error {
 	var svc primazav1alpha1.RegisteredService
 	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: service}, &svc); err != nil {
 		return ctrlclient.IgnoreNotFound(err)

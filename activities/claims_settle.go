@@ -15,7 +15,7 @@ import (
 
 // Settling is Settle's input: the claim, and what its workflow knows of it.
 type Settling struct {
-	Claim ClaimTarget `json:"claim"`
+	Claim runs.ClaimTarget `json:"claim"`
 	// Given names the service the allocator said it gave the claim since
 	// the last step, if it did.
 	Given string `json:"given,omitempty"`
@@ -84,7 +84,7 @@ func (c *Claims) Give(ctx context.Context, namespace string, names []string) err
 			return nil
 		}
 		_, err := c.Temporal.SignalWithStartWorkflow(ctx, runs.ClaimID(namespace, g.Claim), runs.SignalClaimChanged, g.Service,
-			runs.ClaimOptions(namespace, g.Claim), runs.ClaimType, ClaimTarget{Namespace: namespace, Name: g.Claim})
+			runs.ClaimOptions(namespace, g.Claim), runs.ClaimType, runs.ClaimTarget{Namespace: namespace, Name: g.Claim})
 		if err != nil {
 			return fmt.Errorf("waking claim %s: %w", g.Claim, err)
 		}

@@ -24,6 +24,7 @@ import (
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/bindingusage"
 	"github.com/quartermaster/qm/internal/servicebinding"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // ServiceBindings holds the activities of the ServiceBinding workflow
@@ -37,12 +38,6 @@ type ServiceBindings struct {
 	Client ctrlclient.Client
 	// Offerings names an SFServiceBinding's service (the type file).
 	Offerings Offerings
-}
-
-// ServiceBindingTarget names a ServiceBinding.
-type ServiceBindingTarget struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
 }
 
 // Projection is what ResolveServiceBinding found: names, never values.
@@ -79,7 +74,7 @@ func bindingProblem(service bool, reason, format string, args ...any) *servicebi
 
 // ResolveServiceBinding reads the ServiceBinding, holds it with its
 // finalizer, and resolves its service's Secret and its workloads.
-func (b *ServiceBindings) ResolveServiceBinding(ctx context.Context, t ServiceBindingTarget) (Projection, error) {
+func (b *ServiceBindings) ResolveServiceBinding(ctx context.Context, t runs.ServiceBindingTarget) (Projection, error) {
 	var sb sbv1.ServiceBinding
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &sb); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -196,13 +191,13 @@ func (b *ServiceBindings) workloads(ctx context.Context, namespace string, ref s
 // Project projects the service's Secret into the workloads selected now,
 // after taking it back from those no longer selected. A problem is an
 // outcome, not an error: the workflow records it and waits for a change.
-func (b *ServiceBindings) Project(ctx context.Context, t ServiceBindingTarget, p Projection) (ProjectionOutcome, error) {
+func (b *ServiceBindings) Project(ctx context.Context, t runs.ServiceBindingTarget, p Projection) (ProjectionOutcome, error) {
 	return passThenRoll(ctx, func(roll bool) (ProjectionOutcome, bool, error) { return b.project(ctx, t, p, roll) })
 }
 
 // project is Project's pass; rollDue says that it stopped at a workload
 // whose credentials alone changed, as roll was false (rollout.go).
-func (b *ServiceBindings) project(ctx context.Context, t ServiceBindingTarget, p Projection, roll bool) (out ProjectionOutcome, rollDue bool, err error) {
+func (b *ServiceBindings) project(ctx context.Context, t runs.ServiceBindingTarget, p Projection, roll bool) (out ProjectionOutcome, rollDue bool, err error) {
 	out = ProjectionOutcome{Generation: p.Generation, Projected: p.Projected, Problem: p.Problem, Secret: p.Secret}
 	if p.Problem != nil {
 		return out, false, nil
@@ -266,7 +261,7 @@ func (b *ServiceBindings) project(ctx context.Context, t ServiceBindingTarget, p
 
 // RecordServiceBinding writes the outcome to the status, when it changed
 // it: the conditions, the Secret projected and where.
-func (b *ServiceBindings) RecordServiceBinding(ctx context.Context, t ServiceBindingTarget, o ProjectionOutcome) error {
+func (b *ServiceBindings) RecordServiceBinding(ctx context.Context, t runs.ServiceBindingTarget, o ProjectionOutcome) error {
 	var sb sbv1.ServiceBinding
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &sb); err != nil {
 		return ctrlclient.IgnoreNotFound(err)
@@ -295,7 +290,7 @@ func (b *ServiceBindings) RecordServiceBinding(ctx context.Context, t ServiceBin
 }
 
 // TakeBackProjection removes the projection from every workload it is in.
-func (b *ServiceBindings) TakeBackProjection(ctx context.Context, t ServiceBindingTarget, uid types.UID, projected sbv1.Projected) error {
+func (b *ServiceBindings) TakeBackProjection(ctx context.Context, t runs.ServiceBindingTarget, uid types.UID, projected sbv1.Projected) error {
 	gvk := schema.FromAPIVersionAndKind(projected.APIVersion, projected.Kind)
 	for _, w := range projected.Workloads {
 		if err := removeInjection(ctx, b.Client, gvk, t.Namespace, w, servicebinding.UsageName(t.Name), uid); err != nil {
@@ -307,7 +302,7 @@ func (b *ServiceBindings) TakeBackProjection(ctx context.Context, t ServiceBindi
 
 // ReleaseServiceBinding lets the deleted ServiceBinding go: its finalizer
 // is removed.
-func (b *ServiceBindings) ReleaseServiceBinding(ctx context.Context, t ServiceBindingTarget) error {
+func (b *ServiceBindings) ReleaseServiceBinding(ctx context.Context, t runs.ServiceBindingTarget) error {
 	var sb sbv1.ServiceBinding
 	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &sb); err != nil {
 		return ctrlclient.IgnoreNotFound(err)

@@ -38,13 +38,6 @@ const (
 	usageSecretField   = "status.secret"
 )
 
-// usageTarget is the input of a usage's workflow (activities.UsageTarget),
-// by its JSON names.
-type usageTarget struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-}
-
 // BindingUsages starts each ServiceBindingUsage's workflow and signals it
 // when there is something to look at again: the usage is new, changed or
 // deleted; its UsageKind, its workload, its binding or the binding's Secret
@@ -225,7 +218,7 @@ func (u *BindingUsages) wake(ctx context.Context, req ctrl.Request) (ctrl.Result
 	_, err := u.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalUsageChanged, "", runs.LoopOptions(id,
 		fmt.Sprintf("binding usage %s/%s: %s into %s %s", req.Namespace, req.Name, usage.Spec.ServiceBindingRef.Name, usage.Spec.UsedBy.Kind, usage.Spec.UsedBy.Name),
 		fmt.Sprintf("kubectl get servicebindingusage %s -n %s -o yaml", req.Name, req.Namespace),
-	), runs.BindingUsageType, usageTarget{Namespace: req.Namespace, Name: req.Name})
+	), runs.BindingUsageType, runs.UsageTarget{Namespace: req.Namespace, Name: req.Name})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("signalling the workflow of ServiceBindingUsage %s: %w", req.NamespacedName, err)
 	}

@@ -27,13 +27,6 @@ import (
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
-// claimTarget is the input of a claim's workflow (activities.ClaimTarget),
-// by its JSON names.
-type claimTarget struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-}
-
 // newClaimRecheck is how long after it asked the allocator for a new
 // claim the watcher looks whether the claim has been settled.
 const newClaimRecheck = 5 * time.Minute
@@ -225,7 +218,7 @@ func (c *Claims) holdersOf(ctx context.Context, secret ctrlclient.Object) []reco
 // signal wakes the claim's workflow, starting it if it does not run.
 func (c *Claims) signal(ctx context.Context, claim types.NamespacedName) error {
 	_, err := c.Temporal.SignalWithStartWorkflow(ctx, runs.ClaimID(claim.Namespace, claim.Name), runs.SignalClaimChanged, "",
-		runs.ClaimOptions(claim.Namespace, claim.Name), runs.ClaimType, claimTarget{Namespace: claim.Namespace, Name: claim.Name})
+		runs.ClaimOptions(claim.Namespace, claim.Name), runs.ClaimType, runs.ClaimTarget{Namespace: claim.Namespace, Name: claim.Name})
 	if err != nil {
 		return fmt.Errorf("signalling the workflow of claim %s: %w", claim, err)
 	}

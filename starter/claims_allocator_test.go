@@ -13,6 +13,7 @@ import (
 	"github.com/quartermaster/qm/activities"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // TestAllocatorWakesItsClaims: a pass of a namespace's allocator (Give)
@@ -58,7 +59,7 @@ func TestAllocatorWakesItsClaims(t *testing.T) {
 	base := svc.DeepCopy()
 	svc.Status.State, svc.Status.ClaimRef = primazav1alpha1.ServiceClaimed, &primazav1alpha1.ClaimReference{Name: "gone", UID: "0d1c6e1e-gone"}
 	require.NoError(t, s.Kube.Client.Status().Patch(ctx, svc, ctrlclient.MergeFrom(base)))
-	res, err := claims.Settle(ctx, activities.Settling{Claim: activities.ClaimTarget{Namespace: s.Namespace, Name: "gone"}, Given: other})
+	res, err := claims.Settle(ctx, activities.Settling{Claim: runs.ClaimTarget{Namespace: s.Namespace, Name: "gone"}, Given: other})
 	require.NoError(t, err)
 	assert.True(t, res.Gone)
 	svc = getService(t, s, other)

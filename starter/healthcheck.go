@@ -25,12 +25,6 @@ import (
 // start the loops Temporal did not take.
 const loopStartRetry = 2 * time.Second
 
-// healthChecksInput is the input of a shard's loop
-// (workflows.HealthChecksInput), by its JSON name.
-type healthChecksInput struct {
-	Shard int `json:"shard"`
-}
-
 // HealthChecks keeps the health-check loops of the registered services:
 // every shard's loop runs (ensured once the watcher leads), and a service
 // that is new, changed or deleted is signalled to its loop, which checks
@@ -65,7 +59,7 @@ func (h *HealthChecks) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	}
 	shard := healthcheck.Shard(svc.Namespace, svc.Name)
 	_, err := h.Temporal.SignalWithStartWorkflow(ctx, runs.HealthChecksID(shard), runs.SignalServiceChanged,
-		svc.Namespace+"/"+svc.Name, loopOptions(shard), runs.HealthChecksType, healthChecksInput{Shard: shard})
+		svc.Namespace+"/"+svc.Name, loopOptions(shard), runs.HealthChecksType, runs.HealthChecksInput{Shard: shard})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("signalling the health-check loop of %s: %w", req, err)
 	}
@@ -109,7 +103,7 @@ func (h *HealthChecks) loops(context.Context) ([]loops.Want, error) {
 
 // startLoop starts the loop of a shard, or leaves the one running.
 func (h *HealthChecks) startLoop(ctx context.Context, w loops.Want) error {
-	if _, err := h.Temporal.ExecuteWorkflow(ctx, loopOptions(w.Shard), runs.HealthChecksType, healthChecksInput{Shard: w.Shard}); err != nil {
+	if _, err := h.Temporal.ExecuteWorkflow(ctx, loopOptions(w.Shard), runs.HealthChecksType, runs.HealthChecksInput{Shard: w.Shard}); err != nil {
 		return fmt.Errorf("starting the health-check loop %s: %w", w.ID, err)
 	}
 	return nil

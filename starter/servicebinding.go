@@ -36,13 +36,6 @@ const (
 	sbWorkloadKindField = "spec.workload.kind"
 )
 
-// serviceBindingTarget is the input of a ServiceBinding's workflow
-// (activities.ServiceBindingTarget), by its JSON names.
-type serviceBindingTarget struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-}
-
 // ServiceBindings starts each ServiceBinding's workflow and signals it when
 // there is something to look at again: the ServiceBinding is new, changed
 // or deleted; its service (an SFServiceBinding or a ServiceClaim) names
@@ -206,7 +199,7 @@ func (s *ServiceBindings) wake(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		fmt.Sprintf("service binding %s/%s: %s %s into %s %s", req.Namespace, req.Name,
 			sb.Spec.Service.Kind, sb.Spec.Service.Name, sb.Spec.Workload.Kind, workload),
 		fmt.Sprintf("kubectl get servicebinding.servicebinding.io %s -n %s -o yaml", req.Name, req.Namespace),
-	), runs.ServiceBindingType, serviceBindingTarget{Namespace: req.Namespace, Name: req.Name})
+	), runs.ServiceBindingType, runs.ServiceBindingTarget{Namespace: req.Namespace, Name: req.Name})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("signalling the workflow of ServiceBinding %s: %w", req.NamespacedName, err)
 	}

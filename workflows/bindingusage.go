@@ -31,7 +31,7 @@ const (
 //     workload, its binding or the binding's Secret (a usage that is not
 //     Ready also looks again after a minute), and go back to 1;
 //  5. once the usage is deleted, remove the injection, then the finalizer.
-func BindingUsage(ctx workflow.Context, t activities.UsageTarget) error {
+func BindingUsage(ctx workflow.Context, t runs.UsageTarget) error {
 	// What a usage cannot do is an outcome, not a failure.
 	ctx = retriedUntilDone(ctx)
 	var a *activities.BindingUsages

@@ -21,7 +21,7 @@ import (
 var usages *activities.BindingUsages
 
 var (
-	webDB    = activities.UsageTarget{Namespace: "apps", Name: "web-db"}
+	webDB    = runs.UsageTarget{Namespace: "apps", Name: "web-db"}
 	injected = activities.Injected{Kind: sc.UsageKindSnapshot{Name: "deployment", Resource: sc.ResourceReference{Group: "apps", Version: "v1", Kind: "Deployment"},
 		LabelsPath: "spec.template.metadata.labels"}, Workload: "web"}
 )
@@ -39,7 +39,7 @@ func usageEnv() *testsuite.TestWorkflowEnvironment {
 func TestBindingUsageInjectsThenRemoves(t *testing.T) {
 	env := usageEnv()
 	var resolves atomic.Int32
-	env.OnActivity(usages.ResolveUsage, mock.Anything, webDB).Return(func(context.Context, activities.UsageTarget) (activities.Usage, error) {
+	env.OnActivity(usages.ResolveUsage, mock.Anything, webDB).Return(func(context.Context, runs.UsageTarget) (activities.Usage, error) {
 		if resolves.Add(1) == 1 {
 			return activities.Usage{UID: "u-1", Generation: 1, Kind: &injected.Kind, Workload: "web", Binding: "db", Secret: "creds"}, nil
 		}
@@ -66,7 +66,7 @@ func TestBindingUsageLooksAgainWhenNotReady(t *testing.T) {
 	env := usageEnv()
 	var resolves atomic.Int32
 	problem := &activities.UsageProblem{State: sc.UsageFailed, Reason: "Forbidden", Message: "Quartermaster may not patch Deployment"}
-	env.OnActivity(usages.ResolveUsage, mock.Anything, webDB).Return(func(context.Context, activities.UsageTarget) (activities.Usage, error) {
+	env.OnActivity(usages.ResolveUsage, mock.Anything, webDB).Return(func(context.Context, runs.UsageTarget) (activities.Usage, error) {
 		if resolves.Add(1) == 3 {
 			return activities.Usage{Gone: true}, nil
 		}

@@ -55,7 +55,7 @@ const settledInOneStep = "settled-in-one-step"
 //     back to 1;
 //  3. once the claim is deleted, step 1 lets go of its services, its
 //     Secret and its finalizer, and the workflow ends.
-func ServiceClaim(ctx workflow.Context, t activities.ClaimTarget) error {
+func ServiceClaim(ctx workflow.Context, t runs.ClaimTarget) error {
 	if workflow.GetVersion(ctx, settledInOneStep, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return serviceClaimInSteps(ctx, t)
 	}
@@ -97,7 +97,7 @@ func latest(changed workflow.ReceiveChannel) string {
 }
 
 // claimDetails is what the UI shows of a claim's workflow while it waits.
-func claimDetails(t activities.ClaimTarget, res activities.Resolution) string {
+func claimDetails(t runs.ClaimTarget, res activities.Resolution) string {
 	if res.Wants {
 		return "asked the allocator of " + t.Namespace + " for a service"
 	}

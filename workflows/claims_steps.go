@@ -24,7 +24,7 @@ import (
 //     changes (the watcher signals), or, while Pending, pendingRecheck at
 //     most, and go back to 1;
 //  5. once the claim is deleted, release its service and its Secret.
-func serviceClaimInSteps(ctx workflow.Context, t activities.ClaimTarget) error {
+func serviceClaimInSteps(ctx workflow.Context, t runs.ClaimTarget) error {
 	ctx = retriedUntilDone(ctx)
 	var a *activities.Claims
 	changed := workflow.GetSignalChannel(ctx, runs.SignalClaimChanged)

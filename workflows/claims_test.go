@@ -20,7 +20,7 @@ import (
 var claims *activities.Claims
 
 // shopDB is the claim the claim tests follow.
-var shopDB = activities.ClaimTarget{Namespace: "apps", Name: "shop-db"}
+var shopDB = runs.ClaimTarget{Namespace: "apps", Name: "shop-db"}
 
 // claimEnv is a test environment with the claims' activities registered.
 func claimEnv() *testsuite.TestWorkflowEnvironment {

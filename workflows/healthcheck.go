@@ -12,22 +12,6 @@ import (
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
-// HealthChecksInput starts, or continues, the loop of one shard.
-type HealthChecksInput struct {
-	Shard int `json:"shard"`
-	// Last is where the previous pass's window ended; the next window
-	// starts there, so a late pass runs the checks it missed.
-	Last time.Time `json:"last,omitzero"`
-	// Tick is the wait between passes (the activity says how long).
-	Tick time.Duration `json:"tick,omitempty"`
-	// Pending are services signalled but not checked before the loop
-	// continued as new.
-	Pending []string `json:"pending,omitempty"`
-	// Recent are the latest changes of state, newest first, that the
-	// loop's current details show.
-	Recent []string `json:"recent,omitempty"`
-}
-
 // passesPerRun bounds a run's history: a loop continues as new after
 // this many passes (a few thousand events), or sooner if Temporal asks
 // (GetContinueAsNewSuggested, which is also how tests make it continue).
@@ -50,7 +34,7 @@ const recentChanges = 20
 //
 // The schedule lives in the services' specs and the results in their
 // status; the loop carries only where its last window ended.
-func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
+func HealthChecks(ctx workflow.Context, in runs.HealthChecksInput) error {
 	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		// A pass probes every service of the shard whose instant has come,
 		// each probe bounded by its own timeout: many at once may take a
@@ -82,7 +66,7 @@ func HealthChecks(ctx workflow.Context, in HealthChecksInput) error {
 
 // loop is a running loop: its input as it goes on, and its signals.
 type loop struct {
-	in      HealthChecksInput
+	in      runs.HealthChecksInput
 	changed workflow.ReceiveChannel
 }
 

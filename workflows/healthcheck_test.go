@@ -80,7 +80,7 @@ func TestHealthChecksLoop(t *testing.T) {
 	env.RegisterDelayedCallback(p.failNext, 10*time.Second)
 	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, 20*time.Second)
 	start := env.Now()
-	env.ExecuteWorkflow(workflows.HealthChecks, workflows.HealthChecksInput{Shard: 7})
+	env.ExecuteWorkflow(workflows.HealthChecks, runs.HealthChecksInput{Shard: 7})
 	require.True(t, env.IsWorkflowCompleted())
 	var canceled *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &canceled, "a cancelled loop ends")
@@ -123,16 +123,16 @@ func TestHealthChecksLoop(t *testing.T) {
 func TestHealthChecksContinueAsNew(t *testing.T) {
 	p := &passes{fail: -1}
 	env := p.env(t)
-	env.ExecuteWorkflow(workflows.HealthChecks, workflows.HealthChecksInput{Shard: 1})
+	env.ExecuteWorkflow(workflows.HealthChecks, runs.HealthChecksInput{Shard: 1})
 	require.True(t, env.IsWorkflowCompleted())
 	var next *workflow.ContinueAsNewError
 	require.ErrorAs(t, env.GetWorkflowError(), &next)
 	assert.Equal(t, runs.HealthChecksType, next.WorkflowType.Name)
-	var in workflows.HealthChecksInput
+	var in runs.HealthChecksInput
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(next.Input, &in))
 	got := p.recorded()
 	require.NotEmpty(t, got)
-	assert.Equal(t, workflows.HealthChecksInput{Shard: 1, Last: got[len(got)-1].To, Tick: 2 * time.Second}, in)
+	assert.Equal(t, runs.HealthChecksInput{Shard: 1, Last: got[len(got)-1].To, Tick: 2 * time.Second}, in)
 	assert.Len(t, got, 500, "a run holds 500 passes")
 }
 
@@ -142,7 +142,7 @@ func TestHealthChecksContinueAsNewWhenSuggested(t *testing.T) {
 	p := &passes{fail: -1}
 	env := p.env(t)
 	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 20*time.Second)
-	env.ExecuteWorkflow(workflows.HealthChecks, workflows.HealthChecksInput{Shard: 1})
+	env.ExecuteWorkflow(workflows.HealthChecks, runs.HealthChecksInput{Shard: 1})
 	require.True(t, env.IsWorkflowCompleted())
 	var next *workflow.ContinueAsNewError
 	require.ErrorAs(t, env.GetWorkflowError(), &next)

@@ -22,7 +22,7 @@ import (
 //     Secret, its workloads or their mapping (one that is not Ready also
 //     looks again after a minute), and go back to 1;
 //  5. once it is deleted, take the projection back, then the finalizer.
-func ServiceBinding(ctx workflow.Context, t activities.ServiceBindingTarget) error {
+func ServiceBinding(ctx workflow.Context, t runs.ServiceBindingTarget) error {
 	ctx = retriedUntilDone(ctx)
 	var a *activities.ServiceBindings
 	changed := workflow.GetSignalChannel(ctx, runs.SignalServiceBindingChanged)

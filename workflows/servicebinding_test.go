@@ -21,7 +21,7 @@ import (
 var serviceBindings *activities.ServiceBindings
 
 var (
-	accountDB = activities.ServiceBindingTarget{Namespace: "apps", Name: "account-db"}
+	accountDB = runs.ServiceBindingTarget{Namespace: "apps", Name: "account-db"}
 	projected = sbv1.Projected{APIVersion: "apps/v1", Kind: "Deployment", Workloads: []string{"api", "web"}}
 )
 
@@ -38,7 +38,7 @@ func serviceBindingEnv() *testsuite.TestWorkflowEnvironment {
 func TestServiceBindingProjectsThenTakesBack(t *testing.T) {
 	env := serviceBindingEnv()
 	var resolves atomic.Int32
-	env.OnActivity(serviceBindings.ResolveServiceBinding, mock.Anything, accountDB).Return(func(context.Context, activities.ServiceBindingTarget) (activities.Projection, error) {
+	env.OnActivity(serviceBindings.ResolveServiceBinding, mock.Anything, accountDB).Return(func(context.Context, runs.ServiceBindingTarget) (activities.Projection, error) {
 		if resolves.Add(1) == 1 {
 			return activities.Projection{UID: "sb-1", Generation: 1, Kind: &injected.Kind, Workloads: []string{"api", "web"}, Secret: "creds"}, nil
 		}
@@ -65,7 +65,7 @@ func TestServiceBindingLooksAgainWhenNotReady(t *testing.T) {
 	env := serviceBindingEnv()
 	var resolves atomic.Int32
 	notReady := &servicebinding.Problem{Reason: "ServiceNotReady", Message: "Database db has no status.binding.name yet", Service: true}
-	env.OnActivity(serviceBindings.ResolveServiceBinding, mock.Anything, accountDB).Return(func(context.Context, activities.ServiceBindingTarget) (activities.Projection, error) {
+	env.OnActivity(serviceBindings.ResolveServiceBinding, mock.Anything, accountDB).Return(func(context.Context, runs.ServiceBindingTarget) (activities.Projection, error) {
 		if resolves.Add(1) == 2 {
 			return activities.Projection{Gone: true}, nil
 		}

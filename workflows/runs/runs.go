@@ -71,6 +71,23 @@ const HealthChecksType = "HealthChecks"
 // at once.
 const SignalServiceChanged = "service-changed"
 
+// HealthChecksInput starts, or continues, the loop of one shard: the
+// watcher starts it with Shard alone, the loop continues with the rest.
+type HealthChecksInput struct {
+	Shard int `json:"shard"`
+	// Last is where the previous pass's window ended; the next window
+	// starts there, so a late pass runs the checks it missed.
+	Last time.Time `json:"last,omitzero"`
+	// Tick is the wait between passes (the activity says how long).
+	Tick time.Duration `json:"tick,omitempty"`
+	// Pending are services signalled but not checked before the loop
+	// continued as new.
+	Pending []string `json:"pending,omitempty"`
+	// Recent are the latest changes of state, newest first, that the
+	// loop's current details show.
+	Recent []string `json:"recent,omitempty"`
+}
+
 // HealthChecksID is the ID of the health-check loop of shard, e.g.
 // "registeredservices/shard-07". One ID per shard keeps one loop.
 func HealthChecksID(shard int) string {
