@@ -32,7 +32,8 @@ import (
 // release's chart and image come back (a rollback), under the same load,
 // routed back to its unversioned workers as docs/upgrades.md says. After
 // each step: nothing lost, stuck or done twice, no provision waited more
-// than rollingSlack longer than without the replacements, Temporal routes
+// than rollingSlack longer than without the replacements (or than the
+// step's median, when the mass update beside it queued them all: checkStall), Temporal routes
 // to the step's build, every long-lived run runs and the checks go on; and
 // no history or pod log holds a failed workflow task.
 func TestChartUpgradeUnderLoad(t *testing.T) {
