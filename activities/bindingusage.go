@@ -264,14 +264,5 @@ func (b *BindingUsages) RemoveInjection(ctx context.Context, t runs.UsageTarget,
 
 // ReleaseUsage lets the deleted usage go: its finalizer is removed.
 func (b *BindingUsages) ReleaseUsage(ctx context.Context, t runs.UsageTarget) error {
-	var usage sc.ServiceBindingUsage
-	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &usage); err != nil {
-		return ctrlclient.IgnoreNotFound(err)
-	}
-	if !controllerutil.ContainsFinalizer(&usage, sc.UsageProtection) {
-		return nil
-	}
-	patch := ctrlclient.MergeFromWithOptions(usage.DeepCopy(), ctrlclient.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(&usage, sc.UsageProtection)
-	return ctrlclient.IgnoreNotFound(b.Client.Patch(ctx, &usage, patch))
+	return release(ctx, b.Client, &sc.ServiceBindingUsage{}, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, sc.UsageProtection)
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/bindingusage"
@@ -124,4 +125,20 @@ func removeInjection(ctx context.Context, c ctrlclient.Client, gvk schema.GroupV
 		return fmt.Errorf("removing the injection from %s %s/%s: %w", gvk.Kind, namespace, name, err)
 	}
 	return nil
+}
+
+// release lets a deleted usage or ServiceBinding go once its injection is
+// removed: obj, read under key, loses finalizer, under the
+// resourceVersion it was read at, so that a finalizer another writer
+// added meanwhile stays. One that is gone has nothing to release.
+func release(ctx context.Context, c ctrlclient.Client, obj ctrlclient.Object, key types.NamespacedName, finalizer string) error {
+	if err := c.Get(ctx, key, obj); err != nil {
+		return ctrlclient.IgnoreNotFound(err)
+	}
+	if !controllerutil.ContainsFinalizer(obj, finalizer) {
+		return nil
+	}
+	patch := ctrlclient.MergeFromWithOptions(obj.DeepCopyObject().(ctrlclient.Object), ctrlclient.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(obj, finalizer)
+	return ctrlclient.IgnoreNotFound(c.Patch(ctx, obj, patch))
 }

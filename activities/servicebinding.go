@@ -303,14 +303,5 @@ func (b *ServiceBindings) TakeBackProjection(ctx context.Context, t runs.Service
 // ReleaseServiceBinding lets the deleted ServiceBinding go: its finalizer
 // is removed.
 func (b *ServiceBindings) ReleaseServiceBinding(ctx context.Context, t runs.ServiceBindingTarget) error {
-	var sb sbv1.ServiceBinding
-	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, &sb); err != nil {
-		return ctrlclient.IgnoreNotFound(err)
-	}
-	if !controllerutil.ContainsFinalizer(&sb, sbv1.Finalizer) {
-		return nil
-	}
-	patch := ctrlclient.MergeFromWithOptions(sb.DeepCopy(), ctrlclient.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(&sb, sbv1.Finalizer)
-	return ctrlclient.IgnoreNotFound(b.Client.Patch(ctx, &sb, patch))
+	return release(ctx, b.Client, &sbv1.ServiceBinding{}, types.NamespacedName{Namespace: t.Namespace, Name: t.Name}, sbv1.Finalizer)
 }

@@ -5,13 +5,15 @@ import (
 	"strings"
 
 	"go.temporal.io/sdk/workflow"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/quartermaster/qm/activities"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // ServiceBinding carries one ServiceBinding (servicebinding.io) through its
-// life, for as long as it exists, as BindingUsage carries a usage:
+// life, for as long as it exists, as BindingUsage carries a usage
+// (projectionLoop):
 //
 //  1. resolve what it names: the service's Secret, and the workloads (by
 //     name or selector) with where their pod template is;
@@ -23,37 +25,20 @@ import (
 //     looks again after a minute), and go back to 1;
 //  5. once it is deleted, take the projection back, then the finalizer.
 func ServiceBinding(ctx workflow.Context, t runs.ServiceBindingTarget) error {
-	ctx = retriedUntilDone(ctx)
 	var a *activities.ServiceBindings
-	changed := workflow.GetSignalChannel(ctx, runs.SignalServiceBindingChanged)
-	for passes := 0; passes < usagePassesPerRun && !workflow.GetInfo(ctx).GetContinueAsNewSuggested(); passes++ {
-		var p activities.Projection
-		if err := workflow.ExecuteLocalActivity(ctx, a.ResolveServiceBinding, t).Get(ctx, &p); err != nil {
-			return err
-		}
-		if p.Gone {
-			return nil
-		}
-		if p.Deleting {
-			if p.Projected != nil {
-				if err := workflow.ExecuteLocalActivity(ctx, a.TakeBackProjection, t, p.UID, *p.Projected).Get(ctx, nil); err != nil {
-					return err
-				}
+	return projectionLoop[runs.ServiceBindingTarget, activities.Projection, activities.ProjectionOutcome]{
+		workflowType: runs.ServiceBindingType, signal: runs.SignalServiceBindingChanged,
+		resolve: a.ResolveServiceBinding, takeBack: a.TakeBackProjection, release: a.ReleaseServiceBinding,
+		project: a.Project, record: a.RecordServiceBinding,
+		state: func(p activities.Projection) (bool, bool, types.UID, any) {
+			if p.Projected == nil {
+				return p.Gone, p.Deleting, p.UID, nil
 			}
-			return workflow.ExecuteLocalActivity(ctx, a.ReleaseServiceBinding, t).Get(ctx, nil)
-		}
-		var out activities.ProjectionOutcome
-		if err := workflow.ExecuteLocalActivity(ctx, a.Project, t, p).Get(ctx, &out); err != nil {
-			return err
-		}
-		if err := workflow.ExecuteLocalActivity(ctx, a.RecordServiceBinding, t, out).Get(ctx, nil); err != nil {
-			return err
-		}
-		workflow.SetCurrentDetails(ctx, projectionDetails(out))
-		waitForChange(ctx, changed, retryIf(out.Problem != nil))
-	}
-	// By its registered name: the function's own name is not registered.
-	return workflow.NewContinueAsNewError(ctx, runs.ServiceBindingType, t)
+			return p.Gone, p.Deleting, p.UID, *p.Projected
+		},
+		problem: func(out activities.ProjectionOutcome) bool { return out.Problem != nil },
+		details: func(_ activities.Projection, out activities.ProjectionOutcome) string { return projectionDetails(out) },
+	}.run(ctx, t)
 }
 
 // projectionDetails is what the UI shows of a ServiceBinding's workflow
