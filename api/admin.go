@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"mime"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -35,6 +37,27 @@ func (s *Server) adminEnabled(next http.Handler) http.Handler {
 		if s.Admin.Username == "" || s.Admin.Password == "" {
 			writeError(w, http.StatusNotFound, "", "the admin API is off; set QM_ADMIN_USERNAME and QM_ADMIN_PASSWORD to turn it on")
 			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// jsonOnly refuses an admin request that changes something unless it says
+// its body is JSON, even one with no body (the steering posts). A page in
+// an operator's browser can send a form or text/plain post with the
+// browser's remembered credentials and no preflight; a JSON one needs the
+// preflight, which this API never answers, so the page cannot start, pause
+// or cancel a mass update.
+func jsonOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+				writeError(w, http.StatusUnsupportedMediaType, "",
+					fmt.Sprintf("the admin API takes application/json only, not %q (a form or a plain-text post, which any web page can send, is refused)", r.Header.Get("Content-Type")))
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -88,3 +88,27 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 		assert.NotContains(t, logs.String(), secret, "credentials and parameters stay out of the log")
 	}
 }
+
+// TestAdminTakesJSONOnly: a post to the admin API that does not say its
+// body is JSON, as a web page's form or plain-text post would, is refused
+// with 415 before it reaches a mass update, with the admin's credentials
+// or not asked for first; a JSON one reaches the handler.
+func TestAdminTakesJSONOnly(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true})
+	post := func(path, contentType, body string, auth *api.Credentials) (int, string) {
+		status, got, _ := testenv.HTTP(http.MethodPost, s.URL+path, body, auth, map[string]string{"Content-Type": contentType})
+		return status, got
+	}
+	for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "multipart/form-data; boundary=x", ""} {
+		status, body := post("/admin/mass-updates", ct, `{"name": "x", "all": true}`, &testenv.AdminCredentials)
+		assert.Equal(t, http.StatusUnsupportedMediaType, status, "%q: %s", ct, body)
+		assert.Contains(t, body, "the admin API takes application/json only", ct)
+		status, _ = post("/admin/mass-updates/x/cancel", ct, "", &testenv.AdminCredentials)
+		assert.Equal(t, http.StatusUnsupportedMediaType, status, "a steering post of %q", ct)
+	}
+	status, _ := post("/admin/mass-updates", "text/plain", "", nil)
+	assert.Equal(t, http.StatusUnauthorized, status, "credentials are asked for first")
+	status, body := post("/admin/mass-updates", "application/json; charset=utf-8", `{"name": "x"}`, &testenv.AdminCredentials)
+	assert.Equal(t, http.StatusBadRequest, status, "JSON reaches the handler, which refuses a run that selects nothing: %s", body)
+	assert.Contains(t, body, "select instances with plans")
+}

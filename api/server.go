@@ -109,7 +109,7 @@ func (s *Server) Handler() http.Handler {
 		})
 	})
 	r.Route("/admin", func(r chi.Router) {
-		r.Use(s.adminEnabled, basicAuth("Quartermaster admin", s.Admin))
+		r.Use(s.adminEnabled, basicAuth("Quartermaster admin", s.Admin), jsonOnly)
 		r.Get("/instances", s.adminListInstances)
 		r.Get("/instances/{namespace}/{name}", s.adminGetInstance)
 		r.Get("/usagekinds", s.adminListUsageKinds)

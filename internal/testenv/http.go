@@ -33,7 +33,8 @@ func HTTP(method, url, body string, auth *api.Credentials, header map[string]str
 	if auth != nil {
 		req.SetBasicAuth(auth.Username, auth.Password)
 	}
-	if body != "" {
+	if body != "" || method != http.MethodGet && method != http.MethodHead {
+		// As the platforms and qm mass-update send them, a body or not.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range header {
