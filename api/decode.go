@@ -217,12 +217,22 @@ func objectOrAbsent(name string, raw json.RawMessage) *requestError {
 	return badRequest("%s must be a JSON object", name)
 }
 
+// maxIdentityBytes bounds X-Broker-API-Originating-Identity: a platform's
+// user (Cloud Foundry's user_id, Kubernetes' username, groups and extra)
+// fits many times over, and the decoded JSON is kept in an annotation,
+// whose total the API server caps at 256 KiB: a larger header failed the
+// resource's write with a 500.
+const maxIdentityBytes = 8 << 10
+
 // originatingIdentity decodes X-Broker-API-Originating-Identity, "<platform>
 // <base64 JSON object>", into the JSON stored on the resource. An absent
 // header gives "".
 func originatingIdentity(header string) (string, *requestError) {
 	if header == "" {
 		return "", nil
+	}
+	if len(header) > maxIdentityBytes {
+		return "", badRequest("X-Broker-API-Originating-Identity is %d bytes; at most %d are taken", len(header), maxIdentityBytes)
 	}
 	platform, value, ok := strings.Cut(strings.TrimSpace(header), " ")
 	if !ok || platform == "" || value == "" {
