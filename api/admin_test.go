@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/internal/testenv"
@@ -111,4 +112,23 @@ func TestAdminTakesJSONOnly(t *testing.T) {
 	status, body := post("/admin/mass-updates", "application/json; charset=utf-8", `{"name": "x"}`, &testenv.AdminCredentials)
 	assert.Equal(t, http.StatusBadRequest, status, "JSON reaches the handler, which refuses a run that selects nothing: %s", body)
 	assert.Contains(t, body, "select instances with plans")
+}
+
+// TestInternalErrorsKeepTheirCause: a 500 names the step that failed and
+// points to the log, which has the cause; the client never reads what the
+// API server or Temporal said (here, the address Temporal was not found
+// at).
+func TestInternalErrorsKeepTheirCause(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Parallel: true})
+	gone, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	require.NoError(t, err)
+	t.Cleanup(gone.Close)
+	var logs testenv.SyncBuffer
+	srv := httptest.NewServer((&api.Server{Kube: s.Kube.Client, OSB: testenv.OSBCredentials, Admin: testenv.AdminCredentials,
+		Temporal: gone, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}).Handler())
+	t.Cleanup(srv.Close)
+	status, body, _ := testenv.HTTP(http.MethodGet, srv.URL+"/admin/mass-updates", "", &testenv.AdminCredentials, nil)
+	assert.Equal(t, http.StatusInternalServerError, status)
+	assert.JSONEq(t, `{"description": "listing the mass updates failed: an internal error, whose cause the broker's log has"}`, body)
+	assert.Contains(t, logs.String(), "127.0.0.1:1", "the log has the cause")
 }
