@@ -1,6 +1,7 @@
 // Package runs names Quartermaster's workflow runs and makes them findable:
-// the task queue, the workflow ID and type of each lifecycle operation, and
-// the search attributes. The watcher, the API and the worker share these
+// the task queue, the workflow ID and type of each lifecycle operation, the
+// inputs the long-lived runs start with (targets.go), and the search
+// attributes. The watcher, the API and the worker share these
 // names without importing the workflows and their activities.
 package runs
 
