@@ -52,8 +52,9 @@ func (s *Server) refuse(w http.ResponseWriter, e *requestError) {
 
 // internalError answers 500 for a failure of the broker itself, and logs
 // it. The answer names the step, not the cause: the cause is what the API
-// server or Temporal said, which is the operator's to read (in the log,
-// with the request identity that the answer's header repeats), not any
+// server or Temporal said, which is the operator's to read in the log (an
+// OSB request's line there carries the request identity that the answer's
+// header repeats; the admin API's have the route and time), not any
 // client's.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, doing string, err error) {
 	s.Logger.ErrorContext(r.Context(), doing+" failed", "error", err, "requestIdentity", r.Header.Get("X-Broker-API-Request-Identity"))
