@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/kubenames"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/metrics"
 	"github.com/quartermaster/qm/internal/rotation"
@@ -186,9 +187,10 @@ func (r *Rotations) PublishSuccessor(ctx context.Context, tg lifecycle.Target, g
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credentialsName(b), Namespace: b.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, t.kube, secret, func() error {
-		secret.Labels = map[string]string{osbv1alpha1.CredentialsBindingLabel: b.Name}
 		secret.Data = maps.Clone(creds.Data)
 		secret.Annotations = maps.Clone(creds.Annotations)
+		secret.Labels = nil
+		kubenames.SetLabel(secret, osbv1alpha1.CredentialsBindingLabel, b.Name)
 		if t.remote {
 			return nil
 		}

@@ -13,13 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/kubenames"
 	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/registry"
 )
 
 // credentialsName is the Secret that holds a binding's credentials.
 func credentialsName(b *osbv1alpha1.SFServiceBinding) string {
-	return registry.BoundedName("qm-credentials-", b.Name)
+	return kubenames.Bounded("qm-credentials-", b.Name)
 }
 
 // storeCredentials keeps a binding's credentials in its registry and in the
@@ -39,7 +40,6 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credentialsName(t.binding), Namespace: t.Namespace}}
 	_, err := controllerutil.CreateOrUpdate(ctx, t.kube, secret, func() error {
-		secret.Labels = map[string]string{osbv1alpha1.CredentialsBindingLabel: t.binding.Name}
 		secret.Data = map[string][]byte{}
 		var jsonKeys []string
 		for k, v := range creds {
@@ -60,6 +60,8 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 		} else {
 			delete(secret.Annotations, osbv1alpha1.CredentialsJSONKeysAnnotation)
 		}
+		secret.Labels = nil
+		kubenames.SetLabel(secret, osbv1alpha1.CredentialsBindingLabel, t.binding.Name)
 		if t.remote {
 			return nil // the binding is in another cluster: unbind deletes the Secret
 		}

@@ -14,8 +14,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"k8s.io/client-go/rest"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/api"
+	"github.com/quartermaster/qm/crds"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -127,8 +130,36 @@ func TestInternalErrorsKeepTheirCause(t *testing.T) {
 	srv := httptest.NewServer((&api.Server{Kube: s.Kube.Client, OSB: testenv.OSBCredentials, Admin: testenv.AdminCredentials,
 		Temporal: gone, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}).Handler())
 	t.Cleanup(srv.Close)
-	status, body, _ := testenv.HTTP(http.MethodGet, srv.URL+"/admin/mass-updates", "", &testenv.AdminCredentials, nil)
+	status, body, header := testenv.HTTP(http.MethodGet, srv.URL+"/admin/mass-updates", "", &testenv.AdminCredentials, nil)
 	assert.Equal(t, http.StatusInternalServerError, status)
-	assert.JSONEq(t, `{"description": "listing the mass updates failed: an internal error, whose cause the broker's log has"}`, body)
-	assert.Contains(t, logs.String(), "127.0.0.1:1", "the log has the cause")
+	id := header.Get("X-Broker-API-Request-Identity")
+	assert.NotEmpty(t, id, "a request without an identity is given one")
+	assert.JSONEq(t, `{"description": "listing the mass updates failed: an internal error; the broker's log has its cause under request identity `+id+`"}`, body)
+	assert.Contains(t, logLine(t, &logs, id), "127.0.0.1:1", "the log has the cause, under that identity")
+
+	// An OSB route's failure alike, under the platform's own identity: here
+	// the API server cannot be reached.
+	unreachable, err := ctrlclient.New(&rest.Config{Host: "https://127.0.0.1:1"}, ctrlclient.Options{Scheme: crds.NewScheme()})
+	require.NoError(t, err)
+	osb := httptest.NewServer((&api.Server{Kube: unreachable, Namespace: "default", OSB: testenv.OSBCredentials,
+		Temporal: gone, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}).Handler())
+	t.Cleanup(osb.Close)
+	status, body, header = testenv.HTTP(http.MethodGet, osb.URL+"/v2/service_instances/db-1", "", &testenv.OSBCredentials,
+		map[string]string{"X-Broker-API-Version": "2.17", "X-Broker-API-Request-Identity": "platform-req-7"})
+	assert.Equal(t, http.StatusInternalServerError, status, body)
+	assert.Equal(t, "platform-req-7", header.Get("X-Broker-API-Request-Identity"))
+	assert.JSONEq(t, `{"description": "reading instance \"db-1\" failed: an internal error; the broker's log has its cause under request identity platform-req-7"}`, body)
+	assert.Contains(t, logLine(t, &logs, "platform-req-7"), "127.0.0.1:1", "the log has the cause")
+}
+
+// logLine is the log line of logs that names the request identity id.
+func logLine(t *testing.T, logs *testenv.SyncBuffer, id string) string {
+	t.Helper()
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, `"requestIdentity":"`+id+`"`) && strings.Contains(line, `"error"`) {
+			return line
+		}
+	}
+	t.Errorf("no error line of request %s in the log:\n%s", id, logs.String())
+	return ""
 }

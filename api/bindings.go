@@ -17,6 +17,7 @@ import (
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/clusters"
+	"github.com/quartermaster/qm/internal/kubenames"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/parameters"
 )
@@ -53,17 +54,25 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) *requestErro
 	if e != nil {
 		return e
 	}
+	name, e := s.bindingName(ctx, s.Kube, bid)
+	if e != nil {
+		return e
+	}
+	predecessor, e := s.predecessorName(ctx, req.PredecessorBindingID)
+	if e != nil {
+		return e
+	}
 	var bindResource json.RawMessage
 	if req.BindResource != nil {
 		bindResource, _ = json.Marshal(req.BindResource)
 	}
 	b := &osbv1alpha1.SFServiceBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: ResourceName(bid), Namespace: s.Namespace,
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace,
 			Finalizers: []string{osbv1alpha1.BindingFinalizer}},
 		Spec: osbv1alpha1.SFServiceBindingSpec{
 			ID: bid, InstanceID: inst.Name, ServiceID: req.ServiceID, PlanID: req.PlanID,
 			BindResource: toJSON(bindResource), Context: toJSON(req.Context), Parameters: toJSON(req.Parameters),
-			AcceptsIncomplete: acceptsIncomplete(r), PredecessorBinding: predecessorName(req.PredecessorBindingID),
+			AcceptsIncomplete: acceptsIncomplete(r), PredecessorBinding: predecessor,
 			AppGUID: req.appGUID(),
 		},
 	}
@@ -245,8 +254,12 @@ func (s *Server) binding(ctx context.Context, iid, bid string, missing int) (*os
 
 // bindingFrom reads it through r: the API server, or the poll cache.
 func (s *Server) bindingFrom(ctx context.Context, r client.Reader, iid, bid string, missing int) (*osbv1alpha1.SFServiceBinding, *requestError) {
+	name, e := s.bindingName(ctx, r, bid)
+	if e != nil {
+		return nil, e
+	}
 	var b osbv1alpha1.SFServiceBinding
-	err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(bid)}, &b)
+	err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, &b)
 	if apierrors.IsNotFound(err) || (err == nil && (b.Spec.ID != bid || b.Spec.InstanceID != ResourceName(iid))) {
 		if missing == http.StatusGone {
 			return nil, &requestError{status: missing}
@@ -254,7 +267,7 @@ func (s *Server) bindingFrom(ctx context.Context, r client.Reader, iid, bid stri
 		return nil, &requestError{status: missing, description: fmt.Sprintf("binding %q of instance %q does not exist", bid, iid)}
 	}
 	if err != nil {
-		return nil, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading binding %q: %v", bid, err)}
+		return nil, failure(fmt.Sprintf("reading binding %q", bid), err)
 	}
 	return &b, nil
 }
@@ -282,9 +295,9 @@ func (s *Server) bindingResponse(ctx context.Context, b *osbv1alpha1.SFServiceBi
 	}
 	// The status names the Secret, and whoever may write the status could
 	// name any Secret of the namespace: only the binding's own is read out.
-	if secret.Labels[osbv1alpha1.CredentialsBindingLabel] != b.Name {
+	if kubenames.NameOf(&secret, osbv1alpha1.CredentialsBindingLabel) != b.Name {
 		return resp, fmt.Errorf("the binding's status names Secret %s/%s, which is not labelled %s=%s as its credentials are: not returned",
-			b.Namespace, name, osbv1alpha1.CredentialsBindingLabel, b.Name)
+			b.Namespace, name, osbv1alpha1.CredentialsBindingLabel, kubenames.LabelValue(b.Name))
 	}
 	jsonKeys := map[string]bool{}
 	for _, k := range strings.Split(secret.Annotations[osbv1alpha1.CredentialsJSONKeysAnnotation], ",") {
@@ -331,9 +344,9 @@ func sameBinding(have, want osbv1alpha1.SFServiceBindingSpec) bool {
 
 // predecessorName is the resource name of a predecessor_binding_id ("":
 // none).
-func predecessorName(id string) string {
+func (s *Server) predecessorName(ctx context.Context, id string) (string, *requestError) {
 	if id == "" {
-		return ""
+		return "", nil
 	}
-	return ResourceName(id)
+	return s.bindingName(ctx, s.Kube, id)
 }

@@ -74,12 +74,12 @@ type (
 func (s *Server) getCatalog(w http.ResponseWriter, r *http.Request) {
 	services, err := s.Offerings.Services(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "", "reading the catalog: "+err.Error())
+		s.internalError(w, r, "reading the catalog", err)
 		return
 	}
 	plans, err := s.Offerings.Plans(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "", "reading the catalog: "+err.Error())
+		s.internalError(w, r, "reading the catalog", err)
 		return
 	}
 	byService := map[string][]plan{}

@@ -61,9 +61,18 @@ type requestError struct {
 	status      int
 	code        string
 	description string
+	// cause is the broker's own failure behind a 500: the log's to keep,
+	// not the client's to read (failure).
+	cause error
 }
 
 func (e *requestError) Error() string { return e.description }
+
+// failure is a 500 for a step of the broker's own that failed: the answer
+// names the step, the log the cause.
+func failure(doing string, err error) *requestError {
+	return &requestError{status: http.StatusInternalServerError, description: doing, cause: err}
+}
 
 func badRequest(format string, args ...any) *requestError {
 	return &requestError{status: http.StatusBadRequest, description: fmt.Sprintf(format, args...)}
@@ -164,6 +173,11 @@ func (u *updateRequest) validate() *requestError {
 }
 
 func (b *bindRequest) validate() *requestError {
+	if b.PredecessorBindingID != "" {
+		if e := checkID("predecessor_binding_id", b.PredecessorBindingID); e != nil {
+			return e
+		}
+	}
 	return validateCreate(b.ServiceID, b.PlanID, b.Context, b.Parameters)
 }
 

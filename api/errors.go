@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 )
 
@@ -32,14 +33,18 @@ type osbHandler func(w http.ResponseWriter, r *http.Request) *requestError
 func (s *Server) osb(h osbHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if e := h(w, r); e != nil {
-			s.refuse(w, e)
+			s.refuse(w, r, e)
 		}
 	}
 }
 
 // refuse writes the OSB error body of a refused request. A failure of the
 // broker itself (5xx) is logged too.
-func (s *Server) refuse(w http.ResponseWriter, e *requestError) {
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *requestError) {
+	if e.cause != nil {
+		s.internalError(w, r, e.description, e.cause)
+		return
+	}
 	if e.status >= 500 {
 		s.Logger.Error("request failed", "status", e.status, "description", e.description)
 	}
@@ -51,12 +56,11 @@ func (s *Server) refuse(w http.ResponseWriter, e *requestError) {
 }
 
 // internalError answers 500 for a failure of the broker itself, and logs
-// it. The answer names the step, not the cause: the cause is what the API
-// server or Temporal said, which is the operator's to read in the log (an
-// OSB request's line there carries the request identity that the answer's
-// header repeats; the admin API's have the route and time), not any
-// client's.
+// it. The answer names the step and the request's identity, not the cause:
+// the cause is what the API server or Temporal said, which is the
+// operator's to read in the log, under that identity, not any client's.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, doing string, err error) {
-	s.Logger.ErrorContext(r.Context(), doing+" failed", "error", err, "requestIdentity", r.Header.Get("X-Broker-API-Request-Identity"))
-	writeError(w, http.StatusInternalServerError, "", doing+" failed: an internal error, whose cause the broker's log has")
+	id := r.Header.Get(requestIdentityHeader)
+	s.Logger.ErrorContext(r.Context(), doing+" failed", "error", err, "requestIdentity", id)
+	writeError(w, http.StatusInternalServerError, "", fmt.Sprintf("%s failed: an internal error; the broker's log has its cause under request identity %s", doing, id))
 }

@@ -290,7 +290,7 @@ func (s *Server) instanceFrom(ctx context.Context, r client.Reader, id string, m
 		return nil, &requestError{status: missing, description: fmt.Sprintf("instance %q does not exist", id)}
 	}
 	if err != nil {
-		return nil, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading instance %q: %v", id, err)}
+		return nil, failure(fmt.Sprintf("reading instance %q", id), err)
 	}
 	return &inst, nil
 }

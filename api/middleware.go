@@ -3,9 +3,12 @@ package api
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // SupportedMajor is the major OSB API version served.
@@ -80,13 +83,28 @@ func brokerAPIVersion(next http.Handler) http.Handler {
 	})
 }
 
+// requestIdentityHeader is OSB's header for a platform's own request ID.
+const requestIdentityHeader = "X-Broker-API-Request-Identity"
+
+// maxRequestIdentity caps the request identity: it is written into every
+// log line of the request.
+const maxRequestIdentity = 256
+
 // requestIdentity echoes X-Broker-API-Request-Identity, so that a platform
-// can match a response to its request.
+// can match a response to its request, and gives a request without one an
+// identity of its own, so that a 500's answer can point to its log lines.
 func requestIdentity(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := r.Header.Get("X-Broker-API-Request-Identity"); id != "" {
-			w.Header().Set("X-Broker-API-Request-Identity", id)
+		id := r.Header.Get(requestIdentityHeader)
+		switch {
+		case len(id) > maxRequestIdentity:
+			writeError(w, http.StatusBadRequest, "", fmt.Sprintf("%s has %d bytes; at most %d are taken", requestIdentityHeader, len(id), maxRequestIdentity))
+			return
+		case id == "":
+			id = uuid.NewString()
+			r.Header.Set(requestIdentityHeader, id)
 		}
+		w.Header().Set(requestIdentityHeader, id)
 		next.ServeHTTP(w, r)
 	})
 }

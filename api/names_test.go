@@ -21,3 +21,25 @@ func TestResourceName(t *testing.T) {
 	// echo -n 'Upper-Case' | sha224sum
 	assert.Equal(t, "7cb502ab654c49bbaec5c4faf928a2daf002de82c1618f91a260da2e", api.ResourceName("Upper-Case"))
 }
+
+func TestBindingName(t *testing.T) {
+	for _, tc := range []struct {
+		id     string
+		hashed bool
+	}{
+		{"0304b210-fcfd-11e8-a31b-b6001f10c97f", false}, // a GUID: no 'r' can follow a dash
+		{"app", false},
+		{"app-r", false},
+		{"app-rx1", false},
+		{"app-r1", true}, // the successor name of binding app's first generation
+		{"app-r12", true},
+		{"Upper-Case", true},
+	} {
+		name := api.BindingName(tc.id)
+		if tc.hashed {
+			assert.Regexp(t, `^[0-9a-f]{56}$`, name, tc.id)
+			continue
+		}
+		assert.Equal(t, tc.id, name)
+	}
+}

@@ -72,7 +72,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		s.Logger.LogAttrs(r.Context(), level, "request",
 			slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.Path),
 			slog.Int("status", status), slog.Int("bytes", ww.BytesWritten()),
-			slog.Duration("duration", elapsed), slog.String("requestIdentity", r.Header.Get("X-Broker-API-Request-Identity")),
+			slog.Duration("duration", elapsed), slog.String("requestIdentity", r.Header.Get(requestIdentityHeader)),
 			slog.String("remote", r.RemoteAddr))
 	})
 }

@@ -19,13 +19,13 @@ func (s *Server) plan(ctx context.Context, serviceID, planID string) (*osbv1alph
 	if errors.Is(err, offerings.ErrNotFound) || (err == nil && svc.Namespace != s.Namespace) {
 		return nil, nil, badRequest("service_id %q is not in the catalog", serviceID)
 	} else if err != nil {
-		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}
+		return nil, nil, failure("reading the catalog's services", err)
 	}
 	plan, err := s.Offerings.Plan(ctx, planID)
 	if errors.Is(err, offerings.ErrNotFound) || (err == nil && plan.Namespace != s.Namespace) {
 		return nil, nil, badRequest("plan_id %q is not in the catalog", planID)
 	} else if err != nil {
-		return nil, nil, &requestError{status: http.StatusInternalServerError, description: err.Error()}
+		return nil, nil, failure("reading the catalog's plans", err)
 	}
 	if plan.Spec.ServiceID != serviceID {
 		return nil, nil, badRequest("plan_id %q is not a plan of service_id %q", planID, serviceID)
@@ -94,6 +94,6 @@ func (s *Server) checkParameters(plan *osbv1alpha1.SFPlan, use parameters.Use, p
 	case errors.As(err, &v):
 		return badRequest("%s", v.Message)
 	default:
-		return &requestError{status: http.StatusInternalServerError, description: err.Error()}
+		return failure("checking the parameters", err)
 	}
 }

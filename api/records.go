@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 
@@ -29,10 +28,10 @@ func (s *Server) record(ctx context.Context, obj client.Object, state *osbv1alph
 		return true, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return false, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("recording %s: %v", what, err)}
+		return false, failure("recording "+what, err)
 	}
 	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		return false, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading %s: %v", what, err)}
+		return false, failure("reading "+what, err)
 	}
 	switch {
 	case obj.GetDeletionTimestamp() != nil:
@@ -52,13 +51,13 @@ func (s *Server) remove(ctx context.Context, obj client.Object, what, identity s
 	if err := s.Kube.Delete(ctx, obj, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
 		return http.StatusGone, nil
 	} else if err != nil {
-		return 0, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("deleting %s: %v", what, err)}
+		return 0, failure("deleting "+what, err)
 	}
 	s.recordRemoval(ctx, obj, identity)
 	if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
 		return http.StatusOK, nil
 	} else if err != nil {
-		return 0, &requestError{status: http.StatusInternalServerError, description: fmt.Sprintf("reading %s: %v", what, err)}
+		return 0, failure("reading "+what, err)
 	}
 	return 0, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
+	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,14 +21,21 @@ import (
 // record, so that it is answered alike even after the predecessor was
 // unbound.
 func (s *Server) rotate(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, plan *osbv1alpha1.SFPlan, bid string, req *bindRequest) *requestError {
-	predName := ResourceName(req.PredecessorBindingID)
+	predName, e := s.predecessorName(ctx, req.PredecessorBindingID)
+	if e != nil {
+		return e
+	}
+	name, e := s.bindingName(ctx, s.Kube, bid)
+	if e != nil {
+		return e
+	}
 	var have osbv1alpha1.SFServiceBinding
-	err := s.Kube.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: ResourceName(bid)}, &have)
+	err := s.Kube.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, &have)
 	switch {
 	case err == nil && have.Spec.ID == bid && have.Spec.PredecessorBinding == predName:
 		return req.inherit(have.Spec)
 	case err != nil && !apierrors.IsNotFound(err):
-		return &requestError{status: http.StatusInternalServerError, description: "reading binding " + bid + ": " + err.Error()}
+		return failure("reading binding "+strconv.Quote(bid), err)
 	}
 	var pred *osbv1alpha1.SFServiceBinding
 	var got osbv1alpha1.SFServiceBinding
@@ -37,16 +44,16 @@ func (s *Server) rotate(ctx context.Context, inst *osbv1alpha1.SFServiceInstance
 	case err == nil && got.Spec.ID == req.PredecessorBindingID:
 		pred = &got
 	case err != nil && !apierrors.IsNotFound(err):
-		return &requestError{status: http.StatusInternalServerError, description: "reading predecessor binding " + req.PredecessorBindingID + ": " + err.Error()}
+		return failure("reading predecessor binding "+strconv.Quote(req.PredecessorBindingID), err)
 	}
-	b := &osbv1alpha1.SFServiceBinding{ObjectMeta: metav1.ObjectMeta{Name: ResourceName(bid)},
+	b := &osbv1alpha1.SFServiceBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: osbv1alpha1.SFServiceBindingSpec{ID: bid, InstanceID: inst.Name, PredecessorBinding: predName}}
 	if err := rotation.Check(plan, b, pred); err != nil {
 		var refusal *rotation.Refusal
 		if errors.As(err, &refusal) {
 			return badRequest("%s", err.Error())
 		}
-		return &requestError{status: http.StatusInternalServerError, description: err.Error()}
+		return failure("checking the rotation", err)
 	}
 	return req.inherit(pred.Spec)
 }
@@ -63,7 +70,7 @@ func (b *bindRequest) inherit(spec osbv1alpha1.SFServiceBindingSpec) *requestErr
 	if b.BindResource == nil && spec.BindResource != nil {
 		var r bindResource
 		if err := json.Unmarshal(spec.BindResource.Raw, &r); err != nil {
-			return &requestError{status: http.StatusInternalServerError, description: "reading the predecessor's bind_resource: " + err.Error()}
+			return failure("reading the predecessor's bind_resource", err)
 		}
 		b.BindResource = &r
 	}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/api"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 )
@@ -234,4 +235,15 @@ func TestOSBBindingsRotateOnThePlansSchedule(t *testing.T) {
 	assert.WithinDuration(t, before.Add(time.Hour), renew, time.Minute, "renew before the next rotation")
 	assert.Equal(t, 10*time.Minute, expires.Sub(renew), "they expire when its overlap ends")
 	assert.JSONEq(t, body, s.Expect(http.MethodGet, "/v2/service_instances/db/service_bindings/b-1", "", http.StatusOK, ""))
+
+	// A platform's binding whose ID is b-1's successor's name is a binding
+	// of its own: its own login, and b-1's stays as it was.
+	twin := s.Expect(http.MethodPut, "/v2/service_instances/db/service_bindings/b-1-r1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, plan),
+		http.StatusCreated, "")
+	var twinGot boundCredentials
+	require.NoError(t, json.Unmarshal([]byte(twin), &twinGot), twin)
+	assert.Equal(t, "u-"+api.BindingName("b-1-r1")+"-r1", twinGot.Credentials.User, "its own first successor's login")
+	assert.NotEqual(t, got.Credentials.Password, twinGot.Credentials.Password)
+	assert.JSONEq(t, body, s.Expect(http.MethodGet, "/v2/service_instances/db/service_bindings/b-1", "", http.StatusOK, ""))
+	assert.JSONEq(t, twin, s.Expect(http.MethodGet, "/v2/service_instances/db/service_bindings/b-1-r1", "", http.StatusOK, ""))
 }

@@ -95,12 +95,14 @@ func (s *Server) Handler() http.Handler {
 		r.Use(requestIdentity, certOrBasicAuth("Quartermaster OSB", s.OSB), brokerAPIVersion)
 		r.Get("/catalog", s.getCatalog)
 		r.Route("/service_instances/{instance_id}", func(r chi.Router) {
+			r.Use(canonicalID("instance_id"))
 			r.Put("/", s.osb(s.putInstance))
 			r.Patch("/", s.osb(s.patchInstance))
 			r.Delete("/", s.osb(s.deleteInstance))
 			r.Get("/", s.osb(s.getInstance))
 			r.Get("/last_operation", s.osb(s.instanceLastOperation))
 			r.Route("/service_bindings/{binding_id}", func(r chi.Router) {
+				r.Use(canonicalID("binding_id"))
 				r.Put("/", s.osb(s.putBinding))
 				r.Delete("/", s.osb(s.deleteBinding))
 				r.Get("/", s.osb(s.getBinding))
@@ -109,7 +111,7 @@ func (s *Server) Handler() http.Handler {
 		})
 	})
 	r.Route("/admin", func(r chi.Router) {
-		r.Use(s.adminEnabled, basicAuth("Quartermaster admin", s.Admin), jsonOnly)
+		r.Use(requestIdentity, s.adminEnabled, basicAuth("Quartermaster admin", s.Admin), jsonOnly)
 		r.Get("/instances", s.adminListInstances)
 		r.Get("/instances/{namespace}/{name}", s.adminGetInstance)
 		r.Get("/usagekinds", s.adminListUsageKinds)

@@ -18,6 +18,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/informers"
+	"github.com/quartermaster/qm/internal/kubenames"
 )
 
 // credentialsSettle is how long after a binding's credentials Secret
@@ -141,7 +142,7 @@ func (r secretReader) watch(c cache.Cache) error {
 // credentialsOf is the key of the binding whose credentials a Secret
 // holds, "" for another Secret.
 func credentialsOf(o ctrlclient.Object) string {
-	if name := o.GetLabels()[osbv1alpha1.CredentialsBindingLabel]; name != "" {
+	if name := kubenames.NameOf(o, osbv1alpha1.CredentialsBindingLabel); name != "" {
 		return bindingKey(sc.BindingReference{Kind: sc.BindingKindSFServiceBinding, Name: name})
 	}
 	return ""

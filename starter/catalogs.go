@@ -22,6 +22,7 @@ import (
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/claims"
+	"github.com/quartermaster/qm/internal/kubenames"
 	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
@@ -156,7 +157,7 @@ func (c *Catalogs) write(ctx context.Context, namespace, env string, spec primaz
 	switch {
 	case apierrors.IsNotFound(err):
 		cat = primazav1alpha1.ServiceCatalog{
-			ObjectMeta: metav1.ObjectMeta{Name: env, Namespace: namespace, Labels: map[string]string{catalogLabel: env}},
+			ObjectMeta: metav1.ObjectMeta{Name: env, Namespace: namespace, Labels: map[string]string{catalogLabel: kubenames.LabelValue(env)}},
 			Spec:       spec,
 		}
 		if err := c.Client.Create(ctx, &cat); err != nil {
@@ -164,7 +165,7 @@ func (c *Catalogs) write(ctx context.Context, namespace, env string, spec primaz
 		}
 	case err != nil:
 		return false, err
-	case cat.Labels[catalogLabel] != env:
+	case cat.Labels[catalogLabel] != kubenames.LabelValue(env):
 		// Someone else's catalog of that name: leave it alone.
 		return false, nil
 	case !equality.Semantic.DeepEqual(cat.Spec, spec):

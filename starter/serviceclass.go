@@ -25,6 +25,7 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
 	"github.com/quartermaster/qm/internal/bindingusage"
+	"github.com/quartermaster/qm/internal/kubenames"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/serviceclass"
 )
@@ -76,7 +77,7 @@ func setupServiceClasses(mgr ctrl.Manager, resources cache.Cache, copts reconcil
 	}
 	s.classes = c
 	byClass := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o ctrlclient.Object) []reconcile.Request {
-		if name := o.GetLabels()[serviceClassLabel]; name != "" {
+		if name := kubenames.NameOf(o, serviceClassLabel); name != "" {
 			return []reconcile.Request{{NamespacedName: ctrlclient.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 		}
 		return nil
@@ -304,12 +305,7 @@ func (s *ServiceClasses) keepSecret(ctx context.Context, class *primazav1alpha1.
 // own labels obj as class's and makes class its controller, so that the
 // class's deletion takes it away.
 func (s *ServiceClasses) own(class *primazav1alpha1.ServiceClass, obj ctrlclient.Object) error {
-	labels := obj.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[serviceClassLabel] = class.Name
-	obj.SetLabels(labels)
+	kubenames.SetLabel(obj, serviceClassLabel, class.Name)
 	return controllerutil.SetControllerReference(class, obj, s.Client.Scheme())
 }
 
@@ -321,7 +317,7 @@ var errOwnedElsewhere = errors.New("it exists and is not the class's: left alone
 // and that no resource calls for any longer.
 func (s *ServiceClasses) prune(ctx context.Context, class *primazav1alpha1.ServiceClass, wanted map[string]bool) error {
 	var services primazav1alpha1.RegisteredServiceList
-	if err := s.Client.List(ctx, &services, ctrlclient.InNamespace(class.Namespace), ctrlclient.MatchingLabels{serviceClassLabel: class.Name}); err != nil {
+	if err := s.Client.List(ctx, &services, ctrlclient.InNamespace(class.Namespace), ctrlclient.MatchingLabels{serviceClassLabel: kubenames.LabelValue(class.Name)}); err != nil {
 		return fmt.Errorf("listing the RegisteredServices of ServiceClass %s/%s: %w", class.Namespace, class.Name, err)
 	}
 	for i := range services.Items {

@@ -2,14 +2,14 @@ package registry
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/quartermaster/qm/internal/kubenames"
 )
 
 // SecretType is the type of registry Secrets, so that they are easy to tell
@@ -30,7 +30,7 @@ type Key struct {
 
 // SecretName is the name of the registry's Secret: qm-instance-<name> or
 // qm-binding-<name>.
-func (k Key) SecretName() string { return BoundedName("qm-"+string(k.Kind)+"-", k.Name) }
+func (k Key) SecretName() string { return kubenames.Bounded("qm-"+string(k.Kind)+"-", k.Name) }
 
 // Store keeps registries in Secrets.
 type Store struct {
@@ -64,11 +64,12 @@ func (s Store) Create(ctx context.Context, key Key, reg *Registry, owner *metav1
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      key.SecretName(),
 			Namespace: key.Namespace,
-			Labels:    map[string]string{Label: string(key.Kind), "quartermaster.io/" + string(key.Kind): key.Name},
+			Labels:    map[string]string{Label: string(key.Kind)},
 		},
 		Type: SecretType,
 		Data: data,
 	}
+	kubenames.SetLabel(secret, "quartermaster.io/"+string(key.Kind), key.Name)
 	if owner != nil {
 		secret.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
@@ -106,14 +107,4 @@ func (s Store) Save(ctx context.Context, secret *corev1.Secret, reg *Registry) e
 		return fmt.Errorf("saving registry Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
 	return nil
-}
-
-// BoundedName keeps a derived name within the 253 characters of a Secret
-// name: prefix+name, or prefix and name's SHA-256 when that is too long.
-func BoundedName(prefix, name string) string {
-	if len(prefix)+len(name) <= 253 {
-		return prefix + name
-	}
-	sum := sha256.Sum256([]byte(name))
-	return prefix + hex.EncodeToString(sum[:])
 }

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
-	"github.com/quartermaster/qm/internal/registry"
+	"github.com/quartermaster/qm/internal/kubenames"
 )
 
 // Scheduled rotation (Quartermaster's own, beside OSB's): a binding with a
@@ -62,7 +62,7 @@ func IsSuccessor(b *osbv1alpha1.SFServiceBinding) bool {
 // SuccessorName names the successor of generation gen of the binding
 // named front.
 func SuccessorName(front string, gen int64) string {
-	return registry.BoundedName("", fmt.Sprintf("%s-r%d", front, gen))
+	return kubenames.Bounded("", fmt.Sprintf("%s-r%d", front, gen))
 }
 
 // Successor is the binding that holds generation gen of front's
@@ -70,7 +70,7 @@ func SuccessorName(front string, gen int64) string {
 // predecessor (none for the first generation). It is owned by front.
 func Successor(front *osbv1alpha1.SFServiceBinding, gen int64, predecessor string) *osbv1alpha1.SFServiceBinding {
 	spec := *front.Spec.DeepCopy()
-	spec.ID = fmt.Sprintf("%s-r%d", front.Spec.ID, gen)
+	spec.ID = kubenames.Bounded("", fmt.Sprintf("%s-r%d", front.Spec.ID, gen))
 	spec.Rotation = nil
 	spec.PredecessorBinding = predecessor
 	spec.AcceptsIncomplete = true

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/util/jsonpath"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
-	"github.com/quartermaster/qm/internal/registry"
+	"github.com/quartermaster/qm/internal/kubenames"
 )
 
 // Registration is what one resource of a class registers: the
@@ -38,7 +38,7 @@ type SecretKeys func(name, key string) error
 // Name is the name of the RegisteredService of a resource of kind named
 // name, and of its Secret: the kind, lowercase, and the name.
 func Name(kind, name string) string {
-	return registry.BoundedName(strings.ToLower(kind)+"-", name)
+	return kubenames.Bounded(strings.ToLower(kind)+"-", name)
 }
 
 // Selector is the class's fieldSelector as a test of a resource: every

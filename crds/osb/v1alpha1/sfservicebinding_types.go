@@ -7,11 +7,16 @@ import (
 
 // SFServiceBindingSpec records an OSB bind request.
 type SFServiceBindingSpec struct {
-	// ID is the OSB binding_id. The object's name is derived from it.
+	// ID is the OSB binding_id. The object's name is derived from it. Like
+	// every OSB ID here it is 1 to 253 printable ASCII characters without
+	// spaces (docs/osb.md).
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[!-~]+$`
 	ID string `json:"id"`
 	// InstanceID is the name of the SFServiceInstance the binding belongs to.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	InstanceID string `json:"instanceId"`
 	// ServiceID is the OSB service_id.
 	// +kubebuilder:validation:MinLength=1

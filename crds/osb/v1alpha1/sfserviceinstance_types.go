@@ -8,7 +8,11 @@ import (
 // SFServiceInstanceSpec records an OSB provision or update request.
 type SFServiceInstanceSpec struct {
 	// InstanceID is the OSB instance_id. The object's name is derived from it.
+	// Like every OSB ID here it is 1 to 253 printable ASCII characters
+	// without spaces (docs/osb.md).
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[!-~]+$`
 	InstanceID string `json:"instanceId,omitempty"`
 	// ServiceID is the OSB service_id.
 	// +kubebuilder:validation:MinLength=1
