@@ -30,6 +30,13 @@ type adminInstance struct {
 	Deleting    bool   `json:"deleting,omitempty"`
 }
 
+// admin is the user the admin API authenticated r as (basicAuth let it
+// through).
+func admin(r *http.Request) string {
+	user, _, _ := r.BasicAuth()
+	return user
+}
+
 // adminEnabled answers 404 for the whole admin API when it has no
 // credentials, rather than serving it unprotected.
 func (s *Server) adminEnabled(next http.Handler) http.Handler {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,11 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,7 +40,7 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, body)
 
 	admin := func(path string, auth api.Credentials) (int, string) {
-		status, body, _ := testenv.HTTP(http.MethodGet, s.URL+path, "", &auth, nil)
+		status, body, _ := testenv.HTTP(http.MethodGet, s.AdminURL+path, "", &auth, nil)
 		return status, body
 	}
 	status, body = admin("/admin/instances?namespace="+s.Namespace, testenv.AdminCredentials)
@@ -54,14 +57,19 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, status, "the OSB credentials do not open the admin API")
 
 	off := httptest.NewServer((&api.Server{Kube: s.Kube.Client, Offerings: s.API.Offerings, OSB: testenv.OSBCredentials,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).AdminHandler())
 	t.Cleanup(off.Close)
 	resp, err := http.Get(off.URL + "/admin/instances")
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "without credentials the admin API is off")
 
-	resp, err = http.Get(s.URL + "/metrics")
+	status, _, _ = testenv.HTTP(http.MethodGet, s.URL+"/admin/instances", "", &testenv.AdminCredentials, nil)
+	assert.Equal(t, http.StatusNotFound, status, "the admin API is not on the OSB port")
+	status, _, _ = testenv.HTTP(http.MethodGet, s.URL+"/metrics", "", nil, nil)
+	assert.Equal(t, http.StatusNotFound, status, "nor are the metrics")
+
+	resp, err = http.Get(s.APIMetrics)
 	require.NoError(t, err)
 	metrics, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -100,7 +108,7 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 func TestAdminTakesJSONOnly(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Parallel: true, API: true})
 	post := func(path, contentType, body string, auth *api.Credentials) (int, string) {
-		status, got, _ := testenv.HTTP(http.MethodPost, s.URL+path, body, auth, map[string]string{"Content-Type": contentType})
+		status, got, _ := testenv.HTTP(http.MethodPost, s.AdminURL+path, body, auth, map[string]string{"Content-Type": contentType})
 		return status, got
 	}
 	for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "multipart/form-data; boundary=x", ""} {
@@ -128,7 +136,7 @@ func TestInternalErrorsKeepTheirCause(t *testing.T) {
 	t.Cleanup(gone.Close)
 	var logs testenv.SyncBuffer
 	srv := httptest.NewServer((&api.Server{Kube: s.Kube.Client, OSB: testenv.OSBCredentials, Admin: testenv.AdminCredentials,
-		Temporal: gone, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}).Handler())
+		Temporal: gone, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}).AdminHandler())
 	t.Cleanup(srv.Close)
 	status, body, header := testenv.HTTP(http.MethodGet, srv.URL+"/admin/mass-updates", "", &testenv.AdminCredentials, nil)
 	assert.Equal(t, http.StatusInternalServerError, status)
@@ -162,4 +170,34 @@ func logLine(t *testing.T, logs *testenv.SyncBuffer, id string) string {
 	}
 	t.Errorf("no error line of request %s in the log:\n%s", id, logs.String())
 	return ""
+}
+
+// countingLists is a Temporal client that counts ListWorkflow calls and
+// answers none running.
+type countingLists struct {
+	client.Client
+	lists atomic.Int32
+}
+
+func (c *countingLists) ListWorkflow(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	c.lists.Add(1)
+	return &workflowservice.ListWorkflowExecutionsResponse{}, nil
+}
+
+// TestMetricsScrapesShareOneRead: however many scrapes /metrics takes, the
+// mass-update gauges ask Temporal once for a few seconds, not per scrape
+// (an unauthenticated scraper could otherwise load Temporal at will).
+func TestMetricsScrapesShareOneRead(t *testing.T) {
+	lazy, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	require.NoError(t, err)
+	t.Cleanup(lazy.Close)
+	temporal := &countingLists{Client: lazy}
+	srv := httptest.NewServer((&api.Server{OSB: testenv.OSBCredentials, Temporal: temporal,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).MetricsHandler())
+	t.Cleanup(srv.Close)
+	for range 50 {
+		status, body, _ := testenv.HTTP(http.MethodGet, srv.URL+"/metrics", "", nil, nil)
+		require.Equal(t, http.StatusOK, status, body)
+	}
+	assert.EqualValues(t, 1, temporal.lists.Load(), "50 scrapes, one list of the running mass updates")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,19 +15,27 @@ import (
 )
 
 // massGauges shows the progress of every running mass update on the API's
-// /metrics. Nothing is counted in memory: each scrape lists the running
-// mass updates and asks each run its progress (the query an operator's
-// GET /admin/mass-updates/{name} asks), so the gauges are right on any of
-// the API's replicas and after any restart.
+// /metrics. Nothing is counted in memory: a scrape lists the running mass
+// updates and asks each run its progress (the query an operator's GET
+// /admin/mass-updates/{name} asks), so the gauges are right on any of the
+// API's replicas and after any restart. What it read serves the scrapes of
+// the next massRefresh too: however often, and by however many, /metrics
+// is scraped, Temporal is asked at most once in that time.
 type massGauges struct {
 	s *Server
+
+	mu   sync.Mutex
+	at   time.Time // when read was last asked; zero: never
+	read []prometheus.Metric
 }
 
 // massScrapeTimeout bounds one scrape's list and queries; massScrapeMax
-// bounds the runs one scrape asks (an operator runs a handful at a time).
+// bounds the runs one scrape asks (an operator runs a handful at a time);
+// massRefresh is how long what one read serves.
 const (
 	massScrapeTimeout = 5 * time.Second
 	massScrapeMax     = 50
+	massRefresh       = 5 * time.Second
 )
 
 var (
@@ -47,6 +56,19 @@ func (g *massGauges) Collect(ch chan<- prometheus.Metric) {
 	if g.s.Temporal == nil {
 		return
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if time.Since(g.at) >= massRefresh {
+		g.read, g.at = g.progressMetrics(), time.Now()
+	}
+	for _, m := range g.read {
+		ch <- m
+	}
+}
+
+// progressMetrics asks Temporal for the running mass updates' progress.
+func (g *massGauges) progressMetrics() []prometheus.Metric {
+	var out []prometheus.Metric
 	ctx, cancel := context.WithTimeout(context.Background(), massScrapeTimeout)
 	defer cancel()
 	resp, err := g.s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
@@ -55,7 +77,7 @@ func (g *massGauges) Collect(ch chan<- prometheus.Metric) {
 	})
 	if err != nil {
 		g.s.Logger.Warn("listing the running mass updates for their metrics", "error", err)
-		return
+		return nil
 	}
 	for _, e := range resp.GetExecutions() {
 		id := e.GetExecution().GetWorkflowId()
@@ -67,14 +89,15 @@ func (g *massGauges) Collect(ch chan<- prometheus.Metric) {
 		name := strings.TrimPrefix(id, runs.MassUpdateID(""))
 		for state, n := range map[string]int{"selected": p.Total, "succeeded": p.Succeeded, "failed": p.Failed,
 			"skipped": p.Skipped, "in_flight": p.InFlight, "remaining": p.Remaining} {
-			ch <- prometheus.MustNewConstMetric(massInstancesDesc, prometheus.GaugeValue, float64(n), name, state)
+			out = append(out, prometheus.MustNewConstMetric(massInstancesDesc, prometheus.GaugeValue, float64(n), name, state))
 		}
 		paused := 0.0
 		if p.State == massupdate.Paused {
 			paused = 1
 		}
-		ch <- prometheus.MustNewConstMetric(massPausedDesc, prometheus.GaugeValue, paused, name)
+		out = append(out, prometheus.MustNewConstMetric(massPausedDesc, prometheus.GaugeValue, paused, name))
 	}
+	return out
 }
 
 func (g *massGauges) progress(ctx context.Context, workflowID string) (massupdate.Progress, error) {

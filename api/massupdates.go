@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -33,11 +34,13 @@ type MassUpdateRequest struct {
 
 // MassUpdateRun is how the admin API shows a run.
 type MassUpdateRun struct {
-	Name       string               `json:"name"`
-	WorkflowID string               `json:"workflow_id"`
-	Status     string               `json:"status"`
-	StartTime  time.Time            `json:"start_time"`
-	Progress   *massupdate.Progress `json:"progress,omitempty"`
+	Name       string    `json:"name"`
+	WorkflowID string    `json:"workflow_id"`
+	Status     string    `json:"status"`
+	StartTime  time.Time `json:"start_time"`
+	// StartedBy is who started it: "admin <user>", or the watcher.
+	StartedBy string               `json:"started_by,omitempty"`
+	Progress  *massupdate.Progress `json:"progress,omitempty"`
 }
 
 // MassUpdateList is the reply of GET /admin/mass-updates.
@@ -130,7 +133,7 @@ func (s *Server) startMassUpdate(w http.ResponseWriter, r *http.Request) {
 	if len(req.PlanIDs) > 0 {
 		planID = req.PlanIDs[0]
 	}
-	_, err = s.Temporal.ExecuteWorkflow(r.Context(), runs.MassUpdateOptions(req.Name, planID, "mass update "+req.Name),
+	_, err = s.Temporal.ExecuteWorkflow(r.Context(), runs.MassUpdateOptions(req.Name, planID, "mass update "+req.Name, "admin "+admin(r)),
 		runs.MassUpdateType, massupdate.Request{Name: req.Name, Selector: req.Selector, Concurrency: req.Concurrency,
 			Rate: req.Rate, Canary: req.Canary, MaxFailures: budget})
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
@@ -210,8 +213,13 @@ func (s *Server) describeRun(w http.ResponseWriter, r *http.Request, name string
 		return MassUpdateRun{}, false
 	}
 	info := d.GetWorkflowExecutionInfo()
+	var by string
+	if p := info.GetMemo().GetFields()[runs.MemoStartedBy]; p != nil {
+		// A run started before the memo was written has none.
+		_ = converter.GetDefaultDataConverter().FromPayload(p, &by)
+	}
 	return MassUpdateRun{Name: name, WorkflowID: id, StartTime: info.GetStartTime().AsTime(),
-		Status: runStatus(info.GetStatus())}, true
+		Status: runStatus(info.GetStatus()), StartedBy: by}, true
 }
 
 // runStatus is a run's status as the admin API shows it: "running",
@@ -233,7 +241,7 @@ func (s *Server) steerMassUpdate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name, action := path[:i], path[i+1:]
-	steer := massupdate.Steer{Action: action}
+	steer := massupdate.Steer{Action: action, By: "admin " + admin(r)}
 	switch action {
 	case massupdate.Pause, massupdate.Resume, massupdate.Cancel:
 	case massupdate.SetConcurrency:
@@ -242,7 +250,7 @@ func (s *Server) steerMassUpdate(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "", `give the new concurrency as {"concurrency": 20}`)
 			return
 		}
-		steer.Action = action
+		steer.Action, steer.By = action, "admin "+admin(r)
 	default:
 		writeError(w, http.StatusNotFound, "", fmt.Sprintf("unknown action %q: pause, resume, cancel or concurrency", action))
 		return

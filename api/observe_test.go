@@ -26,7 +26,7 @@ func TestMadeUpMethodsAddNoSeries(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 	}
-	resp, err := http.Get(s.URL + "/metrics")
+	resp, err := http.Get(s.APIMetrics)
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()

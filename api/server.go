@@ -3,6 +3,7 @@ package api
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	temporalclient "go.temporal.io/sdk/client"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -69,28 +71,33 @@ type Server struct {
 	once    sync.Once
 }
 
-// Handler returns the routes: /healthz, /metrics, the OSB API under /v2
-// behind basic auth and the X-Broker-API-Version check, and the admin API
-// under /admin behind its own credentials.
+// Listeners are where Serve serves each part of the API.
+type Listeners struct {
+	// OSB serves the OSB API under /v2, and /healthz. Required.
+	OSB net.Listener
+	// Admin serves the admin API under /admin, and /healthz, over HTTPS
+	// when the OSB API is: on a port of its own, so that what reaches the
+	// OSB port (platforms, the network they are on) never reaches it. Nil,
+	// or a Server without admin credentials: no admin API.
+	Admin net.Listener
+	// Metrics serves /metrics, in plain HTTP as the watcher's and the
+	// worker's: what a scrape reads is no platform's business. Nil: none.
+	Metrics net.Listener
+}
+
+// served is one listener of Serve's and what it serves.
+type served struct {
+	name    string
+	ln      net.Listener
+	handler http.Handler
+	tls     *tls.Config
+}
+
+// Handler returns the OSB API's routes: /healthz, and the OSB API under
+// /v2 behind basic auth and the X-Broker-API-Version check.
 func (s *Server) Handler() http.Handler {
 	s.once.Do(s.defaults)
-	r := chi.NewRouter()
-	// observe is outside Recoverer, so that a request that panicked is
-	// logged and counted with the 500 that Recoverer answers.
-	r.Use(s.observe, middleware.Recoverer)
-	// Unknown routes and methods get the spec's JSON error body too; chi
-	// passes these handlers on to the routers below.
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no route %s", r.URL.Path))
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
-	})
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	r.Handle("/metrics", s.metrics.handler())
+	r := s.router()
 	r.Route("/v2", func(r chi.Router) {
 		r.Use(requestIdentity, certOrBasicAuth("Quartermaster OSB", s.OSB), brokerAPIVersion)
 		r.Get("/catalog", s.getCatalog)
@@ -110,6 +117,14 @@ func (s *Server) Handler() http.Handler {
 			})
 		})
 	})
+	return r
+}
+
+// AdminHandler returns the admin API's routes: /healthz, and the admin API
+// under /admin behind its own credentials.
+func (s *Server) AdminHandler() http.Handler {
+	s.once.Do(s.defaults)
+	r := s.router()
 	r.Route("/admin", func(r chi.Router) {
 		r.Use(requestIdentity, s.adminEnabled, basicAuth("Quartermaster admin", s.Admin), jsonOnly)
 		r.Get("/instances", s.adminListInstances)
@@ -117,6 +132,37 @@ func (s *Server) Handler() http.Handler {
 		r.Get("/usagekinds", s.adminListUsageKinds)
 		r.Get("/usagekinds/{name}/resources", s.adminListUsageTargets)
 		s.massRoutes(r)
+	})
+	return r
+}
+
+// MetricsHandler serves /metrics: the requests of both APIs and the
+// running mass updates' progress.
+func (s *Server) MetricsHandler() http.Handler {
+	s.once.Do(s.defaults)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.metrics.handler())
+	return mux
+}
+
+// router is what both APIs' routers share: every request logged and
+// counted, a panic answered with 500, unknown routes and methods answered
+// with a JSON error body too, and /healthz for the probes.
+func (s *Server) router() chi.Router {
+	r := chi.NewRouter()
+	// observe is outside Recoverer, so that a request that panicked is
+	// logged and counted with the 500 that Recoverer answers.
+	r.Use(s.observe, middleware.Recoverer)
+	// chi passes these handlers on to the routers below.
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("no route %s", r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+	})
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
 	})
 	return r
 }
@@ -148,45 +194,72 @@ func (s *Server) DrainTimeout() time.Duration {
 	return max(cmp.Or(s.SyncTimeout, DefaultSyncTimeout), cmp.Or(s.BindTimeout, DefaultBindTimeout)) + 5*time.Second
 }
 
-// Serve serves on ln until ctx is done, then drains in-flight requests.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+// AdminEnabled says whether the admin API is served: it has credentials.
+func (s *Server) AdminEnabled() bool { return s.Admin.Username != "" && s.Admin.Password != "" }
+
+// Serve serves on ls until ctx is done, then drains in-flight requests.
+func (s *Server) Serve(ctx context.Context, ls Listeners) error {
 	if s.OSB.Username == "" || s.OSB.Password == "" {
 		return errors.New("the OSB API needs a username and a password (--osb-username/--osb-password or QM_OSB_USERNAME/QM_OSB_PASSWORD)")
 	}
-	handler := s.Handler()
-	srv := &http.Server{
-		Handler: handler,
-		// Failed handshakes and the like go to the API's log, not stderr.
-		ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
-		ReadHeaderTimeout: 10 * time.Second,
-		// Bodies are at most MaxBodyBytes: a client that trickles one is
-		// cut off rather than holding a connection. Replies may wait up to
-		// SyncTimeout for a workflow, so there is no write timeout.
-		ReadTimeout: 30 * time.Second,
-		IdleTimeout: 2 * time.Minute,
-	}
-	serve := func() error { return srv.Serve(ln) }
+	var tlsConfig *tls.Config
 	if s.TLS != nil {
 		cfg, err := s.TLS.config()
 		if err != nil {
 			return err
 		}
-		srv.TLSConfig = cfg
-		serve = func() error { return srv.ServeTLS(ln, "", "") }
+		tlsConfig = cfg
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- serve() }()
+	parts := []served{{"the OSB API", ls.OSB, s.Handler(), tlsConfig}}
+	if ls.Admin != nil && s.AdminEnabled() {
+		parts = append(parts, served{"the admin API", ls.Admin, s.AdminHandler(), tlsConfig})
+	}
+	if ls.Metrics != nil {
+		parts = append(parts, served{"the API's metrics", ls.Metrics, s.MetricsHandler(), nil})
+	}
+	servers := make([]*http.Server, len(parts))
+	errc := make(chan error, len(parts))
+	for i, p := range parts {
+		srv := &http.Server{
+			Handler: p.handler,
+			// Failed handshakes and the like go to the API's log, not stderr.
+			ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
+			ReadHeaderTimeout: 10 * time.Second,
+			// Bodies are at most MaxBodyBytes: a client that trickles one is
+			// cut off rather than holding a connection. Replies may wait up to
+			// SyncTimeout for a workflow, so there is no write timeout.
+			ReadTimeout: 30 * time.Second,
+			IdleTimeout: 2 * time.Minute,
+			TLSConfig:   p.tls,
+		}
+		servers[i] = srv
+		go func() {
+			var err error
+			if p.tls != nil {
+				err = srv.ServeTLS(p.ln, "", "")
+			} else {
+				err = srv.Serve(p.ln)
+			}
+			errc <- fmt.Errorf("serving %s on %s: %w", p.name, p.ln.Addr(), err)
+		}()
+	}
+	var failed error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("serving the API on %s: %w", ln.Addr(), err)
+	case failed = <-errc:
 	case <-ctx.Done():
 	}
 	// The requests in flight finish: a provision may wait for its
 	// operation up to the sync timeout, then answers.
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout())
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutting down the API: %w", err)
+	var g errgroup.Group
+	for _, srv := range servers {
+		g.Go(func() error {
+			if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("shutting down the API: %w", err)
+			}
+			return nil
+		})
 	}
-	return nil
+	return errors.Join(failed, g.Wait())
 }

@@ -102,12 +102,14 @@ func TestHTTPS(t *testing.T) {
 		Kube: s.API.Kube, Offerings: s.API.Offerings, TLS: files}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
+	go func() { served <- srv.Serve(ctx, api.Listeners{OSB: ln, Admin: adminLn}) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-served) })
 
-	base := "https://" + ln.Addr().String()
+	base, adminBase := "https://"+ln.Addr().String(), "https://"+adminLn.Addr().String()
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.cert)
 	client := func(certs ...tls.Certificate) *http.Client {
@@ -115,7 +117,7 @@ func TestHTTPS(t *testing.T) {
 			TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: certs, MinVersion: tls.VersionTLS12},
 		}}
 	}
-	get := func(c *http.Client, path string, creds *api.Credentials) (*http.Response, error) {
+	getAt := func(c *http.Client, base, path string, creds *api.Credentials) (*http.Response, error) {
 		req, err := http.NewRequest(http.MethodGet, base+path, nil)
 		require.NoError(t, err)
 		req.Header.Set("X-Broker-API-Version", "2.17")
@@ -128,6 +130,9 @@ func TestHTTPS(t *testing.T) {
 			resp.Body.Close()
 		}
 		return resp, err
+	}
+	get := func(c *http.Client, path string, creds *api.Credentials) (*http.Response, error) {
+		return getAt(c, base, path, creds)
 	}
 	serial := func(resp *http.Response) int64 { return resp.TLS.PeerCertificates[0].SerialNumber.Int64() }
 
@@ -164,9 +169,17 @@ func TestHTTPS(t *testing.T) {
 	resp, err = get(client(strangers), "/v2/catalog", nil)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a client that holds back its unsigned certificate needs basic auth")
-	resp, err = get(client(ca.client(t)), "/admin/instances", nil)
+	resp, err = getAt(client(ca.client(t)), adminBase, "/admin/instances", nil)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	// The admin API is served over TLS on its own port, and only there.
+	resp, err = getAt(client(), adminBase, "/admin/instances", &testenv.AdminCredentials)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "the admin API, over TLS, on its own port")
+	assert.EqualValues(t, 1, serial(resp))
+	resp, err = get(client(), "/admin/instances", &testenv.AdminCredentials)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "no admin API on the OSB port")
 
 	// A renewed certificate is served to new connections at once; the open
 	// one goes on with the certificate it began with.
@@ -191,7 +204,7 @@ func TestHTTPSNeedsReadableFiles(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	err = srv.Serve(context.Background(), ln)
+	err = srv.Serve(context.Background(), api.Listeners{OSB: ln})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "missing.key")
 }

@@ -101,7 +101,7 @@ spec:
     spec: {containers: [{name: app, image: example.com/app}]}`, other))))
 
 	get := func(path string) (int, string) {
-		status, body, _ := testenv.HTTP(http.MethodGet, s.URL+path, "", &testenv.AdminCredentials, nil)
+		status, body, _ := testenv.HTTP(http.MethodGet, s.AdminURL+path, "", &testenv.AdminCredentials, nil)
 		return status, body
 	}
 
@@ -194,9 +194,9 @@ spec:
 		assert.Equal(t, c.status, status, "%s: %s", c.path, body)
 		assert.Contains(t, body, c.says, c.path)
 	}
-	status, _, _ = testenv.HTTP(http.MethodGet, s.URL+"/admin/usagekinds", "", &testenv.OSBCredentials, nil)
+	status, _, _ = testenv.HTTP(http.MethodGet, s.AdminURL+"/admin/usagekinds", "", &testenv.OSBCredentials, nil)
 	assert.Equal(t, http.StatusUnauthorized, status, "the OSB credentials do not open the admin API")
-	status, _, _ = testenv.HTTP(http.MethodGet, s.URL+"/admin/usagekinds", "", &api.Credentials{}, nil)
+	status, _, _ = testenv.HTTP(http.MethodGet, s.AdminURL+"/admin/usagekinds", "", &api.Credentials{}, nil)
 	assert.Equal(t, http.StatusUnauthorized, status)
 
 	// A Deployment the Function comes to own leaves the list.
@@ -235,7 +235,7 @@ func TestUsageKindsContinueExpires(t *testing.T) {
 			name, ns, name, name))))
 	}
 	srv := httptest.NewServer((&api.Server{Kube: sister.Client, OSB: testenv.OSBCredentials, Admin: testenv.AdminCredentials,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).AdminHandler())
 	t.Cleanup(srv.Close)
 	get := func(path string) (int, page) {
 		t.Helper()

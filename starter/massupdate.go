@@ -124,7 +124,8 @@ func (a *AutoUpdates) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 		}
 	}
 	_, err := a.Temporal.ExecuteWorkflow(ctx, runs.MassUpdateOptions(name, plan.Spec.ID,
-		fmt.Sprintf("mass update of plan %s to generation %d (autoUpdateInstances)", plan.Spec.Name, plan.Generation)),
+		fmt.Sprintf("mass update of plan %s to generation %d (autoUpdateInstances)", plan.Spec.Name, plan.Generation),
+		"the watcher, for autoUpdateInstances of plan "+plan.Namespace+"/"+plan.Name),
 		runs.MassUpdateType, req2)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if err != nil && !errors.As(err, &started) {

@@ -25,7 +25,7 @@ import (
 // It reports on t, which is the test or an Eventually condition's
 // *assert.CollectT, as are runProgress's and openGates's.
 func admin(t require.TestingT, s *testenv.System, method, path, body string, wantStatus int, out any) {
-	status, got, _ := testenv.HTTP(method, s.URL+path, body, &testenv.AdminCredentials, nil)
+	status, got, _ := testenv.HTTP(method, s.AdminURL+path, body, &testenv.AdminCredentials, nil)
 	require.Equal(t, wantStatus, status, got)
 	if out != nil {
 		require.NoError(t, json.Unmarshal([]byte(got), out), got)

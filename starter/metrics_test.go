@@ -122,7 +122,7 @@ spec:
 	}, 30*time.Second, 200*time.Millisecond, "the worker's operation and check metrics")
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		a := testenv.Scrape(c, s.URL+"/metrics")
+		a := testenv.Scrape(c, s.APIMetrics)
 		assert.Equal(c, 3, a.Count("qm_mass_update_instances", "mass_update", mass, "state", "selected"))
 		assert.Equal(c, 1, a.Count("qm_mass_update_instances", "mass_update", mass, "state", "in_flight"))
 		assert.Equal(c, 2, a.Count("qm_mass_update_instances", "mass_update", mass, "state", "remaining"))

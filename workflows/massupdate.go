@@ -263,7 +263,9 @@ func (r *massRun) steer(ctx workflow.Context, s massupdate.Steer) {
 		}
 	default:
 		workflow.GetLogger(ctx).Warn("unknown steering signal ignored", "action", s.Action)
+		return
 	}
+	p.Record(s, workflow.Now(ctx))
 }
 
 // setState records the run's state, on the run and in its search

@@ -130,10 +130,11 @@ func TestMassUpdateSteered(t *testing.T) {
 	steer := func(at time.Duration, s massupdate.Steer) {
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(runs.SignalSteer, s) }, at)
 	}
-	steer(1500*time.Millisecond, massupdate.Steer{Action: massupdate.Pause})
+	steer(1500*time.Millisecond, massupdate.Steer{Action: massupdate.Pause, By: "admin ann"})
 	env.RegisterDelayedCallback(func() { assert.Equal(t, 4, f.started, "paused: two in flight finish, nothing starts") }, time.Hour)
-	steer(time.Hour+time.Second, massupdate.Steer{Action: massupdate.SetConcurrency, Concurrency: 4})
-	steer(time.Hour+2*time.Second, massupdate.Steer{Action: massupdate.Resume})
+	steer(time.Hour+time.Second, massupdate.Steer{Action: massupdate.SetConcurrency, Concurrency: 4, By: "admin bob"})
+	steer(time.Hour+1500*time.Millisecond, massupdate.Steer{Action: "explode", By: "admin eve"})
+	steer(time.Hour+2*time.Second, massupdate.Steer{Action: massupdate.Resume, By: "admin ann"})
 	steer(time.Hour+3500*time.Millisecond, massupdate.Steer{Action: massupdate.Cancel})
 	env.ExecuteWorkflow(workflows.MassUpdate, workflows.MassUpdateInput{Request: request(2)})
 	p := result(t, env)
@@ -142,6 +143,12 @@ func TestMassUpdateSteered(t *testing.T) {
 	assert.Equal(t, 4, f.most)
 	assert.Equal(t, 12, p.Succeeded, "4 before the pause, 8 after the resume; the rest untouched")
 	assert.Equal(t, 12, f.started)
+	var steered []string
+	for _, s := range p.Steered {
+		steered = append(steered, s.Action+" by "+s.By)
+	}
+	assert.Equal(t, []string{"pause by admin ann", "concurrency by admin bob", "resume by admin ann", "cancel by "}, steered,
+		"what the run obeyed, and who sent it; an unknown action is not recorded")
 }
 
 // TestMassUpdateCanary: with a canary of 3, a run updates three instances,

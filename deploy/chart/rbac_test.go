@@ -66,11 +66,13 @@ func TestChartRBACIsEnough(t *testing.T) {
 		Watcher: &starter.WatcherOptions{LeaderElection: true, LeaderElectionNamespace: ns}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
 	var apiLog testenv.SyncBuffer
 	srv := &api.Server{Namespace: ns, OSB: testenv.OSBCredentials, Admin: testenv.AdminCredentials, SyncTimeout: 30 * time.Second, BindTimeout: 30 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &apiLog), nil))}
-	start(system.Options{Kube: as("api"), Catalog: s.Catalog(), Temporal: tc, API: srv, APIListener: ln})
-	s.URL = "http://" + ln.Addr().String()
+	start(system.Options{Kube: as("api"), Catalog: s.Catalog(), Temporal: tc, API: srv, APIListeners: api.Listeners{OSB: ln, Admin: adminLn}})
+	s.URL, s.AdminURL = "http://"+ln.Addr().String(), "http://"+adminLn.Addr().String()
 
 	inst := "/v2/service_instances/rbac-1"
 	s.Expect(http.MethodPut, inst, fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, s.ServiceID, plan),
@@ -94,7 +96,7 @@ spec: {resource: {group: apps, kind: Deployment, version: v1}, labelsPath: spec.
 	require.NoError(t, kube.Client.Create(ctx, kind))
 	t.Cleanup(func() { _ = kube.Client.Delete(context.Background(), kind) })
 	for _, path := range []string{"/admin/usagekinds", "/admin/usagekinds/" + kind.GetName() + "/resources?namespace=" + ns} {
-		status, body, _ := testenv.HTTP(http.MethodGet, s.URL+path, "", &testenv.AdminCredentials, nil)
+		status, body, _ := testenv.HTTP(http.MethodGet, s.AdminURL+path, "", &testenv.AdminCredentials, nil)
 		assert.Equal(t, http.StatusOK, status, "GET %s: %s", path, body)
 	}
 

@@ -13,7 +13,7 @@ import (
 )
 
 func newAPICommand(g *globals) *cobra.Command {
-	var listen string
+	var listen, adminListen, metricsAddr string
 	var tlsFiles api.TLS
 	srv := &api.Server{
 		OSB:   api.Credentials{Username: os.Getenv("QM_OSB_USERNAME"), Password: os.Getenv("QM_OSB_PASSWORD")},
@@ -30,12 +30,12 @@ func newAPICommand(g *globals) *cobra.Command {
 			case tlsFiles.ClientCAFile != "":
 				return errors.New("--tls-client-ca-file needs HTTPS: set --tls-cert-file and --tls-key-file too")
 			}
-			ln, err := net.Listen("tcp", listen)
+			ls, err := apiListeners(listen, adminListen, metricsAddr, srv.AdminEnabled())
 			if err != nil {
-				return fmt.Errorf("listening on %s: %w", listen, err)
+				return err
 			}
-			g.logger.Info("serving the API", "address", ln.Addr().String(), "namespace", srv.Namespace,
-				"admin", srv.Admin.Username != "", "https", srv.TLS != nil, "clientCertificates", tlsFiles.ClientCAFile != "")
+			g.logger.Info("serving the API", "address", ls.OSB.Addr().String(), "namespace", srv.Namespace,
+				"admin", addrOf(ls.Admin), "metrics", addrOf(ls.Metrics), "https", srv.TLS != nil, "clientCertificates", tlsFiles.ClientCAFile != "")
 			srv.Logger = g.logger
 			// Temporal serves the admin API's mass updates; without it the
 			// OSB API still runs. A configuration that is there but cannot
@@ -44,11 +44,13 @@ func newAPICommand(g *globals) *cobra.Command {
 			if err != nil && !errors.Is(err, errNoTemporal) {
 				return err
 			}
-			return g.run(cmd.Context(), err == nil, system.Options{API: srv, APIListener: ln})
+			return g.run(cmd.Context(), err == nil, system.Options{API: srv, APIListeners: ls})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", ":8080", "listen address")
+	f.StringVar(&listen, "listen", ":8080", "listen address of the OSB API")
+	f.StringVar(&adminListen, "admin-listen", envOr("QM_ADMIN_LISTEN", ":8081"), "listen address of the admin API, served only with admin credentials; 0 serves none (env QM_ADMIN_LISTEN)")
+	f.StringVar(&metricsAddr, "metrics-addr", envOr("QM_API_METRICS_ADDR", ":9092"), "address serving Prometheus /metrics (the requests' and the running mass updates'); 0 turns it off (env QM_API_METRICS_ADDR)")
 	f.StringVar(&srv.Namespace, "namespace", envOr("QM_NAMESPACE", "default"), "namespace whose SFServices and SFPlans are the catalog, and where OSB requests create instances and bindings (env QM_NAMESPACE)")
 	f.StringVar(&srv.OSB.Username, "osb-username", srv.OSB.Username, "username OSB clients present (env QM_OSB_USERNAME)")
 	f.StringVar(&srv.OSB.Password, "osb-password", srv.OSB.Password, "password OSB clients present (env QM_OSB_PASSWORD; prefer the environment: flags show in ps)")
@@ -61,4 +63,46 @@ func newAPICommand(g *globals) *cobra.Command {
 	f.StringVar(&tlsFiles.KeyFile, "tls-key-file", os.Getenv("QM_TLS_KEY_FILE"), "the certificate's PEM key (env QM_TLS_KEY_FILE)")
 	f.StringVar(&tlsFiles.ClientCAFile, "tls-client-ca-file", os.Getenv("QM_TLS_CLIENT_CA_FILE"), "accept OSB clients with a certificate from these PEM CAs instead of basic auth (env QM_TLS_CLIENT_CA_FILE)")
 	return cmd
+}
+
+// apiListeners opens the API's listeners: the OSB API's; the admin API's
+// when it has credentials and an address; the metrics' when they have an
+// address ("0" is none, as for the other components).
+func apiListeners(listen, adminListen, metricsAddr string, admin bool) (api.Listeners, error) {
+	var ls api.Listeners
+	open := func(addr, what string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s for %s: %w", addr, what, err)
+		}
+		return ln, nil
+	}
+	var err error
+	if ls.OSB, err = open(listen, "the OSB API"); err != nil {
+		return ls, err
+	}
+	if admin && adminListen != "0" && adminListen != "" {
+		if ls.Admin, err = open(adminListen, "the admin API"); err != nil {
+			_ = ls.OSB.Close()
+			return ls, err
+		}
+	}
+	if metricsAddr != "0" && metricsAddr != "" {
+		if ls.Metrics, err = open(metricsAddr, "the API's metrics"); err != nil {
+			_ = ls.OSB.Close()
+			if ls.Admin != nil {
+				_ = ls.Admin.Close()
+			}
+			return ls, err
+		}
+	}
+	return ls, nil
+}
+
+// addrOf is where ln listens, "" for none.
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
 }

@@ -70,7 +70,9 @@ the dev server.`,
 	f.IntVar(&o.TemporalPort, "temporal-port", 7233, "port of the embedded Temporal frontend")
 	f.IntVar(&o.UIPort, "ui-port", 8233, "port of the Temporal Web UI")
 	f.IntVar(&o.MetricsPort, "metrics-port", 9090, "port of the worker's and the watcher's Prometheus /metrics; 0 serves none")
-	f.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "listen address of the OSB and admin API")
+	f.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "listen address of the OSB API")
+	f.StringVar(&o.AdminListen, "admin-listen", "127.0.0.1:8081", `listen address of the admin API; "" serves none`)
+	f.StringVar(&o.APIMetricsListen, "api-metrics-listen", "127.0.0.1:9092", `listen address of the API's Prometheus /metrics; "" serves none`)
 	f.DurationVar(&o.HealthCheckMinute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
 	schedulerFlag(f, &o.Scheduler)
 	return cmd

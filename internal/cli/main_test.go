@@ -49,7 +49,8 @@ func TestAPICommand(t *testing.T) {
 	t.Setenv("QM_ADMIN_PASSWORD", "admin-secret")
 	cmd := NewRootCommand()
 	// Port 0: qm api binds a free port and logs which, as an operator reads it.
-	cmd.SetArgs([]string{"api", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0", "--namespace", ns, "--log-level", "info"})
+	cmd.SetArgs([]string{"api", "--kubeconfig", kubeconfig, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--metrics-addr", "127.0.0.1:0", "--namespace", ns, "--log-level", "info"})
 	var logs testenv.SyncBuffer
 	cmd.SetErr(&logs)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -65,16 +66,19 @@ func TestAPICommand(t *testing.T) {
 		}
 	})
 
-	served := regexp.MustCompile(`msg="serving the API" address=(127\.0\.0\.1:\d+)`)
-	var addr string
+	served := regexp.MustCompile(`msg="serving the API" address=(127\.0\.0\.1:\d+) namespace=\S+ admin=(127\.0\.0\.1:\d+) metrics=(127\.0\.0\.1:\d+)`)
+	var addr, adminAddr, metricsAddr string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m := served.FindStringSubmatch(logs.String())
-		require.Len(c, m, 2, "qm api logs its address")
-		addr = m[1]
+		require.Len(c, m, 4, "qm api logs its addresses")
+		addr, adminAddr, metricsAddr = m[1], m[2], m[3]
 	}, 30*time.Second, 20*time.Millisecond)
-	call := func(method, path, user, password, body string) (int, string) {
-		status, got, _ := testenv.HTTP(method, "http://"+addr+path, body, &api.Credentials{Username: user, Password: password}, testenv.OSBHeader)
+	callAt := func(at, method, path, user, password, body string) (int, string) {
+		status, got, _ := testenv.HTTP(method, "http://"+at+path, body, &api.Credentials{Username: user, Password: password}, testenv.OSBHeader)
 		return status, got
+	}
+	call := func(method, path, user, password, body string) (int, string) {
+		return callAt(addr, method, path, user, password, body)
 	}
 	require.Eventually(t, func() bool {
 		status, body := call(http.MethodGet, "/v2/catalog", "platform", "osb-secret", "")
@@ -87,11 +91,16 @@ func TestAPICommand(t *testing.T) {
 		fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "org", "space_guid": "space"}`, ns+"-svc", ns+"-plan"))
 	assert.Equal(t, http.StatusAccepted, status, body)
 	assert.JSONEq(t, `{"operation": "provision"}`, body)
-	status, body = call(http.MethodGet, "/admin/instances/"+ns+"/cmd-1", "operator", "admin-secret", "")
+	status, body = callAt(adminAddr, http.MethodGet, "/admin/instances/"+ns+"/cmd-1", "operator", "admin-secret", "")
 	assert.Equal(t, http.StatusOK, status, body)
 	assert.Contains(t, body, `"state":"in_queue"`, "no worker runs here: the request waits in the queue")
-	status, _ = call(http.MethodGet, "/admin/instances", "platform", "osb-secret", "")
+	status, _ = callAt(adminAddr, http.MethodGet, "/admin/instances", "platform", "osb-secret", "")
 	assert.Equal(t, http.StatusUnauthorized, status, "the admin API has its own credentials")
+	status, _ = call(http.MethodGet, "/admin/instances", "operator", "admin-secret", "")
+	assert.Equal(t, http.StatusNotFound, status, "and its own port")
+	status, body = callAt(metricsAddr, http.MethodGet, "/metrics", "", "", "")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Contains(t, body, `qm_api_requests_total{code="202",method="PUT",route="/v2/service_instances/{instance_id}"} 1`)
 }
 
 // TestAPICommandTLSNeedsACertificate: client CAs without a serving

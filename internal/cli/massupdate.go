@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,7 +79,7 @@ their plan's generation are skipped. Follow a run here or in the Temporal UI
   qm mass-update status manual-20261123-031500 --watch`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&a.URL, "url", envOr("QM_API_URL", "http://127.0.0.1:8080"), "URL of the admin API (env QM_API_URL)")
+	pf.StringVar(&a.URL, "url", envOr("QM_API_URL", "http://127.0.0.1:8081"), "URL of the admin API (env QM_API_URL)")
 	pf.StringVar(&a.Credentials.Username, "username", os.Getenv("QM_ADMIN_USERNAME"), "admin API user (env QM_ADMIN_USERNAME)")
 	pf.StringVar(&a.Credentials.Password, "password", os.Getenv("QM_ADMIN_PASSWORD"), "admin API password (env QM_ADMIN_PASSWORD; prefer the environment)")
 	pf.StringVar(&a.dataDir, "data-dir", ".qm", "where qm dev keeps the credentials it prints, used when none are given")
@@ -157,12 +158,19 @@ func newMassStatusCommand(a *adminClient) *cobra.Command {
 			if watch {
 				return follow(cmd, a, args[0])
 			}
-			p, status, err := progressOf(cmd.Context(), a, args[0])
+			run, err := runOf(cmd.Context(), a, args[0])
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (%s): %s\n", args[0], status, p.Line())
-			printFailures(cmd.OutOrStdout(), p)
+			out, p := cmd.OutOrStdout(), *run.Progress
+			fmt.Fprintf(out, "%s (%s): %s\n", args[0], run.Status, p.Line())
+			if run.StartedBy != "" {
+				fmt.Fprintf(out, "  started by %s at %s\n", run.StartedBy, run.StartTime.Local().Format(time.DateTime))
+			}
+			for _, s := range p.Steered {
+				fmt.Fprintf(out, "  %s by %s at %s\n", s.Action, cmp.Or(s.By, "someone unknown"), s.At.Local().Format(time.DateTime))
+			}
+			printFailures(out, p)
 			return exitFor(p)
 		},
 	}
@@ -192,11 +200,18 @@ func newMassListCommand(a *adminClient) *cobra.Command {
 
 // progressOf asks the admin API for a run's progress and status.
 func progressOf(ctx context.Context, a *adminClient, name string) (massupdate.Progress, string, error) {
-	var run api.MassUpdateRun
-	if err := a.call(func(c *api.AdminClient) (err error) { run, err = c.MassUpdate(ctx, name); return err }); err != nil {
+	run, err := runOf(ctx, a, name)
+	if err != nil {
 		return massupdate.Progress{}, "", err
 	}
 	return *run.Progress, run.Status, nil
+}
+
+// runOf asks the admin API for a run, with its progress.
+func runOf(ctx context.Context, a *adminClient, name string) (api.MassUpdateRun, error) {
+	var run api.MassUpdateRun
+	err := a.call(func(c *api.AdminClient) (err error) { run, err = c.MassUpdate(ctx, name); return err })
+	return run, err
 }
 
 // follow shows a run's progress until it ends: a bar on a terminal, a line

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 	"golang.org/x/sys/unix"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,7 +46,7 @@ func massFleetAtVersion2(t *testing.T, prefix string, parameters func(i int) str
 		cmd := NewRootCommand()
 		cmd.SetOut(out)
 		cmd.SetErr(out)
-		cmd.SetArgs(append([]string{"mass-update", "--url", s.URL}, args...))
+		cmd.SetArgs(append([]string{"mass-update", "--url", s.AdminURL}, args...))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		return cmd.ExecuteContext(ctx)
@@ -96,7 +97,7 @@ func TestMassUpdateCommand(t *testing.T) {
 	assert.Contains(t, err.Error(), "409 Conflict: mass update "+name+" is completed")
 
 	cmd := NewRootCommand()
-	cmd.SetArgs([]string{"mass-update", "--url", s.URL, "--password", "wrong", "list"})
+	cmd.SetArgs([]string{"mass-update", "--url", s.AdminURL, "--password", "wrong", "list"})
 	cmd.SetOut(&bytes.Buffer{})
 	err = cmd.ExecuteContext(context.Background())
 	assert.ErrorContains(t, err, "the admin API refused the credentials")
@@ -128,6 +129,18 @@ func TestMassUpdateCanaryRateAndBar(t *testing.T) {
 		assert.Contains(c, screen.String(), "\r\x1b[K[", "the bar is redrawn in place")
 		assert.Contains(c, screen.String(), "[##############################] completed: 6/6 (6 succeeded, 0 failed, 0 skipped)")
 	}, 10*time.Second, 20*time.Millisecond, "the terminal shows the bar")
+
+	// Who started it and who steered it, as the admin API authenticated
+	// them: in the status, and in the run's memo.
+	out.Reset()
+	require.NoError(t, qm(&out, "status", name), out.String())
+	assert.Regexp(t, `\n  started by admin `+testenv.AdminCredentials.Username+` at \d{4}-`, out.String())
+	assert.Regexp(t, `\n  resume by admin `+testenv.AdminCredentials.Username+` at \d{4}-`, out.String())
+	d, err := s.Temporal.DescribeWorkflowExecution(context.Background(), runs.MassUpdateID(name), "")
+	require.NoError(t, err)
+	var by string
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(d.GetWorkflowExecutionInfo().GetMemo().GetFields()[runs.MemoStartedBy], &by))
+	assert.Equal(t, "admin "+testenv.AdminCredentials.Username, by)
 }
 
 // openTerminal opens a pseudo-terminal: what is written to the returned

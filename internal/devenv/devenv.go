@@ -47,17 +47,20 @@ type Options struct {
 	TemporalPort, UIPort int
 	// MetricsPort serves the process's /metrics on the loopback: the
 	// worker's and the watcher's (operations, health checks, the fleet's
-	// state gauges); 0 serves none. The API serves its own on Listen.
+	// state gauges); 0 serves none. The API serves its own on
+	// APIMetricsListen.
 	MetricsPort int
 	// TemporalMetrics, when set, records the embedded dev server's client's
 	// metrics (the workers' pollers, task latencies); a Temporal of Options.
 	// Temporal records its own as it was dialled.
 	TemporalMetrics client.MetricsHandler
-	// Listen is the API's listen address.
-	Listen string
-	// APIListener, when set, is the API's listener, open already: Listen
-	// is then only what the banner shows.
-	APIListener net.Listener
+	// Listen, AdminListen and APIMetricsListen are the listen addresses of
+	// the OSB API, the admin API and the API's metrics; "" serves no admin
+	// API or no API metrics.
+	Listen, AdminListen, APIMetricsListen string
+	// Listeners, where set, are the API's listeners, open already: the
+	// addresses are then only what the banner shows.
+	Listeners api.Listeners
 	// Kubeconfig, when set, names an existing cluster to use instead of the embedded one.
 	Kubeconfig string
 	// Temporal, when set, dials an existing Temporal to use instead of the
@@ -99,14 +102,12 @@ func Run(ctx context.Context, o Options) error {
 
 	// Fail before starting anything if a fixed port is taken: the messages of
 	// the child processes would be far less clear.
-	apiLn := o.APIListener
-	if apiLn == nil {
-		var err error
-		if apiLn, err = net.Listen("tcp", o.Listen); err != nil {
-			return fmt.Errorf("the OSB API cannot listen on %s (is another qm running?): %w", o.Listen, err)
-		}
+	apiLns, err := o.apiListeners()
+	if err != nil {
+		return err
 	}
-	defer apiLn.Close()
+	defer apiLns.close()
+	apiLn := apiLns.OSB
 	if o.Kubeconfig == "" {
 		if err := portFree(o.KubePort, "Kubernetes API server"); err != nil {
 			return err
@@ -163,7 +164,7 @@ func Run(ctx context.Context, o Options) error {
 		Worker:            true,
 		Watcher:           &starter.WatcherOptions{TemporalAddress: o.temporalAddress(), TemporalNamespace: o.Namespace},
 		API:               &api.Server{Namespace: SampleNamespace, OSB: osb, Admin: admin, Logger: o.Logger},
-		APIListener:       apiLn,
+		APIListeners:      apiLns.Listeners,
 		Probes:            probes,
 	})
 	if err != nil {
@@ -195,10 +196,9 @@ func Run(ctx context.Context, o Options) error {
 		for _, line := range [][2]string{
 			{"OSB API", "http://" + apiLn.Addr().String() + fmt.Sprintf(" (plain HTTP on loopback; user %s, password %s)", osb.Username, osb.Password)},
 			{"", fmt.Sprintf("curl -u %s:%s -H 'X-Broker-API-Version: 2.17' http://%s/v2/catalog", osb.Username, osb.Password, apiLn.Addr())},
-			{"admin API", fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, apiLn.Addr())},
-			{"mass update", fmt.Sprintf("%s mass-update list --url http://%s (QM_ADMIN_USERNAME=%s QM_ADMIN_PASSWORD=%s, or found in %s)",
-				filepath.Join(o.BinDir, "qm"), apiLn.Addr(), admin.Username, admin.Password, o.DataDir)},
-			{"metrics", metricsLine(apiLn.Addr(), probes)},
+			{"admin API", adminLine(apiLns.Admin, admin)},
+			{"mass update", massUpdateLine(apiLns.Admin, admin, filepath.Join(o.BinDir, "qm"), o.DataDir)},
+			{"metrics", metricsLine(apiLns.Metrics, probes)},
 			{"Temporal UI", uiURL},
 			{"Temporal", fmt.Sprintf("%s (namespace %q, task queue %q)", o.temporalAddress(), o.Namespace, runs.TaskQueue)},
 			{"Kubernetes", kubeCfg.Host},
@@ -279,10 +279,69 @@ func selfCheck(ctx context.Context, tc client.Client) (workflows.SelfCheckResult
 }
 
 // metricsLine says where the Prometheus metrics are served.
-func metricsLine(api net.Addr, probes *telemetry.Server) string {
-	line := fmt.Sprintf("http://%s/metrics (the API's, with the mass updates')", api)
+func metricsLine(api net.Listener, probes *telemetry.Server) string {
+	var lines []string
 	if probes != nil {
-		line = fmt.Sprintf("http://%s/metrics (operations, health checks, the fleet's state) and ", probes.MetricsAddr) + line
+		lines = append(lines, fmt.Sprintf("http://%s/metrics (operations, health checks, the fleet's state)", probes.MetricsAddr))
 	}
-	return line
+	if api != nil {
+		lines = append(lines, fmt.Sprintf("http://%s/metrics (the API's, with the mass updates')", api.Addr()))
+	}
+	if len(lines) == 0 {
+		return "none (--metrics-port 0 and --api-metrics-listen \"\")"
+	}
+	return strings.Join(lines, " and ")
+}
+
+// adminLine says where the admin API is served.
+func adminLine(ln net.Listener, admin api.Credentials) string {
+	if ln == nil {
+		return "off (--admin-listen \"\")"
+	}
+	return fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, ln.Addr())
+}
+
+// massUpdateLine says how to run qm mass-update against the admin API.
+func massUpdateLine(ln net.Listener, admin api.Credentials, qm, dataDir string) string {
+	if ln == nil {
+		return "off, with the admin API"
+	}
+	return fmt.Sprintf("%s mass-update list --url http://%s (QM_ADMIN_USERNAME=%s QM_ADMIN_PASSWORD=%s, or found in %s)",
+		qm, ln.Addr(), admin.Username, admin.Password, dataDir)
+}
+
+// openListeners are the API's listeners, and which of them Run opened,
+// to close.
+type openListeners struct {
+	api.Listeners
+	opened []net.Listener
+}
+
+// apiListeners opens the API's listeners that o does not hold open
+// already. A taken address fails here, before anything starts.
+func (o Options) apiListeners() (openListeners, error) {
+	ls := openListeners{Listeners: o.Listeners}
+	for _, l := range []struct {
+		ln   *net.Listener
+		addr string
+		what string
+	}{{&ls.OSB, o.Listen, "the OSB API"}, {&ls.Admin, o.AdminListen, "the admin API"}, {&ls.Metrics, o.APIMetricsListen, "the API's metrics"}} {
+		if *l.ln != nil || l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			ls.close()
+			return openListeners{}, fmt.Errorf("%s cannot listen on %s (is another qm running?): %w", l.what, l.addr, err)
+		}
+		*l.ln = ln
+		ls.opened = append(ls.opened, ln)
+	}
+	return ls, nil
+}
+
+func (ls openListeners) close() {
+	for _, ln := range ls.opened {
+		_ = ln.Close()
+	}
 }

@@ -54,7 +54,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	dataDir := t.TempDir()
 	// The API gets a listener that is open already. The other ports are
 	// child processes': picked free, and checked by qm dev before it starts.
-	apiLn := listen(t)
+	apiLn, adminLn, metricsLn := listen(t), listen(t), listen(t)
 	ports := testenv.FreePorts(t, 4)
 	opts := devenv.Options{
 		BinDir:       testenv.BinDir(),
@@ -64,11 +64,13 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 		UIPort:       ports[2],
 		MetricsPort:  ports[3],
 		// As qm dev records them; once per test binary, as the registry is.
-		TemporalMetrics: temporalMetrics(t),
-		Listen:          apiLn.Addr().String(),
-		APIListener:     apiLn,
-		Namespace:       "default",
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TemporalMetrics:  temporalMetrics(t),
+		Listen:           apiLn.Addr().String(),
+		AdminListen:      adminLn.Addr().String(),
+		APIMetricsListen: metricsLn.Addr().String(),
+		Listeners:        api.Listeners{OSB: apiLn, Admin: adminLn, Metrics: metricsLn},
+		Namespace:        "default",
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 
 	stop, out := start(t, opts)
@@ -116,9 +118,14 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	raw, err = os.ReadFile(filepath.Join(dataDir, "admin-credentials.json"))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &admin))
-	assert.Contains(t, out.String(), fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, opts.Listen),
+	assert.Contains(t, out.String(), fmt.Sprintf("curl -u %s:%s http://%s/admin/instances", admin.Username, admin.Password, opts.AdminListen),
 		"the banner shows the admin API")
-	status, adminBody, _ := testenv.HTTP(http.MethodGet, "http://"+opts.Listen+"/admin/instances/default/osb-1", "", &admin, nil)
+	status, _, _ = testenv.HTTP(http.MethodGet, "http://"+opts.Listen+"/admin/instances/default/osb-1", "", &admin, nil)
+	assert.Equal(t, http.StatusNotFound, status, "not on the OSB API's port")
+	apiMetrics := "http://" + opts.APIMetricsListen + "/metrics"
+	assert.Contains(t, out.String(), apiMetrics, "the banner names the API's metrics")
+	assert.Positive(t, testenv.Scrape(t, apiMetrics).Count("qm_api_requests_total"), "the API's metrics, on their own port")
+	status, adminBody, _ := testenv.HTTP(http.MethodGet, "http://"+opts.AdminListen+"/admin/instances/default/osb-1", "", &admin, nil)
 	assert.Equal(t, http.StatusOK, status, adminBody)
 	assert.Contains(t, adminBody, `"state":"succeeded","description":"namespace tenant-`)
 	assert.Contains(t, adminBody, `"workflow_id":"sfserviceinstance/default/osb-1"`)
@@ -161,8 +168,8 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	// A second qm dev on the same ports fails early, naming the port.
 	clash := opts
 	clash.DataDir = t.TempDir()
-	clash.APIListener = listen(t)
-	clash.Listen = clash.APIListener.Addr().String()
+	clash.Listeners = api.Listeners{OSB: listen(t), Admin: listen(t), Metrics: listen(t)}
+	clash.Listen = clash.Listeners.OSB.Addr().String()
 	clash.Out = io.Discard
 	err = devenv.Run(context.Background(), clash)
 	require.Error(t, err)
@@ -172,7 +179,7 @@ func TestDevStartsStopsAndRestarts(t *testing.T) {
 	assert.Empty(t, processesUsing(t, dataDir), "no process outlives qm dev")
 
 	// The restart listens on the API's address again, as `make run` does.
-	opts.APIListener = nil
+	opts.Listeners = api.Listeners{}
 	stop, out2 := start(t, opts)
 	defer stop()
 	kube = client(t, kubeconfig)
@@ -365,7 +372,7 @@ func TestDevOnAnExistingClusterAndTemporal(t *testing.T) {
 		TemporalAddress: addr,
 		Namespace:       "default",
 		Listen:          apiLn.Addr().String(),
-		APIListener:     apiLn,
+		Listeners:       api.Listeners{OSB: apiLn},
 		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	defer stop()

@@ -139,7 +139,19 @@ type Steer struct {
 	Action      string `json:"action"`
 	Concurrency int    `json:"concurrency,omitempty"`
 	Reason      string `json:"reason,omitempty"`
+	// By is the admin who sent it, as the admin API authenticated them.
+	By string `json:"by,omitempty"`
 }
+
+// Steering is a steering signal a run obeyed: what, who sent it, and when.
+type Steering struct {
+	Action string    `json:"action"`
+	By     string    `json:"by,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// MaxSteerings is how many of its latest steerings a run keeps.
+const MaxSteerings = 20
 
 // Failure is an update that failed, with the description of its outcome.
 type Failure struct {
@@ -165,6 +177,17 @@ type Progress struct {
 	Rate     float64       `json:"rate"`
 	ETA      time.Duration `json:"eta"`
 	Failures []Failure     `json:"failures,omitempty"`
+	// Steered are the latest steering signals the run obeyed, oldest
+	// first, each with who sent it.
+	Steered []Steering `json:"steered,omitempty"`
+}
+
+// Record keeps s, obeyed at at, among the latest MaxSteerings.
+func (p *Progress) Record(s Steer, at time.Time) {
+	p.Steered = append(p.Steered, Steering{Action: s.Action, By: s.By, At: at})
+	if n := len(p.Steered); n > MaxSteerings {
+		p.Steered = p.Steered[n-MaxSteerings:]
+	}
 }
 
 // Done is the number of instances the run is finished with.

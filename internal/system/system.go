@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -83,10 +82,10 @@ type Options struct {
 	WorkerVersioning worker.Versioning
 	// Watcher, when set, runs the watcher with these options.
 	Watcher *starter.WatcherOptions
-	// API, when set, serves the OSB and admin API on APIListener. Its Kube
-	// and Offerings are filled in.
-	API         *api.Server
-	APIListener net.Listener
+	// API, when set, serves the OSB and admin API and its metrics on
+	// APIListeners. Its Kube and Offerings are filled in.
+	API          *api.Server
+	APIListeners api.Listeners
 	// Probes, when set, serves this process's /healthz, /readyz and
 	// /metrics (the worker's; the watcher and the API serve their own).
 	Probes *telemetry.Server
@@ -219,7 +218,7 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 		g.Go(func() error { return o.Probes.Run(ctx) })
 	}
 	if o.API != nil {
-		if o.APIListener == nil {
+		if o.APIListeners.OSB == nil {
 			return errors.New("the API needs a listener")
 		}
 		// The last_operation polls read the cache.
@@ -232,7 +231,7 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 		if o.API.Temporal == nil {
 			o.API.Temporal = o.Temporal
 		}
-		g.Go(func() error { return o.API.Serve(ctx, o.APIListener) })
+		g.Go(func() error { return o.API.Serve(ctx, o.APIListeners) })
 	}
 	return nil
 }

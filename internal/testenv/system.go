@@ -120,9 +120,11 @@ type System struct {
 	// ServiceID is the OSB service_id of the namespace's service: the
 	// service of every plan that Plan registers.
 	ServiceID string
-	// API is the API server, and URL where it serves, when Parts.API is set.
-	API *api.Server
-	URL string
+	// API is the API server when Parts.API is set; URL is where it serves
+	// the OSB API, AdminURL the admin API, and APIMetrics the URL of its
+	// /metrics.
+	API                       *api.Server
+	URL, AdminURL, APIMetrics string
 
 	// WorkerMetrics and WatcherMetrics are the URLs of the worker's and
 	// the watcher's /metrics, with Parts.Metrics.
@@ -215,10 +217,15 @@ spec:
 		}
 		s.API = &api.Server{Namespace: s.Namespace, OSB: OSBCredentials, Admin: AdminCredentials,
 			SyncTimeout: cmp.Or(parts.SyncTimeout, 20*time.Second), BindTimeout: cmp.Or(parts.BindTimeout, 20*time.Second), Logger: logger}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		o.API, o.APIListener = s.API, ln
-		s.URL = "http://" + ln.Addr().String()
+		var ls api.Listeners
+		for _, ln := range []*net.Listener{&ls.OSB, &ls.Admin, &ls.Metrics} {
+			var err error
+			*ln, err = net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+		}
+		o.API, o.APIListeners = s.API, ls
+		s.URL, s.AdminURL = "http://"+ls.OSB.Addr().String(), "http://"+ls.Admin.Addr().String()
+		s.APIMetrics = "http://" + ls.Metrics.Addr().String() + "/metrics"
 	}
 	if o.Watcher != nil || o.API != nil {
 		s.restOptions = o
@@ -300,12 +307,16 @@ func (s *System) StartAnotherWorker() {
 func (s *System) RestartWatcher() {
 	s.t.Helper()
 	require.NoError(s.t, s.rest.Stop())
-	if s.restOptions.APIListener != nil {
-		// The API closed its listener as it stopped: the new one listens
-		// where the old did, so that s.URL holds.
-		ln, err := net.Listen("tcp", s.restOptions.APIListener.Addr().String())
+	// The API closed its listeners as it stopped: the new ones listen where
+	// the old did, so that s.URL and the others hold.
+	ls := &s.restOptions.APIListeners
+	for _, ln := range []*net.Listener{&ls.OSB, &ls.Admin, &ls.Metrics} {
+		if *ln == nil {
+			continue
+		}
+		again, err := net.Listen("tcp", (*ln).Addr().String())
 		require.NoError(s.t, err, "listening again for the API")
-		s.restOptions.APIListener = ln
+		*ln = again
 	}
 	s.rest = s.run(s.restOptions)
 }

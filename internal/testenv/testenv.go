@@ -80,6 +80,11 @@ func Main(m *testing.M, cleanups ...func()) {
 	childproc.Run()
 	// The workers the tests run as processes (qm worker) inherit it.
 	_ = os.Setenv("QM_DEADLOCK_TIMEOUT", DeadlockTimeout.String())
+	// The APIs the tests run as processes, several at once, serve their
+	// admin API on a free port and no metrics unless a test asks: the
+	// defaults are fixed ports. (The releases that came before ignore both.)
+	_ = os.Setenv("QM_ADMIN_LISTEN", "127.0.0.1:0")
+	_ = os.Setenv("QM_API_METRICS_ADDR", "0")
 	// Controllers under test log through controller-runtime; without a
 	// logger it prints a warning with a stack trace instead.
 	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))

@@ -34,9 +34,9 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 	binDir := os.Getenv("QM_BIN_DIR")
 	require.NotEmpty(t, binDir, "QM_BIN_DIR names the tools (make test sets it)")
 	data := t.TempDir()
-	ports := freePorts(t, 4)
+	ports := freePorts(t, 5)
 	args := []string{"dev", "--bin-dir", binDir, "--data-dir", data, "--kube-port", ports[0], "--temporal-port", ports[1],
-		"--ui-port", ports[2], "--listen", "127.0.0.1:" + ports[3]}
+		"--ui-port", ports[2], "--listen", "127.0.0.1:" + ports[3], "--admin-listen", "127.0.0.1:" + ports[4], "--api-metrics-listen", ""}
 	dev := start(t, qm, "qm-dev", nil, args...)
 	waitFor(t, dev, "Quartermaster is running.", 3*time.Minute)
 

@@ -98,6 +98,9 @@ func TestChartPods(t *testing.T) {
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(r.objs["Service/"+r.fullname+"-api"].Object, &svc))
 	s := testenv.Over(t, kube, r.ns, testenv.KeyValueService)
 	s.URL = k.service(&svc)
+	var adminSvc corev1.Service
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(r.objs["Service/"+r.fullname+"-admin"].Object, &adminSvc))
+	s.AdminURL = k.service(&adminSvc)
 
 	// A worker's process dies: the kubelet starts it again while the
 	// other worker carries on.
@@ -185,9 +188,11 @@ spec:
 	// pick for a usage.
 	for _, path := range []string{"/admin/instances?namespace=" + r.ns, "/admin/instances/" + r.ns + "/kv-1", "/admin/usagekinds",
 		"/admin/usagekinds/" + r.ns + "-deployment/resources?namespace=" + r.ns} {
-		status, body, _ := testenv.HTTP(http.MethodGet, s.URL+path, "", &testenv.AdminCredentials, nil)
+		status, body, _ := testenv.HTTP(http.MethodGet, s.AdminURL+path, "", &testenv.AdminCredentials, nil)
 		assert.Equal(t, http.StatusOK, status, "GET %s: %s", path, body)
 	}
+	status, body, _ := testenv.HTTP(http.MethodGet, s.URL+"/admin/instances", "", &testenv.AdminCredentials, nil)
+	assert.Equal(t, http.StatusNotFound, status, "the admin API is not behind the OSB API's Service: %s", body)
 
 	// A registered service with a container check, claimed by an
 	// application: the claim projects its Secret into web.
@@ -222,7 +227,7 @@ spec:
 	// `qm mass-update` (the image's) updates the key-value instances to a
 	// new generation of their plan, through the admin API.
 	kube.Kubectl(t, "", "-n", r.ns, "patch", "sfplan", "key-value-store-small", "--type=merge", "-p", `{"spec":{"description":"A small key-value store, v2"}}`)
-	out, err := exec.Command(filepath.Join(img.root, "qm"), "mass-update", "start", "--url", s.URL, "--username", testenv.AdminCredentials.Username,
+	out, err := exec.Command(filepath.Join(img.root, "qm"), "mass-update", "start", "--url", s.AdminURL, "--username", testenv.AdminCredentials.Username,
 		"--password", testenv.AdminCredentials.Password, "--plan", testenv.KeyValuePlan, "--namespace", r.ns, "--wait").CombinedOutput()
 	require.NoError(t, err, "qm mass-update: %s", out)
 	assert.Contains(t, string(out), "completed: 1/1 (1 succeeded, 0 failed, 0 skipped)")

@@ -258,7 +258,7 @@ func startMassUpdate(t *testing.T, s *testenv.System, planID, name string) int64
 	plan := &plans.Items[i]
 	plan.Spec.Description = "changed before " + name
 	require.NoError(t, s.Kube.Client.Update(ctx, plan))
-	_, err := s.Temporal.ExecuteWorkflow(ctx, runs.MassUpdateOptions(name, planID, "mass update "+name), runs.MassUpdateType,
+	_, err := s.Temporal.ExecuteWorkflow(ctx, runs.MassUpdateOptions(name, planID, "mass update "+name, "the upgrade test"), runs.MassUpdateType,
 		massupdate.Request{Name: name, Selector: massupdate.Selector{PlanIDs: []string{planID}}, Rate: upgradeMassRate})
 	require.NoError(t, err, "starting mass update %s", name)
 	return plan.Generation

@@ -215,11 +215,17 @@ func MassUpdateID(name string) string {
 	return "massupdate/" + name
 }
 
+// MemoStartedBy is the memo field of a mass update that names who started
+// it: the admin the admin API authenticated, or the watcher for a plan's
+// automatic run.
+const MemoStartedBy = "startedBy"
+
 // MassUpdateOptions start the mass update name, of plan planID when it
 // selects one, with summary in the UI: one run per name, ever (the ID is
 // the lock, and a second start of a name is refused with the error), found
-// by its kind, name, plan and state (running until it ends).
-func MassUpdateOptions(name, planID, summary string) client.StartWorkflowOptions {
+// by its kind, name, plan and state (running until it ends); its memo says
+// who started it.
+func MassUpdateOptions(name, planID, summary, startedBy string) client.StartWorkflowOptions {
 	attrs := []temporal.SearchAttributeUpdate{AttrKind.ValueSet(MassUpdateType), AttrName.ValueSet(name),
 		AttrState.ValueSet(massupdate.Running)}
 	if planID != "" {
@@ -234,5 +240,6 @@ func MassUpdateOptions(name, planID, summary string) client.StartWorkflowOptions
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
 		StaticSummary:                            summary,
 		StaticDetails:                            "qm mass-update status " + name,
+		Memo:                                     map[string]any{MemoStartedBy: startedBy},
 	}
 }
