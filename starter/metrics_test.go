@@ -156,7 +156,7 @@ spec:
 
 	// Every metric the dashboard and the alerts query is one this test saw.
 	seen := map[string]bool{}
-	for _, url := range []string{s.WorkerMetrics, s.WatcherMetrics, s.URL + "/metrics"} {
+	for _, url := range []string{s.WorkerMetrics, s.WatcherMetrics, s.APIMetrics} {
 		for name := range testenv.Scrape(t, url) {
 			seen[name] = true
 		}

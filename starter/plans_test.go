@@ -21,15 +21,18 @@ import (
 
 // TestHelmPlan: a plan whose provision template is a helm chart provisions
 // through the worker: the instance succeeds, and the chart's objects exist
-// with the request's parameters over the chart's defaults.
+// with the request's parameters over the chart's defaults: those the plan's
+// schema declares, at the paths it maps; a value the chart's author did not
+// expose (quota) stays the chart's whatever the request says.
 func TestHelmPlan(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
-	plan := s.Plan("helm", "", fmt.Sprintf(`
+	schema := `  schemas: {service_instance: {create: {parameters: {type: object, properties: {size: {type: string}}}}}}`
+	plan := s.Plan("helm", schema, fmt.Sprintf(`
   - action: provision
     type: helm
     contentEncoded: %s`, base64.StdEncoding.EncodeToString(testenv.ChartArchive(t))))
-	s.Instance("chart-1", plan, `{"size": "large"}`)
+	s.Instance("chart-1", plan, `{"size": "large", "quota": {"pods": "1000"}}`)
 	inst := s.WaitInstance("chart-1", "provisioned", testenv.Succeeded(1))
 
 	var cm corev1.ConfigMap
@@ -37,7 +40,20 @@ func TestHelmPlan(t *testing.T) {
 	assert.Equal(t, map[string]string{"size": "large", "plan": "helm", "instance": "chart-1"}, cm.Data)
 	var quota corev1.ResourceQuota
 	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "chart-1-tenant"}, &quota))
-	assert.Equal(t, "4", quota.Spec.Hard.Pods().String(), "the chart's default")
+	assert.Equal(t, "4", quota.Spec.Hard.Pods().String(), "the chart's default: the schema declares no quota")
+
+	// A plan that exposes the quota as a parameter of its own name.
+	mapped := s.Plan("helm-mapped", `  schemas: {service_instance: {create: {parameters: {type: object, properties: {
+    podLimit: {type: string, x-quartermaster-values-path: quota.pods}}}}}}`, fmt.Sprintf(`
+  - action: provision
+    type: helm
+    contentEncoded: %s`, base64.StdEncoding.EncodeToString(testenv.ChartArchive(t))))
+	s.Instance("chart-2", mapped, `{"podLimit": "8", "size": "huge"}`)
+	s.WaitInstance("chart-2", "provisioned", testenv.Succeeded(1))
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "chart-2-tenant"}, &quota))
+	assert.Equal(t, "8", quota.Spec.Hard.Pods().String(), "podLimit, at the path the schema maps it to")
+	require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "chart-2-tenant"}, &cm))
+	assert.Equal(t, "small", cm.Data["size"], "size is not this plan's parameter")
 	assert.Len(t, inst.Status.Resources, 2)
 	err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "upgraded"}, &cm)
 	assert.True(t, apierrors.IsNotFound(err), "a provision is an install, not an upgrade")

@@ -94,7 +94,10 @@
 // include, tpl, required, ...); nothing is installed, and the objects are
 // applied like those of a gotemplate. Its .Values are the chart's defaults,
 // overridden by the plan's spec.context, overridden by the request's
-// parameters, with the variables above beside them (.Values.instance,
+// parameters that the plan's schema declares, at the paths its
+// x-quartermaster-values-path keywords map them to (parameters.ChartValues;
+// what it does not declare stays in .Values.instance.spec.parameters for
+// the chart to read if it will), with the variables above beside them (.Values.instance,
 // .Values.plan, .Values.registry, .Values.cluster, ...). .Release.Name is the
 // instance's or binding's name, .Release.Namespace its namespace, and
 // .Release.IsUpgrade is set for an update. The registry's functions are not

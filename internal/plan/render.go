@@ -123,7 +123,11 @@ func (s *Subject) helmObjects(tmpl *osbv1alpha1.TemplateSpec, values Values) ([]
 	if err != nil {
 		return nil, templateError(tmpl.Action, err)
 	}
-	objs, err := Helm(ch, s.release(), s.chartValues(), values, s.Bounds)
+	chartValues, err := s.chartValues()
+	if err != nil {
+		return nil, templateError(tmpl.Action, err)
+	}
+	objs, err := Helm(ch, s.release(), chartValues, values, s.Bounds)
 	if err != nil {
 		return nil, templateError(tmpl.Action, err)
 	}
@@ -142,7 +146,11 @@ func (s *Subject) helmText(tmpl *osbv1alpha1.TemplateSpec, values Values) (strin
 	if err != nil {
 		return "", templateError(tmpl.Action, err)
 	}
-	out, err := HelmFile(ch, s.release(), s.chartValues(), values, s.Bounds, string(tmpl.Action)+".yaml")
+	chartValues, err := s.chartValues()
+	if err != nil {
+		return "", templateError(tmpl.Action, err)
+	}
+	out, err := HelmFile(ch, s.release(), chartValues, values, s.Bounds, string(tmpl.Action)+".yaml")
 	if err != nil {
 		return "", templateError(tmpl.Action, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	"github.com/quartermaster/qm/internal/parameters"
 	"github.com/quartermaster/qm/internal/registry"
 )
 
@@ -123,16 +124,24 @@ func (s *Subject) Template(action osbv1alpha1.TemplateAction) *osbv1alpha1.Templ
 }
 
 // chartValues are a chart's values: the plan's context, overridden by the
-// request's parameters.
-func (s *Subject) chartValues() map[string]any {
+// request's parameters that the plan's schema declares, at the paths it
+// maps them to (parameters.ChartValues).
+func (s *Subject) chartValues() (map[string]any, error) {
 	out := map[string]any{}
 	mergeJSON(out, s.Plan.Spec.Context)
-	if s.Binding != nil {
-		mergeJSON(out, s.Binding.Spec.Parameters)
-	} else if s.Instance != nil {
-		mergeJSON(out, s.Instance.Spec.Parameters)
+	var given map[string]any
+	var err error
+	switch {
+	case s.Binding != nil && s.Binding.Spec.Parameters != nil:
+		given, err = parameters.ChartValues(s.Plan, s.Binding.Spec.Parameters.Raw, parameters.BindingCreate)
+	case s.Binding == nil && s.Instance != nil && s.Instance.Spec.Parameters != nil:
+		given, err = parameters.ChartValues(s.Plan, s.Instance.Spec.Parameters.Raw, parameters.InstanceCreate, parameters.InstanceUpdate)
 	}
-	return out
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(out, given)
+	return out, nil
 }
 
 // release names the instance or binding a chart is rendered for.
