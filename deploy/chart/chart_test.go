@@ -116,6 +116,35 @@ var variations = []variation{
 			}
 			assert.Contains(t, worker["volumes"], map[string]any{"name": "temporal-tls", "secret": map[string]any{"secretName": "temporal-client"}})
 		}},
+	{name: "API over TLS, a private Temporal CA, network policies", set: "api.tls.enabled=true,api.tls.secretName=qm-api-tls," +
+		"api.tls.clientCASecretName=platform-ca,temporal.tls.enabled=true,temporal.tls.caSecretName=temporal-ca,networkPolicy.enabled=true," +
+		"networkPolicy.osbFrom[0].namespaceSelector.matchLabels.platform=cf,networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			api := podSpec(t, objs["Deployment/qm-quartermaster-api"])
+			c := api["containers"].([]any)[0].(map[string]any)
+			for _, arg := range []string{"--tls-cert-file=/etc/qm-tls/tls.crt", "--tls-key-file=/etc/qm-tls/tls.key",
+				"--tls-client-ca-file=/etc/qm-client-ca/ca.crt", "--admin-listen=:8081", "--metrics-addr=:9090"} {
+				assert.Contains(t, c["args"], arg)
+			}
+			assert.Equal(t, "HTTPS", dig(c, "readinessProbe", "httpGet", "scheme"), "the probes speak TLS")
+			assert.Contains(t, api["volumes"], map[string]any{"name": "api-tls", "secret": map[string]any{"secretName": "qm-api-tls"}})
+			assert.Contains(t, api["volumes"], map[string]any{"name": "api-client-ca", "secret": map[string]any{"secretName": "platform-ca",
+				"items": []any{map[string]any{"key": "ca.crt", "path": "ca.crt"}}}})
+			worker := podSpec(t, objs["Deployment/qm-quartermaster-worker"])
+			wc := worker["containers"].([]any)[0].(map[string]any)
+			assert.Contains(t, envOf(wc), "TEMPORAL_TLS_SERVER_CA_CERT_PATH=/etc/temporal-ca/ca.crt", "a private CA verifies Temporal")
+			assert.Contains(t, wc["volumeMounts"], map[string]any{"name": "temporal-ca", "mountPath": "/etc/temporal-ca", "readOnly": true})
+
+			osb := objs["NetworkPolicy/qm-quartermaster-api"]
+			require.NotNil(t, osb)
+			ingress := dig(osb.Object, "spec", "ingress").([]any)
+			require.Len(t, ingress, 2, "the OSB port from the platforms, the metrics from Prometheus; no admin rule admits everyone")
+			assert.Equal(t, []any{map[string]any{"port": "http", "protocol": "TCP"}}, dig(ingress[0].(map[string]any), "ports"))
+			assert.Equal(t, "cf", dig(ingress[0].(map[string]any)["from"].([]any)[0].(map[string]any), "namespaceSelector", "matchLabels", "platform"))
+			assert.Equal(t, []any{map[string]any{"port": "metrics", "protocol": "TCP"}}, dig(ingress[1].(map[string]any), "ports"))
+			worker = objs["NetworkPolicy/qm-quartermaster-worker"].Object
+			assert.Len(t, dig(worker, "spec", "ingress").([]any), 1, "the worker: its metrics only")
+		}},
 	{name: "autoscaled workers", set: "worker.autoscaling.enabled=true,worker.autoscaling.maxReplicas=6,metrics.serviceMonitor.enabled=true," +
 		"worker.scheduler=capacity,metrics.dashboard.enabled=true,metrics.prometheusRule.enabled=true",
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {

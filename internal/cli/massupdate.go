@@ -3,6 +3,8 @@ package cli
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -24,10 +26,28 @@ import (
 type adminClient struct {
 	api.AdminClient
 	dataDir string
+	// caFile and serverName verify an admin API served over HTTPS with a
+	// certificate of a private CA, reached under another name (a
+	// port-forward's 127.0.0.1).
+	caFile, serverName string
 }
 
 // client returns the api.AdminClient with its credentials settled.
 func (a *adminClient) client() (*api.AdminClient, error) {
+	if a.HTTP == nil && (a.caFile != "" || a.serverName != "") {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: a.serverName}
+		if a.caFile != "" {
+			pem, err := os.ReadFile(a.caFile)
+			if err != nil {
+				return nil, fmt.Errorf("reading the admin API's CA: %w", err)
+			}
+			cfg.RootCAs = x509.NewCertPool()
+			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("%s holds no PEM certificate", a.caFile)
+			}
+		}
+		a.HTTP = &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: cfg}}
+	}
 	if a.Credentials.Username == "" || a.Credentials.Password == "" {
 		saved, ok, err := devenv.SavedAdminCredentials(a.dataDir)
 		if err != nil {
@@ -83,6 +103,8 @@ their plan's generation are skipped. Follow a run here or in the Temporal UI
 	pf.StringVar(&a.Credentials.Username, "username", os.Getenv("QM_ADMIN_USERNAME"), "admin API user (env QM_ADMIN_USERNAME)")
 	pf.StringVar(&a.Credentials.Password, "password", os.Getenv("QM_ADMIN_PASSWORD"), "admin API password (env QM_ADMIN_PASSWORD; prefer the environment)")
 	pf.StringVar(&a.dataDir, "data-dir", ".qm", "where qm dev keeps the credentials it prints, used when none are given")
+	pf.StringVar(&a.caFile, "ca-file", os.Getenv("QM_API_CA_FILE"), "PEM CAs that verify an admin API served over HTTPS (env QM_API_CA_FILE; default: the system's)")
+	pf.StringVar(&a.serverName, "tls-server-name", os.Getenv("QM_API_TLS_SERVER_NAME"), "name to verify in the admin API's certificate, when the URL's host is another (a port-forward) (env QM_API_TLS_SERVER_NAME)")
 	cmd.AddCommand(newMassStartCommand(a), newMassStatusCommand(a), newMassListCommand(a))
 	for _, action := range []string{massupdate.Pause, massupdate.Resume, massupdate.Cancel} {
 		cmd.AddCommand(&cobra.Command{

@@ -22,6 +22,11 @@ var OSBHeader = map[string]string{"X-Broker-API-Version": "2.17"}
 // can run anywhere, in an Eventually condition or a workload's goroutine;
 // the caller checks the status.
 func HTTP(method, url, body string, auth *api.Credentials, header map[string]string) (int, string, http.Header) {
+	return HTTPWith(http.DefaultClient, method, url, body, auth, header)
+}
+
+// HTTPWith is HTTP through client c: one that trusts a test's CA.
+func HTTPWith(c *http.Client, method, url, body string, auth *api.Credentials, header map[string]string) (int, string, http.Header) {
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
@@ -44,7 +49,7 @@ func HTTP(method, url, body string, auth *api.Credentials, header map[string]str
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err.Error(), nil
 	}

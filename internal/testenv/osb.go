@@ -23,7 +23,7 @@ import (
 func (s *System) Request(method, path, body string, header map[string]string) (int, string, http.Header) {
 	h := maps.Clone(OSBHeader)
 	maps.Copy(h, header)
-	return HTTP(method, s.URL+path, body, &OSBCredentials, h)
+	return HTTPWith(s.client(), method, s.URL+path, body, &OSBCredentials, h)
 }
 
 // Do is Request on the test's goroutine: a request that got no reply
@@ -57,7 +57,7 @@ func (s *System) Expect(method, path, body string, wantStatus int, wantBody stri
 func (s *System) ExpectSoon(path string, wantStatus int, wantBody string) {
 	s.t.Helper()
 	require.EventuallyWithT(s.t, func(c *assert.CollectT) {
-		status, got, _ := HTTP(http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
+		status, got, _ := HTTPWith(s.client(), http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
 		assert.Equal(c, wantStatus, status, "GET %s: %s", path, got)
 		if assert.True(c, json.Valid([]byte(got)), "GET %s: the body is not JSON: %q", path, got) {
 			assert.JSONEq(c, wantBody, got, "GET %s", path)
@@ -71,7 +71,7 @@ func (s *System) PollLastOperation(path string) map[string]any {
 	s.t.Helper()
 	var last map[string]any
 	require.EventuallyWithT(s.t, func(c *assert.CollectT) {
-		status, body, _ := HTTP(http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
+		status, body, _ := HTTPWith(s.client(), http.MethodGet, s.URL+path, "", &OSBCredentials, OSBHeader)
 		require.Equal(c, http.StatusOK, status, body)
 		last = nil
 		require.NoError(c, json.Unmarshal([]byte(body), &last))
@@ -102,4 +102,12 @@ func (s *System) CountInstances() int {
 	var list osbv1alpha1.SFServiceInstanceList
 	require.NoError(s.t, s.Kube.Client.List(context.Background(), &list, ctrlclient.InNamespace(s.Namespace)))
 	return len(list.Items)
+}
+
+// client is what the System's requests go through: Client, or Go's default.
+func (s *System) client() *http.Client {
+	if s.Client != nil {
+		return s.Client
+	}
+	return http.DefaultClient
 }

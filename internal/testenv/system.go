@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -125,6 +126,9 @@ type System struct {
 	// /metrics.
 	API                       *api.Server
 	URL, AdminURL, APIMetrics string
+	// Client, when set, sends the System's requests to URL: one that
+	// trusts the certificate of an API served over TLS.
+	Client *http.Client
 
 	// WorkerMetrics and WatcherMetrics are the URLs of the worker's and
 	// the watcher's /metrics, with Parts.Metrics.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"net"
@@ -460,11 +461,65 @@ func (k *kubelet) pod(name string) *pod {
 // Service's URL.
 func (k *kubelet) service(svc *corev1.Service) string {
 	k.t.Helper()
+	endpoints := k.endpoints(svc)
+	var turn atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ready := endpoints()
+		if len(ready) == 0 {
+			http.Error(w, "no ready endpoint of the Service "+svc.Name, http.StatusServiceUnavailable)
+			return
+		}
+		to, _ := url.Parse("http://" + ready[int(turn.Add(1))%len(ready)])
+		httputil.NewSingleHostReverseProxy(to).ServeHTTP(w, r)
+	}))
+	k.t.Cleanup(proxy.Close)
+	return proxy.URL
+}
+
+// serviceTCP serves a Service as kube-proxy does, below HTTP: each
+// connection goes to the next ready pod, so that TLS is the client's and
+// the pod's alone. It returns the address to dial.
+func (k *kubelet) serviceTCP(svc *corev1.Service) string {
+	k.t.Helper()
+	endpoints := k.endpoints(svc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(k.t, err)
+	k.t.Cleanup(func() { _ = ln.Close() })
+	var turn atomic.Int64
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return // closed at the test's end
+			}
+			go func() {
+				defer conn.Close()
+				ready := endpoints()
+				if len(ready) == 0 {
+					return
+				}
+				to, err := net.Dial("tcp", ready[int(turn.Add(1))%len(ready)])
+				if err != nil {
+					return
+				}
+				defer to.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(to, conn); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(conn, to); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// endpoints lists the host:port of the Service's ready pods, now.
+func (k *kubelet) endpoints(svc *corev1.Service) func() []string {
+	k.t.Helper()
 	require.Len(k.t, svc.Spec.Ports, 1, "the Service %s has one port", svc.Name)
 	target := svc.Spec.Ports[0].TargetPort
 	selector := labels.SelectorFromSet(svc.Spec.Selector)
-	var turn atomic.Int64
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return func() []string {
 		var endpoints []string
 		k.mu.Lock()
 		pods := slices.Clone(k.pods)
@@ -475,16 +530,9 @@ func (k *kubelet) service(svc *corev1.Service) string {
 				if target.StrVal != "" {
 					port = p.ports[target.StrVal]
 				}
-				endpoints = append(endpoints, "http://"+p.ip+":"+strconv.Itoa(int(port)))
+				endpoints = append(endpoints, p.ip+":"+strconv.Itoa(int(port)))
 			}
 		}
-		if len(endpoints) == 0 {
-			http.Error(w, "no ready endpoint of the Service "+svc.Name, http.StatusServiceUnavailable)
-			return
-		}
-		to, _ := url.Parse(endpoints[int(turn.Add(1))%len(endpoints)])
-		httputil.NewSingleHostReverseProxy(to).ServeHTTP(w, r)
-	}))
-	k.t.Cleanup(proxy.Close)
-	return proxy.URL
+		return endpoints
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -37,11 +38,13 @@ import (
 	"github.com/quartermaster/qm/worker"
 )
 
-// podsRelease is what the test installs: the chart's values and objects.
+// podsRelease is what the test installs: the chart's values and objects,
+// and the certificate its API serves, when it serves TLS.
 type podsRelease struct {
 	ns, fullname string
 	values       map[string]any
 	objs         map[string]*unstructured.Unstructured
+	tls          *servingCert
 }
 
 // tenantPlanRules are the rules README "Install on a cluster" tells users
@@ -97,10 +100,19 @@ func TestChartPods(t *testing.T) {
 	var svc corev1.Service
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(r.objs["Service/"+r.fullname+"-api"].Object, &svc))
 	s := testenv.Over(t, kube, r.ns, testenv.KeyValueService)
-	s.URL = k.service(&svc)
+	// Both APIs over TLS, verified with the release's CA under their
+	// Services' names, as a platform in the cluster dials them.
+	osbName, adminName := r.fullname+"-api."+r.ns+".svc", r.fullname+"-admin."+r.ns+".svc"
+	s.URL, s.Client = "https://"+k.serviceTCP(&svc), r.tls.client(osbName)
 	var adminSvc corev1.Service
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(r.objs["Service/"+r.fullname+"-admin"].Object, &adminSvc))
-	s.AdminURL = k.service(&adminSvc)
+	s.AdminURL = "https://" + k.serviceTCP(&adminSvc)
+	adminClient := r.tls.client(adminName)
+	status, body, _ := testenv.HTTP(http.MethodGet, "http"+strings.TrimPrefix(s.URL, "https")+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
+	assert.Equal(t, http.StatusBadRequest, status, "no plain HTTP: Go's server answers it 400: %s", body)
+	status, body, _ = testenv.HTTPWith(r.tls.client("someone-else.example"), http.MethodGet, s.URL+"/v2/catalog", "", &testenv.OSBCredentials, testenv.OSBHeader)
+	assert.Zero(t, status, "a certificate for other names is refused by the client")
+	assert.Contains(t, body, "certificate is valid for "+osbName)
 
 	// A worker's process dies: the kubelet starts it again while the
 	// other worker carries on.
@@ -117,7 +129,7 @@ func TestChartPods(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(s.Expect(http.MethodPatch, kv+"?accepts_incomplete=true",
 		fmt.Sprintf(`{"service_id": %q, "parameters": {"replicas": 2}}`, testenv.KeyValueService), http.StatusAccepted, "")), &update))
 	assert.Equal(t, "succeeded", s.PollLastOperation(kv + "/last_operation?operation=" + update.Operation)["state"])
-	body := s.Expect(http.MethodPut, kv+"/service_bindings/b-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, testenv.KeyValueService, testenv.KeyValuePlan),
+	body = s.Expect(http.MethodPut, kv+"/service_bindings/b-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, testenv.KeyValueService, testenv.KeyValuePlan),
 		http.StatusCreated, "")
 	assert.Contains(t, body, `"password"`, "the binding's credentials")
 	for _, path := range []string{"/v2/catalog", kv, kv + "/service_bindings/b-1"} {
@@ -188,10 +200,10 @@ spec:
 	// pick for a usage.
 	for _, path := range []string{"/admin/instances?namespace=" + r.ns, "/admin/instances/" + r.ns + "/kv-1", "/admin/usagekinds",
 		"/admin/usagekinds/" + r.ns + "-deployment/resources?namespace=" + r.ns} {
-		status, body, _ := testenv.HTTP(http.MethodGet, s.AdminURL+path, "", &testenv.AdminCredentials, nil)
+		status, body, _ := testenv.HTTPWith(adminClient, http.MethodGet, s.AdminURL+path, "", &testenv.AdminCredentials, nil)
 		assert.Equal(t, http.StatusOK, status, "GET %s: %s", path, body)
 	}
-	status, body, _ := testenv.HTTP(http.MethodGet, s.URL+"/admin/instances", "", &testenv.AdminCredentials, nil)
+	status, body, _ = testenv.HTTPWith(s.Client, http.MethodGet, s.URL+"/admin/instances", "", &testenv.AdminCredentials, nil)
 	assert.Equal(t, http.StatusNotFound, status, "the admin API is not behind the OSB API's Service: %s", body)
 
 	// A registered service with a container check, claimed by an
@@ -227,7 +239,10 @@ spec:
 	// `qm mass-update` (the image's) updates the key-value instances to a
 	// new generation of their plan, through the admin API.
 	kube.Kubectl(t, "", "-n", r.ns, "patch", "sfplan", "key-value-store-small", "--type=merge", "-p", `{"spec":{"description":"A small key-value store, v2"}}`)
-	out, err := exec.Command(filepath.Join(img.root, "qm"), "mass-update", "start", "--url", s.AdminURL, "--username", testenv.AdminCredentials.Username,
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(caFile, r.tls.ca, 0o600))
+	out, err := exec.Command(filepath.Join(img.root, "qm"), "mass-update", "start", "--url", s.AdminURL, "--ca-file", caFile, "--tls-server-name", adminName,
+		"--username", testenv.AdminCredentials.Username,
 		"--password", testenv.AdminCredentials.Password, "--plan", testenv.KeyValuePlan, "--namespace", r.ns, "--wait").CombinedOutput()
 	require.NoError(t, err, "qm mass-update: %s", out)
 	assert.Contains(t, string(out), "completed: 1/1 (1 succeeded, 0 failed, 0 skipped)")
@@ -320,6 +335,13 @@ func assertProtected(t *testing.T, kube *testenv.Cluster, r podsRelease) {
 func installRelease(t *testing.T, kube *testenv.Cluster) podsRelease {
 	t.Helper()
 	r := newPodsRelease(t, kube, nil)
+	// The API serves TLS with a certificate of cert-manager's layout, for
+	// the names of its two Services.
+	cert := newServingCert(t, r.fullname+"-api."+r.ns+".svc", r.fullname+"-admin."+r.ns+".svc")
+	r.tls = &cert
+	require.NoError(t, kube.Client.Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "api-tls"},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{"ca.crt": cert.ca, "tls.crt": cert.cert, "tls.key": cert.key}}))
+	r.values["api"] = map[string]any{"tls": map[string]any{"enabled": true, "secretName": "api-tls"}}
 	r.objs = testenv.RenderChart(t, testenv.QMChart(t), r.ns, r.values)
 	applyRelease(t, kube, r.objs, true)
 	return r

@@ -117,6 +117,10 @@ its tasks in hand finish (--stop-timeout, 30 s), with room for both.
 - name: TEMPORAL_TLS_CLIENT_KEY_PATH
   value: /etc/temporal-tls/tls.key
 {{- end }}
+{{- if .caSecretName }}
+- name: TEMPORAL_TLS_SERVER_CA_CERT_PATH
+  value: /etc/temporal-ca/ca.crt
+{{- end }}
 {{- if .serverName }}
 - name: TEMPORAL_TLS_SERVER_NAME
   value: {{ .serverName | quote }}
@@ -140,6 +144,10 @@ its tasks in hand finish (--stop-timeout, 30 s), with room for both.
 - name: temporal-tls
   secret: {secretName: {{ .Values.temporal.tls.secretName | quote }}}
 {{- end }}
+{{- if and .Values.temporal.tls.enabled .Values.temporal.tls.caSecretName }}
+- name: temporal-ca
+  secret: {secretName: {{ .Values.temporal.tls.caSecretName | quote }}, items: [{key: ca.crt, path: ca.crt}]}
+{{- end }}
 {{- end }}
 
 {{- define "qm.volumeMounts" -}}
@@ -148,6 +156,11 @@ its tasks in hand finish (--stop-timeout, 30 s), with room for both.
 {{- if and .Values.temporal.tls.enabled .Values.temporal.tls.secretName }}
 - name: temporal-tls
   mountPath: /etc/temporal-tls
+  readOnly: true
+{{- end }}
+{{- if and .Values.temporal.tls.enabled .Values.temporal.tls.caSecretName }}
+- name: temporal-ca
+  mountPath: /etc/temporal-ca
   readOnly: true
 {{- end }}
 {{- end }}
@@ -179,6 +192,14 @@ topologySpreadConstraints:
 {{- end }}
 {{- end }}
 volumes: {{- include "qm.volumes" .root | nindent 2 }}
+{{- if and (eq .component "api") .root.Values.api.tls.enabled }}
+  - name: api-tls
+    secret: {secretName: {{ required "api.tls.secretName is required with api.tls.enabled" .root.Values.api.tls.secretName | quote }}}
+  {{- with .root.Values.api.tls.clientCASecretName }}
+  - name: api-client-ca
+    secret: {secretName: {{ . | quote }}, items: [{key: ca.crt, path: ca.crt}]}
+  {{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The names of the chart's CustomResourceDefinitions, read from crds/, as a YAML list. */}}
