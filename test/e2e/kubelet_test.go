@@ -49,7 +49,8 @@ import (
 //   - its volumes (emptyDir, Secret, ConfigMap) as directories. A process
 //     shares the machine's file system, so every absolute path of its
 //     environment is rewritten into the volume mounted there or else into
-//     the image's files, and TMPDIR names the volume mounted at /tmp;
+//     the image's files, and TMPDIR names the volume mounted at /tmp; so
+//     is an argument --flag=<path> whose path is under a mount;
 //   - KUBECONFIG, a kubeconfig holding a TokenRequest token of the pod's own
 //     service account (the projected token a kubelet mounts), so that every
 //     call is authorised by the chart's roles;
@@ -208,6 +209,11 @@ func (k *kubelet) start(d *appsv1.Deployment, name string) {
 		})
 		if flag, port, ok := strings.Cut(arg, "=:"); ok && strings.HasPrefix(flag, "--") {
 			arg = flag + "=" + p.ip + ":" + port
+		}
+		if flag, path, ok := strings.Cut(arg, "=/"); ok && strings.HasPrefix(flag, "--") {
+			if host, mounted := p.hostPath("/" + path); mounted {
+				arg = flag + "=" + host
+			}
 		}
 		argv[i] = arg
 	}
