@@ -145,6 +145,22 @@ var variations = []variation{
 			worker = objs["NetworkPolicy/qm-quartermaster-worker"].Object
 			assert.Len(t, dig(worker, "spec", "ingress").([]any), 1, "the worker: its metrics only")
 		}},
+	{name: "encrypted payloads and the codec server", set: "payloadEncryption.enabled=true,payloadEncryption.secretName=qm-payload-keys," +
+		"payloadEncryption.keyID=2026-11,codecServer.enabled=true,codecServer.tokenSecretName=codec-token",
+		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {
+			for _, d := range []string{"api", "watcher", "worker", "codec-server"} {
+				pod := podSpec(t, objs["Deployment/qm-quartermaster-"+d])
+				c := pod["containers"].([]any)[0].(map[string]any)
+				assert.Contains(t, envOf(c), "QM_PAYLOAD_KEYS_DIR=/etc/qm-payload-keys", d)
+				assert.Contains(t, envOf(c), "QM_PAYLOAD_KEY_ID=2026-11", d)
+				assert.Contains(t, pod["volumes"], map[string]any{"name": "payload-keys", "secret": map[string]any{"secretName": "qm-payload-keys"}}, d)
+			}
+			codec := podSpec(t, objs["Deployment/qm-quartermaster-codec-server"])["containers"].([]any)[0].(map[string]any)
+			assert.Equal(t, []any{"codec-server", "--listen=:8888", "--ui-origin=http://localhost:8233", "--log-level=info"}, codec["args"])
+			assert.Contains(t, envOf(codec), "QM_CODEC_SERVER_TOKEN<-codec-token/token")
+			assert.Contains(t, objs, "Service/qm-quartermaster-codec-server")
+			assert.Contains(t, objs, "ServiceAccount/qm-quartermaster-codec-server")
+		}},
 	{name: "autoscaled workers", set: "worker.autoscaling.enabled=true,worker.autoscaling.maxReplicas=6,metrics.serviceMonitor.enabled=true," +
 		"worker.scheduler=capacity,metrics.dashboard.enabled=true,metrics.prometheusRule.enabled=true",
 		check: func(t *testing.T, objs map[string]*unstructured.Unstructured) {

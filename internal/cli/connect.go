@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/quartermaster/qm/internal/codec"
 	"github.com/quartermaster/qm/internal/telemetry"
 )
 
@@ -69,7 +70,29 @@ func (g *globals) temporalOptions() (client.Options, error) {
 	default:
 		return client.Options{}, fmt.Errorf(`--temporal-grpc-compression: %q is neither "none" nor "gzip"`, g.temporalCompression)
 	}
+	c, err := g.payloadCodec()
+	if err != nil {
+		return client.Options{}, err
+	}
+	if c != nil {
+		opts.DataConverter, opts.FailureConverter = codec.Converters(c)
+	}
 	return opts, nil
+}
+
+// payloadCodec is the codec of --payload-keys-dir, nil when it is not set.
+func (g *globals) payloadCodec() (*codec.Codec, error) {
+	switch {
+	case g.payloadKeysDir == "":
+		return nil, nil
+	case g.payloadKeyID == "":
+		return nil, errors.New("--payload-keys-dir needs --payload-key-id (QM_PAYLOAD_KEY_ID): the key that encrypts")
+	}
+	c, err := codec.Load(g.payloadKeysDir, g.payloadKeyID)
+	if err != nil {
+		return nil, fmt.Errorf("--payload-keys-dir: %w", err)
+	}
+	return c, nil
 }
 
 // errNoTemporal is a client configuration that names no Temporal.

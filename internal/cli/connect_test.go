@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -74,6 +75,9 @@ client_cert_path = %q
 client_key_path = %q
 `, certPath, keyPath)), 0o600))
 
+	keys := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(keys, "k1"), bytes.Repeat([]byte{1}, 32), 0o600))
+
 	malformed := filepath.Join(t.TempDir(), "malformed.toml")
 	require.NoError(t, os.WriteFile(malformed, []byte("[profile.default]\naddress = \"x:7233\"\nnamespace\n"), 0o600))
 
@@ -83,9 +87,15 @@ client_key_path = %q
 		flags              globals
 		address, namespace string
 		mtls, apiKey       bool
-		gzip               bool
+		gzip, encrypted    bool
 		err                string
 	}{
+		{name: "encrypted payloads", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233"}, flags: globals{payloadKeysDir: keys, payloadKeyID: "k1"},
+			address: "env:7233", namespace: "default", encrypted: true},
+		{name: "keys without the one that encrypts", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233"}, flags: globals{payloadKeysDir: keys},
+			err: "--payload-keys-dir needs --payload-key-id (QM_PAYLOAD_KEY_ID): the key that encrypts"},
+		{name: "an encrypting key that is not there", env: mapEnv{"TEMPORAL_ADDRESS": "env:7233"}, flags: globals{payloadKeysDir: keys, payloadKeyID: "k2"},
+			err: `--payload-keys-dir: no key "k2" to encrypt with among k1`},
 		{name: "the default profile", env: mapEnv{"TEMPORAL_CONFIG_FILE": file}, address: "temporal.internal:7233", namespace: "brokers"},
 		{name: "a profile with mTLS", env: mapEnv{"TEMPORAL_CONFIG_FILE": file, "TEMPORAL_PROFILE": "prod"}, address: "prod.tmprl.cloud:7233", namespace: "brokers.abc12", mtls: true},
 		{name: "the profile flag", env: mapEnv{"TEMPORAL_CONFIG_FILE": file}, flags: globals{temporalProfile: "prod"}, address: "prod.tmprl.cloud:7233", namespace: "brokers.abc12", mtls: true},
@@ -130,6 +140,12 @@ client_key_path = %q
 			}
 			if tc.apiKey {
 				assert.NotNil(t, opts.ConnectionOptions.TLS, "an API key goes over TLS")
+			}
+			assert.Equal(t, tc.encrypted, opts.DataConverter != nil && opts.FailureConverter != nil, "the codec's converters")
+			if tc.encrypted {
+				p, err := opts.DataConverter.ToPayload("hunter2")
+				require.NoError(t, err)
+				assert.Equal(t, "binary/encrypted", string(p.Metadata["encoding"]))
 			}
 		})
 	}

@@ -42,6 +42,9 @@ type globals struct {
 	// SDK's pid@host: a watcher shard names itself, so that each run's
 	// history says which shard started it.
 	identity string
+	// payloadKeysDir and payloadKeyID, when set, encrypt what the runs
+	// carry through Temporal (internal/codec).
+	payloadKeysDir, payloadKeyID string
 }
 
 // Main runs the qm command line with the process's arguments until it
@@ -88,6 +91,8 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 	pf.StringVar(&g.temporalProfile, "temporal-profile", "", "profile of the Temporal client configuration file, temporal.toml (over TEMPORAL_PROFILE)")
 	pf.StringVar(&g.temporalCompression, "temporal-grpc-compression", envOr("QM_TEMPORAL_GRPC_COMPRESSION", "none"), `compression of requests to Temporal: "none", or "gzip" where the network costs more than the CPU, as to a Temporal across a WAN (env QM_TEMPORAL_GRPC_COMPRESSION)`)
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
+	pf.StringVar(&g.payloadKeysDir, "payload-keys-dir", os.Getenv("QM_PAYLOAD_KEYS_DIR"), "directory of AES-256 keys, a file each named by its ID (a mounted Secret): what the runs carry through Temporal is encrypted, and every process must have the keys (env QM_PAYLOAD_KEYS_DIR; default: no encryption)")
+	pf.StringVar(&g.payloadKeyID, "payload-key-id", os.Getenv("QM_PAYLOAD_KEY_ID"), "the key that encrypts; the others only decrypt (env QM_PAYLOAD_KEY_ID)")
 	pf.StringSliceVar(&g.catalog, "catalog-namespaces", splitList(envOr("QM_CATALOG_NAMESPACES", envOr("QM_NAMESPACE", "default"))),
 		"the namespaces whose SFServices, SFPlans and SFClusters are trusted; a plan elsewhere is a tenant's, applied as a ServiceAccount of its namespace (env QM_CATALOG_NAMESPACES, comma-separated; default QM_NAMESPACE, else default)")
 	pf.StringSliceVar(&g.watched, "watch-namespaces", splitList(os.Getenv("QM_WATCH_NAMESPACES")),
@@ -103,6 +108,7 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 		newMassUpdateCommand(),
 		newVersionCommand(),
 		newBuildsCommand(g),
+		newCodecServerCommand(g),
 	)
 	return root
 }

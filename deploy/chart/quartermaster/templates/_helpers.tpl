@@ -127,12 +127,23 @@ its tasks in hand finish (--stop-timeout, 30 s), with room for both.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- include "qm.payloadEnv" . }}
 {{- with .Values.temporal.apiKey }}
 {{- if .secretName }}
 - name: TEMPORAL_API_KEY
   valueFrom:
     secretKeyRef: {name: {{ .secretName | quote }}, key: {{ .key | quote }}}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The payload keys' environment (internal/codec), when payloads are encrypted. */}}
+{{- define "qm.payloadEnv" -}}
+{{- if .Values.payloadEncryption.enabled }}
+- name: QM_PAYLOAD_KEYS_DIR
+  value: /etc/qm-payload-keys
+- name: QM_PAYLOAD_KEY_ID
+  value: {{ required "payloadEncryption.keyID is required with payloadEncryption.enabled" .Values.payloadEncryption.keyID | quote }}
 {{- end }}
 {{- end }}
 
@@ -143,6 +154,10 @@ its tasks in hand finish (--stop-timeout, 30 s), with room for both.
 {{- if and .Values.temporal.tls.enabled .Values.temporal.tls.secretName }}
 - name: temporal-tls
   secret: {secretName: {{ .Values.temporal.tls.secretName | quote }}}
+{{- end }}
+{{- if .Values.payloadEncryption.enabled }}
+- name: payload-keys
+  secret: {secretName: {{ required "payloadEncryption.secretName is required with payloadEncryption.enabled" .Values.payloadEncryption.secretName | quote }}}
 {{- end }}
 {{- if and .Values.temporal.tls.enabled .Values.temporal.tls.caSecretName }}
 - name: temporal-ca
@@ -156,6 +171,11 @@ its tasks in hand finish (--stop-timeout, 30 s), with room for both.
 {{- if and .Values.temporal.tls.enabled .Values.temporal.tls.secretName }}
 - name: temporal-tls
   mountPath: /etc/temporal-tls
+  readOnly: true
+{{- end }}
+{{- if .Values.payloadEncryption.enabled }}
+- name: payload-keys
+  mountPath: /etc/qm-payload-keys
   readOnly: true
 {{- end }}
 {{- if and .Values.temporal.tls.enabled .Values.temporal.tls.caSecretName }}
