@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -108,7 +109,9 @@ func (m *MassUpdates) startUpdate(ctx context.Context, massUpdate string, t mass
 	if runID, ok := earlier[id]; ok {
 		return m.Temporal.GetWorkflow(ctx, id, runID), nil
 	}
-	opts := runs.OperationOptions(target, lifecycle.OpUpdate, fmt.Sprintf("update %s (mass update %s)", t, massUpdate), runs.AttrPlan.ValueSet(t.PlanID))
+	opts := runs.OperationOptions(target, lifecycle.OpUpdate, fairness.MassUpdate(massUpdate), fmt.Sprintf("update %s (mass update %s)", t, massUpdate), runs.AttrPlan.ValueSet(t.PlanID))
+	// Behind users' operations, a user's update of the same plan included.
+	opts.Priority.PriorityKey = fairness.Background
 	opts.EnableEagerStart = opts.EnableEagerStart && !m.Versioned
 	return m.Temporal.ExecuteWorkflow(ctx, opts, runs.WorkflowType(lifecycle.OpUpdate), target)
 }

@@ -24,6 +24,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
+	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/workflows/runs"
 )
@@ -215,7 +216,7 @@ func (u *BindingUsages) wake(ctx context.Context, req ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	id := runs.BindingUsageID(req.Namespace, req.Name)
-	_, err := u.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalUsageChanged, "", runs.LoopOptions(id,
+	_, err := u.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalUsageChanged, "", runs.LoopOptions(id, req.Namespace, fairness.Follow,
 		fmt.Sprintf("binding usage %s/%s: %s into %s %s", req.Namespace, req.Name, usage.Spec.ServiceBindingRef.Name, usage.Spec.UsedBy.Kind, usage.Spec.UsedBy.Name),
 		fmt.Sprintf("kubectl get servicebindingusage %s -n %s -o yaml", req.Name, req.Namespace),
 	), runs.BindingUsageType, runs.UsageTarget{Namespace: req.Namespace, Name: req.Name})

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/internal/rotation"
@@ -104,7 +105,7 @@ func (r *CredentialRotations) Reconcile(ctx context.Context, req ctrl.Request) (
 // signal starts b's rotation workflow, or signals the running one.
 func (r *CredentialRotations) signal(ctx context.Context, b *osbv1alpha1.SFServiceBinding) error {
 	id := runs.CredentialRotationID(b.Namespace, b.Name)
-	opts := runs.LoopOptions(id, fmt.Sprintf("credential rotation of binding %s/%s", b.Namespace, b.Name),
+	opts := runs.LoopOptions(id, b.Namespace, fairness.Background, fmt.Sprintf("credential rotation of binding %s/%s", b.Namespace, b.Name),
 		fmt.Sprintf("kubectl get sfservicebinding %s -n %s -o jsonpath='{.status.rotation}'", b.Name, b.Namespace))
 	if _, err := r.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalRotationChanged, "changed", opts,
 		runs.CredentialRotationType, lifecycle.BindingTarget(b)); err != nil {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
+	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/healthcheck"
 	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -117,5 +118,6 @@ func loopOptions(shard int) client.StartWorkflowOptions {
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		StaticSummary:            fmt.Sprintf("health checks of the registered services of shard %d of %d", shard, healthcheck.Shards),
+		Priority:                 runs.Priority(fairness.Checks, fmt.Sprintf("healthchecks/%d", shard)),
 	}
 }

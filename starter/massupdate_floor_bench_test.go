@@ -115,7 +115,7 @@ func startAndAwait(tc client.Client) func(context.Context, floorBatch) error {
 		var started []client.WorkflowRun
 		for i := b.From; i < b.To; i++ {
 			t := lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: "bench", Name: fmt.Sprintf("%s-%05d", b.Prefix, i)}
-			opts := runs.OperationOptions(t, lifecycle.OpUpdate, "", runs.AttrPlan.ValueSet("one-configmap"))
+			opts := runs.OperationOptions(t, lifecycle.OpUpdate, "", "", runs.AttrPlan.ValueSet("one-configmap"))
 			opts.TaskQueue = floorTaskQueue
 			run, err := tc.ExecuteWorkflow(ctx, opts, "ProvisionShape", t)
 			if err != nil {

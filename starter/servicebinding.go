@@ -22,6 +22,7 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
+	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/internal/servicebinding"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -195,7 +196,7 @@ func (s *ServiceBindings) wake(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if workload == "" {
 		workload = "(selector)"
 	}
-	_, err := s.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalServiceBindingChanged, "", runs.LoopOptions(id,
+	_, err := s.Temporal.SignalWithStartWorkflow(ctx, id, runs.SignalServiceBindingChanged, "", runs.LoopOptions(id, req.Namespace, fairness.Follow,
 		fmt.Sprintf("service binding %s/%s: %s %s into %s %s", req.Namespace, req.Name,
 			sb.Spec.Service.Kind, sb.Spec.Service.Name, sb.Spec.Workload.Kind, workload),
 		fmt.Sprintf("kubectl get servicebinding.servicebinding.io %s -n %s -o yaml", req.Name, req.Namespace),

@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/workflows/runs"
 )
@@ -50,7 +52,7 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 	}
 	s.engineBack(ctx, obj)
 	id := runs.WorkflowID(t)
-	opts := runs.OperationOptions(t, op, text.summary, attrs...)
+	opts := runs.OperationOptions(t, op, tenantOf(obj), text.summary, attrs...)
 	opts.StaticDetails = text.details
 	run, err := s.Temporal.ExecuteWorkflow(ctx, opts, runs.WorkflowType(op), t)
 	var running *serviceerror.WorkflowExecutionAlreadyStarted
@@ -78,4 +80,22 @@ func (s *Starter) addFinalizer(ctx context.Context, obj ctrlclient.Object, final
 		return errors.New("the resource changed while its finalizer was added; retrying")
 	}
 	return err
+}
+
+// tenantOf is the fairness key of an operation on obj: the OSB
+// organization that asked for it, else its namespace.
+func tenantOf(obj ctrlclient.Object) string {
+	var org string
+	switch o := obj.(type) {
+	case *osbv1alpha1.SFServiceInstance:
+		org = o.Spec.OrganizationGUID
+		if org == "" && o.Spec.Context != nil {
+			org = fairness.Organization(o.Spec.Context.Raw)
+		}
+	case *osbv1alpha1.SFServiceBinding:
+		if o.Spec.Context != nil {
+			org = fairness.Organization(o.Spec.Context.Raw)
+		}
+	}
+	return fairness.Tenant(obj.GetNamespace(), org)
 }

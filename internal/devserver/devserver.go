@@ -85,8 +85,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// Eager activities: a mass update's batch goes to the worker whose
 	// workflow task scheduled it, in that task's answer, without a trip
 	// through the task queue (about 40 ms a batch on SQLite).
+	// Priority and fairness (internal/fairness): the matcher that honours
+	// priorities, and each fairness key its share.
 	extra := []string{"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false",
-		"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
+		"--dynamic-config-value", "system.enableActivityEagerExecution=true",
+		"--dynamic-config-value", "matching.useNewMatcher=true",
+		"--dynamic-config-value", "matching.enableFairness=true"}
 	for _, ns := range opts.Namespaces {
 		extra = append(extra, "--namespace", ns)
 	}

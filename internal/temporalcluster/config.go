@@ -85,6 +85,7 @@ func dynamicConfig(partitions int, extra map[string]any) map[string]any {
 		"matching.numTaskqueueWritePartitions":       []any{map[string]any{"value": partitions}},
 		"frontend.enableCancelWorkerPollsOnShutdown": []any{map[string]any{"value": true}},
 		"system.enableActivityEagerExecution":        []any{map[string]any{"value": true}},
+		"matching.enableFairness":                    []any{map[string]any{"value": true}},
 	}
 	for k, v := range extra {
 		dc[k] = []any{map[string]any{"value": v}}

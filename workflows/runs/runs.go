@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/massupdate"
 )
@@ -47,7 +48,10 @@ func WorkflowType(op lifecycle.Operation) string { return op.Title() }
 // error when one is under way, which may be another operation (an update
 // asked for while a provision was finishing). The first workflow task goes
 // to the starting process's own worker when it has one (eager start).
-func OperationOptions(t lifecycle.Target, op lifecycle.Operation, summary string, attrs ...temporal.SearchAttributeUpdate) client.StartWorkflowOptions {
+//
+// It is a user's operation (fairness.User), of tenant: its fairness key
+// (fairness.Tenant); a mass update's updates lower the priority.
+func OperationOptions(t lifecycle.Target, op lifecycle.Operation, tenant, summary string, attrs ...temporal.SearchAttributeUpdate) client.StartWorkflowOptions {
 	attrs = append(slices.Clip(attrs), AttrKind.ValueSet(string(t.Kind)), AttrNamespace.ValueSet(t.Namespace), AttrName.ValueSet(t.Name),
 		AttrOperation.ValueSet(string(op)))
 	return client.StartWorkflowOptions{
@@ -60,7 +64,14 @@ func OperationOptions(t lifecycle.Target, op lifecycle.Operation, summary string
 		EnableEagerStart:                         true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
 		StaticSummary:                            summary,
+		Priority:                                 Priority(fairness.User, tenant),
 	}
+}
+
+// Priority is a run's place in the task queue (internal/fairness): level,
+// 1 first and 5 last, and the fairness key whose share it takes.
+func Priority(level int, key string) temporal.Priority {
+	return temporal.Priority{PriorityKey: level, FairnessKey: key}
 }
 
 // HealthChecksType is the registered name of the health-check loop of one
@@ -112,7 +123,9 @@ func ClaimID(namespace, name string) string {
 // follows one resource (a claim, a usage, a ServiceBinding, a namespace's
 // allocator): on the task queue, with the workflow task timeout, a new run
 // allowed once the last one has ended, and what the UI shows of it.
-func LoopOptions(id, summary, details string) client.StartWorkflowOptions {
+//
+// A loop is its namespace's (fairness.Tenant) at level.
+func LoopOptions(id, namespace string, level int, summary, details string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                    id,
 		TaskQueue:             TaskQueue,
@@ -120,20 +133,21 @@ func LoopOptions(id, summary, details string) client.StartWorkflowOptions {
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		StaticSummary:         summary,
 		StaticDetails:         details,
+		Priority:              Priority(level, fairness.Tenant(namespace, "")),
 	}
 }
 
 // ClaimOptions start, or signal into, the workflow of the claim
 // namespace/name (the watcher's wakes and the allocator's answers).
 func ClaimOptions(namespace, name string) client.StartWorkflowOptions {
-	return LoopOptions(ClaimID(namespace, name), fmt.Sprintf("claim %s/%s", namespace, name),
+	return LoopOptions(ClaimID(namespace, name), namespace, fairness.User, fmt.Sprintf("claim %s/%s", namespace, name),
 		fmt.Sprintf("kubectl get serviceclaim %s -n %s -o yaml", name, namespace))
 }
 
 // AllocatorOptions start, or signal into, the claim allocator of
 // namespace (a claim's ask, or the watcher's for a new claim).
 func AllocatorOptions(namespace string) client.StartWorkflowOptions {
-	return LoopOptions(AllocatorID(namespace), "claim allocator of "+namespace, "kubectl get serviceclaims,registeredservices -n "+namespace)
+	return LoopOptions(AllocatorID(namespace), namespace, fairness.User, "claim allocator of "+namespace, "kubectl get serviceclaims,registeredservices -n "+namespace)
 }
 
 // AllocatorType is the registered name of a namespace's claim allocator:
@@ -241,5 +255,6 @@ func MassUpdateOptions(name, planID, summary, startedBy string) client.StartWork
 		StaticSummary:                            summary,
 		StaticDetails:                            "qm mass-update status " + name,
 		Memo:                                     map[string]any{MemoStartedBy: startedBy},
+		Priority:                                 Priority(fairness.Background, fairness.MassUpdate(name)),
 	}
 }
