@@ -14,6 +14,7 @@
 package metrics
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,9 +85,18 @@ var (
 	}, []string{"kind"})
 )
 
+// collectors are what every process registers on controller-runtime's
+// registry, which the worker's and the watcher's /metrics serve.
+var collectors = []prometheus.Collector{operationsStarted, operationsEnded, operationDuration, healthChecks, healthCheckDuration,
+	runsReestablished, appliesSuperseded, rotations, served}
+
 func init() {
-	ctrlmetrics.Registry.MustRegister(operationsStarted, operationsEnded, operationDuration, healthChecks, healthCheckDuration, runsReestablished, appliesSuperseded, rotations, served)
+	ctrlmetrics.Registry.MustRegister(collectors...)
 }
+
+// Collectors are the collectors init registers: every metric family the
+// worker and the watcher serve, whether or not a series of it exists yet.
+func Collectors() []prometheus.Collector { return slices.Clone(collectors) }
 
 // OperationStarted counts an operation that began.
 func OperationStarted(op Operation) {
