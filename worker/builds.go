@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/quartermaster/qm/internal/versioning"
 )
@@ -28,7 +29,9 @@ type Build struct {
 
 // Builds lists the deployment's versions, newest first, and says where the
 // unversioned workers stand ("current" when the deployment routes to them).
-func Builds(ctx context.Context, c client.Client, deployment string) (builds []Build, unversioned string, err error) {
+// dc reads the builds' metadata: the data converter c was made with (nil:
+// the default).
+func Builds(ctx context.Context, c client.Client, deployment string, dc converter.DataConverter) (builds []Build, unversioned string, err error) {
 	h := c.WorkerDeploymentClient().GetHandle(deployment)
 	d, err := h.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
 	var notFound *serviceerror.NotFound
@@ -51,7 +54,7 @@ func Builds(ctx context.Context, c client.Client, deployment string) (builds []B
 			b.Routing = fmt.Sprintf("ramping %g%%", rc.RampingVersionPercentage)
 		}
 		var revs []int
-		if revs, err = appendRevision(ctx, h, b.ID, nil); err != nil {
+		if revs, err = appendRevision(ctx, h, b.ID, nil, dc); err != nil {
 			return nil, "", err
 		}
 		if len(revs) > 0 {

@@ -47,6 +47,10 @@ type Versioning struct {
 	// worker counts as gone (zero: adoptPeriod and pollerGone, so that a
 	// new install waits two and a half minutes at most; tests shorten them).
 	AdoptPeriod, PollerGone time.Duration
+	// Payloads reads what the SDK wrote with the client's data converter:
+	// the builds' metadata (nil: the default converter; the payload codec's
+	// when payloads are encrypted).
+	Payloads converter.DataConverter
 }
 
 // DefaultDrainTimeout covers a provision or bind that waits for its
@@ -96,7 +100,7 @@ func Promote(ctx context.Context, c client.Client, v Versioning, log *slog.Logge
 		}
 	}
 	for _, sum := range d.Info.VersionSummaries {
-		if s.Recorded, err = appendRevision(ctx, h, sum.Version.BuildID, s.Recorded); err != nil {
+		if s.Recorded, err = appendRevision(ctx, h, sum.Version.BuildID, s.Recorded, v.Payloads); err != nil {
 			return err
 		}
 	}
@@ -261,8 +265,9 @@ func polls(infos []client.WorkerDeploymentTaskQueueInfo, typ client.TaskQueueTyp
 	return slices.Contains(infos, client.WorkerDeploymentTaskQueueInfo{Name: runs.TaskQueue, Type: typ})
 }
 
-// appendRevision appends the revision recorded on build, if any.
-func appendRevision(ctx context.Context, h client.WorkerDeploymentHandle, build string, to []int) ([]int, error) {
+// appendRevision appends the revision recorded on build, if any, read with
+// dc (nil: the default converter), the converter of the client that wrote it.
+func appendRevision(ctx context.Context, h client.WorkerDeploymentHandle, build string, to []int, dc converter.DataConverter) ([]int, error) {
 	d, err := h.DescribeVersion(ctx, client.WorkerDeploymentDescribeVersionOptions{BuildID: build})
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
@@ -278,7 +283,10 @@ func appendRevision(ctx context.Context, h client.WorkerDeploymentHandle, build 
 		return to, nil
 	}
 	var rev int
-	if err := converter.GetDefaultDataConverter().FromPayload(p, &rev); err != nil {
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
+	if err := dc.FromPayload(p, &rev); err != nil {
 		return to, fmt.Errorf("reading the revision recorded on build %s: %w", build, err)
 	}
 	return append(to, rev), nil

@@ -59,7 +59,7 @@ func startReleaseOf(t *testing.T, s *testenv.System, v worker.Versioning) *relea
 
 // current is the build the deployment routes to, "" for none.
 func current(t require.TestingT, tc client.Client) string {
-	builds, _, err := worker.Builds(context.Background(), tc, "qm-test")
+	builds, _, err := worker.Builds(context.Background(), tc, "qm-test", nil)
 	require.NoError(t, err)
 	for _, b := range builds {
 		if b.Routing == "current" {
@@ -167,7 +167,7 @@ func TestBuildsHandOver(t *testing.T) {
 	assert.Equal(t, "r1", current(t, tc), "the rollback's revision makes r1 current again")
 	startRelease(t, s, "r2", 2)
 	assert.Equal(t, "r1", current(t, tc), "a restarted pod of an older revision routes nothing")
-	builds, _, err := worker.Builds(context.Background(), tc, "qm-test")
+	builds, _, err := worker.Builds(context.Background(), tc, "qm-test", nil)
 	require.NoError(t, err)
 	revisions := map[string]int{}
 	for _, b := range builds {

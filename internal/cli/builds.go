@@ -36,12 +36,12 @@ build current as they start; these commands route by hand (see
 docs/upgrades.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tc, _, err := g.temporal(cmd.Context())
+			tc, opts, err := g.temporal(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer tc.Close()
-			builds, unversioned, err := worker.Builds(cmd.Context(), tc, deployment)
+			builds, unversioned, err := worker.Builds(cmd.Context(), tc, deployment, opts.DataConverter)
 			if err != nil {
 				return err
 			}
@@ -79,14 +79,14 @@ docs/upgrades.md).`,
 			if wait > 0 && build != "" {
 				ctx, cancel := context.WithTimeout(cmd.Context(), wait)
 				defer cancel()
-				err = worker.MakeCurrent(ctx, tc, worker.Versioning{Deployment: deployment, Namespace: opts.Namespace, BuildID: build})
+				err = worker.MakeCurrent(ctx, tc, worker.Versioning{Deployment: deployment, Namespace: opts.Namespace, BuildID: build, Payloads: opts.DataConverter})
 			} else {
 				_, err = tc.WorkerDeploymentClient().GetHandle(deployment).SetCurrentVersion(cmd.Context(),
 					client.WorkerDeploymentSetCurrentVersionOptions{BuildID: build})
 				if err == nil && wait > 0 {
 					ctx, cancel := context.WithTimeout(cmd.Context(), wait)
 					defer cancel()
-					err = worker.AwaitRouted(ctx, tc, worker.Versioning{Deployment: deployment, Namespace: opts.Namespace})
+					err = worker.AwaitRouted(ctx, tc, worker.Versioning{Deployment: deployment, Namespace: opts.Namespace, Payloads: opts.DataConverter})
 				}
 			}
 			if err != nil {

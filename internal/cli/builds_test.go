@@ -65,7 +65,7 @@ func TestBuildsCommand(t *testing.T) {
 		}
 	}
 
-	_, _, err := worker.Builds(context.Background(), temporal.Client(), "nobody")
+	_, _, err := worker.Builds(context.Background(), temporal.Client(), "nobody", nil)
 	if assert.Error(t, err) {
 		assert.Contains(t, err.Error(), "no worker deployment nobody: no versioned worker of it has polled yet")
 	}

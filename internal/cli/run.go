@@ -34,6 +34,7 @@ func (g *globals) run(ctx context.Context, withTemporal bool, o system.Options) 
 		}
 		if o.Worker {
 			o.TemporalNamespace, o.WorkerVersioning.Namespace = opts.Namespace, opts.Namespace
+			o.WorkerVersioning.Payloads = opts.DataConverter
 		}
 	}
 	return system.Run(ctx, o)

@@ -87,7 +87,7 @@ func TestChartPods(t *testing.T) {
 	// The workers are one build of the release's worker deployment (the
 	// image's tag), current since the first of them polled.
 	tc := testenv.Temporal(t)
-	builds, _, err := worker.Builds(ctx, tc, r.fullname)
+	builds, _, err := worker.Builds(ctx, tc, r.fullname, nil)
 	require.NoError(t, err)
 	require.Len(t, builds, 1)
 	assert.Equal(t, []string{"0.1.0", "current"}, []string{builds[0].ID, builds[0].Routing})

@@ -224,7 +224,7 @@ const upgradeBuild = "this"
 func checkBuilds(t *testing.T, s *testenv.System, deployment, build string) {
 	t.Helper()
 	ctx := context.Background()
-	builds, unversioned, err := worker.Builds(ctx, s.Temporal, deployment)
+	builds, unversioned, err := worker.Builds(ctx, s.Temporal, deployment, nil)
 	require.NoError(t, err)
 	routed := map[string]string{"": unversioned}
 	for _, b := range builds {
