@@ -230,7 +230,8 @@ func (s *Server) Serve(ctx context.Context, ls Listeners) error {
 			// SyncTimeout for a workflow, so there is no write timeout.
 			ReadTimeout: 30 * time.Second,
 			IdleTimeout: 2 * time.Minute,
-			TLSConfig:   p.tls,
+			// A copy each: a server adds its HTTP/2 settings to its own.
+			TLSConfig: p.tls.Clone(),
 		}
 		servers[i] = srv
 		go func() {

@@ -73,6 +73,7 @@ func TestServerConfig(t *testing.T) {
 limit.historyCount.suggestContinueAsNew: [{value: 100}]
 frontend.enableCancelWorkerPollsOnShutdown: [{value: true}]
 system.enableActivityEagerExecution: [{value: true}]
+matching.enableFairness: [{value: true}]
 matching.numTaskqueueReadPartitions: [{value: 4}]
 matching.numTaskqueueWritePartitions: [{value: 4}]
 `, string(raw))
