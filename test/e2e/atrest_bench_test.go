@@ -275,7 +275,8 @@ func startRelease(b *testing.B, kube *testenv.Cluster, ns string, shards int) *r
 		case c == "watcher":
 			args = append(args, "--leader-election-namespace", ns, "--health-addr", "0", "--metrics-addr", addr)
 		case c == "api":
-			args = append(args, "--namespace", ns, "--listen", addr)
+			// Its metrics on a port of their own, as the chart serves them.
+			args = append(args, "--namespace", ns, "--listen", testenv.FreeAddr(b), "--metrics-addr", addr)
 			env = []string{"QM_OSB_USERNAME=" + testenv.OSBCredentials.Username, "QM_OSB_PASSWORD=" + testenv.OSBCredentials.Password}
 		}
 		rel.metrics[c] = "http://" + addr + "/metrics"
