@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -52,12 +53,7 @@ func LabelValue(name string) string {
 // SetLabel labels obj with key's value for name, and, when that value is
 // not name itself, keeps name in the annotation of the same key, for
 // NameOf to read back.
-func SetLabel(obj interface {
-	GetLabels() map[string]string
-	SetLabels(map[string]string)
-	GetAnnotations() map[string]string
-	SetAnnotations(map[string]string)
-}, key, name string) {
+func SetLabel(obj metav1.Object, key, name string) {
 	value := LabelValue(name)
 	labels := obj.GetLabels()
 	if labels == nil {
@@ -84,10 +80,7 @@ func SetLabel(obj interface {
 // SetLabel kept beside a hashed value, or the label's value; "" when obj
 // has no such label. An annotation whose value does not give the label's is
 // not believed.
-func NameOf(obj interface {
-	GetLabels() map[string]string
-	GetAnnotations() map[string]string
-}, key string) string {
+func NameOf(obj metav1.Object, key string) string {
 	value := obj.GetLabels()[key]
 	if value == "" {
 		return ""
