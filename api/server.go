@@ -211,8 +211,13 @@ func (s *Server) Serve(ctx context.Context, ls Listeners) error {
 		tlsConfig = cfg
 	}
 	parts := []served{{"the OSB API", ls.OSB, s.Handler(), tlsConfig}}
-	if ls.Admin != nil && s.AdminEnabled() {
+	switch {
+	case ls.Admin != nil && s.AdminEnabled():
 		parts = append(parts, served{"the admin API", ls.Admin, s.AdminHandler(), tlsConfig})
+	case ls.Admin != nil:
+		// No credentials, no admin API: its port is let go, not left open
+		// with nothing answering.
+		_ = ls.Admin.Close()
 	}
 	if ls.Metrics != nil {
 		parts = append(parts, served{"the API's metrics", ls.Metrics, s.MetricsHandler(), nil})
