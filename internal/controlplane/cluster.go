@@ -50,13 +50,24 @@ var Controllers = []string{
 	"endpointslice-controller",
 }
 
-// Node capacity of each simulated node: a modest real machine, so that a
-// plan asking for more than a node has is never scheduled.
+// Node capacity of each simulated node: a large real machine. Three of
+// them hold a burst of a thousand instances of each sample plan (a
+// key-value store's pod asks for 250m and 256Mi), and a plan asking for
+// more than a node has is still never scheduled.
 var nodeCapacity = corev1.ResourceList{
-	corev1.ResourceCPU:    resource.MustParse("4"),
-	corev1.ResourceMemory: resource.MustParse("16Gi"),
-	corev1.ResourcePods:   resource.MustParse("110"),
+	corev1.ResourceCPU:    resource.MustParse("128"),
+	corev1.ResourceMemory: resource.MustParse("512Gi"),
+	corev1.ResourcePods:   resource.MustParse("500"),
 }
+
+// serviceRange is the cluster's Service IP range: a /16, as on kubeadm's
+// clusters, where envtest's /24 runs out after 254 Services.
+const serviceRange = "10.96.0.0/16"
+
+// clientRate is the API request rate of kube-controller-manager and
+// kube-scheduler: a burst of a thousand workloads is scheduled in seconds,
+// not in the minutes their default of 20 and 50 requests a second take.
+const clientRate = "--kube-api-qps=300"
 
 const (
 	// DefaultNodes is how many simulated nodes a cluster has.
@@ -125,6 +136,7 @@ func (c *ControlPlane) startClusterParts(opts Options, dir string) error {
 			// Lift a new node's not-ready taint within a second of kwok
 			// reporting it Ready, not within the default five.
 			"--node-monitor-period=1s",
+			clientRate, "--kube-api-burst=600",
 		}},
 		{"kube-scheduler", []string{
 			"--kubeconfig=" + kubeconfig,
@@ -132,6 +144,7 @@ func (c *ControlPlane) startClusterParts(opts Options, dir string) error {
 			"--authorization-kubeconfig=" + kubeconfig,
 			"--leader-elect=false",
 			"--secure-port=0",
+			clientRate, "--kube-api-burst=600",
 		}},
 		{"kwok", []string{
 			"--kubeconfig=" + kubeconfig,

@@ -2,6 +2,8 @@ package controlplane_test
 
 import (
 	"context"
+	"encoding/binary"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -14,9 +16,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/deploy/samples"
 	"github.com/quartermaster/qm/internal/controlplane"
 	"github.com/quartermaster/qm/internal/testenv"
 )
@@ -36,20 +40,86 @@ func podSpec(cpu string, restart corev1.RestartPolicy) corev1.PodTemplateSpec {
 	}
 }
 
+// burst is how many instances of each sample plan at once the embedded
+// cluster holds (issue 72's burst).
+const burst = 1000
+
 func TestSimulatedNodesAreReadyWithCapacity(t *testing.T) {
 	kube := testenv.Kubernetes(t)
 	var nodes corev1.NodeList
 	require.NoError(t, kube.Client.List(context.Background(), &nodes))
 	require.Len(t, nodes.Items, controlplane.DefaultNodes)
+	free := corev1.ResourceList{}
 	for _, n := range nodes.Items {
-		assert.Equal(t, "4", n.Status.Allocatable.Cpu().String(), n.Name)
-		assert.Equal(t, "16Gi", n.Status.Allocatable.Memory().String(), n.Name)
 		ready := false
 		for _, c := range n.Status.Conditions {
 			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
 		}
 		assert.True(t, ready, "node %s is Ready", n.Name)
+		for name, q := range n.Status.Allocatable {
+			sum := free[name]
+			sum.Add(q)
+			free[name] = sum
+		}
 	}
+	need := burstNeeds(t)
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods} {
+		have, want := free[name], need[name]
+		assert.True(t, have.Cmp(want) >= 0, "the nodes have %s of %s; a burst of %d instances of each sample plan asks for %s", have.String(), name, burst, want.String())
+	}
+}
+
+// burstNeeds is what burst instances of each of the catalog's sample plans,
+// at their default size, ask of the nodes: their pods, with the CPU and
+// memory the plan's context gives each.
+func burstNeeds(t *testing.T) corev1.ResourceList {
+	need := corev1.ResourceList{}
+	add := func(name corev1.ResourceName, q resource.Quantity, times int64) {
+		sum := need[name]
+		for range times {
+			sum.Add(q)
+		}
+		need[name] = sum
+	}
+	for _, name := range samples.Catalog {
+		objs, err := samples.Load(name)
+		require.NoError(t, err)
+		for _, obj := range objs {
+			replicas, found, err := unstructured.NestedInt64(obj.Object, "spec", "context", "replicas")
+			require.NoError(t, err)
+			if obj.GetKind() != "SFPlan" || !found {
+				continue // a plan without workloads
+			}
+			cpu, _, _ := unstructured.NestedString(obj.Object, "spec", "context", "cpu")
+			memory, _, _ := unstructured.NestedString(obj.Object, "spec", "context", "memory")
+			add(corev1.ResourceCPU, resource.MustParse(cpu), replicas*burst)
+			add(corev1.ResourceMemory, resource.MustParse(memory), replicas*burst)
+			add(corev1.ResourcePods, resource.MustParse("1"), replicas*burst)
+		}
+	}
+	require.NotEmpty(t, need, "a sample plan with pods")
+	return need
+}
+
+// A burst's Services each get an address: the Service range holds far more
+// than envtest's 254.
+func TestServiceRangeHoldsABurst(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ns := kube.Namespace(t)
+	// The address of the burst's last Service on a range counted from the
+	// cluster's first: in the range only when it holds a burst.
+	var def corev1.Service
+	require.NoError(t, kube.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &def))
+	first := net.ParseIP(def.Spec.ClusterIP).To4()
+	require.NotNil(t, first, "the kubernetes Service's address %q", def.Spec.ClusterIP)
+	last := binary.BigEndian.Uint32(first) + 2*burst
+	ip := make(net.IP, 4)
+	binary.BigEndian.PutUint32(ip, last)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "last", Namespace: ns},
+		Spec: corev1.ServiceSpec{ClusterIP: ip.String(), Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	require.NoError(t, kube.Client.Create(context.Background(), svc), "a Service at %s, %d addresses past the first", ip, 2*burst)
 }
 
 func TestDeploymentBecomesAvailable(t *testing.T) {
@@ -79,7 +149,7 @@ func TestDeploymentBecomesAvailable(t *testing.T) {
 	}
 
 	// A pod that asks for more CPU than any node has is never scheduled.
-	huge := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: ns}, Spec: podSpec("64", corev1.RestartPolicyAlways).Spec}
+	huge := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: ns}, Spec: podSpec("200", corev1.RestartPolicyAlways).Spec}
 	require.NoError(t, kube.Client.Create(ctx, huge))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.NoError(c, kube.Client.Get(ctx, client.ObjectKeyFromObject(huge), huge))

@@ -139,7 +139,8 @@ func Start(opts Options) (*ControlPlane, error) {
 			// envtest turns the ServiceAccount admission off because a bare
 			// API server has no controller to create service accounts; this
 			// one has, so pods get their account as on a real cluster.
-			Disable("disable-admission-plugins")
+			Disable("disable-admission-plugins").
+			Set("service-cluster-ip-range", serviceRange)
 	}
 	if opts.Audit {
 		policy := filepath.Join(clusterDir, "audit-policy.yaml")
