@@ -30,6 +30,10 @@ const (
 	// with 400.
 	ErrRotation = "RotationError"
 	ErrGone     = "TargetGone"
+	// ErrLimit is a provision beyond the plan's maxInstances
+	// (internal/limits): made with kubectl, since the API refuses it with
+	// 403.
+	ErrLimit = "LimitReached"
 	// ErrSuperseded is an apply that a newer generation's apply overtook
 	// (apply.Fence); only a stale worker meets it.
 	ErrSuperseded = "Superseded"

@@ -88,6 +88,11 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 	if err := a.checkParameters(t, op); err != nil {
 		return Begun{}, err
 	}
+	if op == lifecycle.OpProvision {
+		if err := a.checkPlanLimit(ctx, t); err != nil {
+			return Begun{}, err
+		}
+	}
 	if op == lifecycle.OpBind && t.rotates() {
 		if err := a.checkRotation(ctx, t); err != nil {
 			return Begun{}, err

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/kubenames"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/parameters"
 )
@@ -70,9 +71,18 @@ func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) *requestErr
 	if identity != "" {
 		inst.Annotations = map[string]string{OriginatingIdentityAnnotation: identity}
 	}
+	org := organizationOf(&req)
+	if org != "" {
+		kubenames.SetLabel(inst, OrganizationLabel, org)
+	}
+	release, e := s.admit(ctx, id, plan, org)
+	if e != nil {
+		return e
+	}
 	want := inst.Spec
 	created, e := s.record(ctx, inst, &inst.Status.State, fmt.Sprintf("instance %q", id), "deprovisioned",
 		func() bool { return sameInstance(inst.Spec, want) })
+	release()
 	if e != nil {
 		return e
 	}

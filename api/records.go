@@ -27,6 +27,9 @@ func (s *Server) record(ctx context.Context, obj client.Object, state *osbv1alph
 		s.markQueued(ctx, obj, state)
 		return true, nil
 	}
+	if e := quotaRefusal(what, err); e != nil {
+		return false, e
+	}
 	if !apierrors.IsAlreadyExists(err) {
 		return false, failure("recording "+what, err)
 	}

@@ -65,6 +65,10 @@ type Server struct {
 	// Temporal, when set, serves the mass updates of the admin API
 	// (otherwise they answer 503).
 	Temporal temporalclient.Client
+	// Limits bound the provisions of each organization.
+	Limits Limits
+
+	limitLocks keyedLocks
 
 	params  parameters.Checker
 	metrics *metrics

@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,6 +55,7 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 	id := runs.WorkflowID(t)
 	opts := runs.OperationOptions(t, op, tenantOf(obj), text.summary, attrs...)
 	opts.StaticDetails = text.details
+	opts.Priority.FairnessWeight = text.weight
 	run, err := s.Temporal.ExecuteWorkflow(ctx, opts, runs.WorkflowType(op), t)
 	var running *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &running) {
@@ -88,14 +90,16 @@ func tenantOf(obj ctrlclient.Object) string {
 	var org string
 	switch o := obj.(type) {
 	case *osbv1alpha1.SFServiceInstance:
-		org = o.Spec.OrganizationGUID
-		if org == "" && o.Spec.Context != nil {
-			org = fairness.Organization(o.Spec.Context.Raw)
-		}
+		org = fairness.Organization(contextOf(o.Spec.Context), o.Spec.OrganizationGUID)
 	case *osbv1alpha1.SFServiceBinding:
-		if o.Spec.Context != nil {
-			org = fairness.Organization(o.Spec.Context.Raw)
-		}
+		org = fairness.Organization(contextOf(o.Spec.Context), "")
 	}
 	return fairness.Tenant(obj.GetNamespace(), org)
+}
+
+func contextOf(c *apiextensionsv1.JSON) []byte {
+	if c == nil {
+		return nil
+	}
+	return c.Raw
 }

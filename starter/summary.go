@@ -5,17 +5,20 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 // runText is what the Temporal UI shows of a run before anyone opens it:
 // a one-line summary with names, not IDs, and details that lead back to
-// the resource.
+// the resource; and, read with them, its tenant's fairness weight.
 type runText struct {
 	summary, details string
+	weight           float32
 }
 
 // describeRun writes the summary and details of op's run on t, e.g.
@@ -23,7 +26,7 @@ type runText struct {
 // service names come from the watcher's cache; one not registered is named
 // by its ID. ids are the OSB IDs worth searching for, in order.
 func (s *Starter) describeRun(ctx context.Context, t lifecycle.Target, op lifecycle.Operation, planID, serviceID string, ids [][2]string) runText {
-	planName, serviceName := s.offeringNames(ctx, planID, serviceID)
+	planName, serviceName, planWeight := s.offeringNames(ctx, planID, serviceID)
 	resource := strings.ToLower(string(t.Kind))
 	var d strings.Builder
 	fmt.Fprintf(&d, "%s %s/%s\n\n", t.Kind, t.Namespace, t.Name)
@@ -36,21 +39,38 @@ func (s *Starter) describeRun(ctx context.Context, t lifecycle.Target, op lifecy
 	return runText{
 		summary: fmt.Sprintf("%s %s/%s: plan %s (%s)", op, t.Namespace, t.Name, planName, serviceName),
 		details: d.String(),
+		weight:  fairness.Weight(planWeight, s.namespaceWeight(ctx, t.Namespace)),
 	}
 }
 
+// namespaceWeight is the fairness weight annotated on namespace, "" for
+// none (or a namespace the cache cannot read).
+func (s *Starter) namespaceWeight(ctx context.Context, namespace string) string {
+	var ns corev1.Namespace
+	if err := s.Client.Get(ctx, ctrlclient.ObjectKey{Name: namespace}, &ns); err != nil {
+		return ""
+	}
+	return ns.Annotations[fairness.WeightAnnotation]
+}
+
 // offeringNames returns the names of a plan and a service, or "unregistered
-// <id>" for one the cache does not hold.
-func (s *Starter) offeringNames(ctx context.Context, planID, serviceID string) (plan, service string) {
+// <id>" for one the cache does not hold, and the fairness weight annotated
+// on the plan when the catalog holds it (a tenant's own plan has none).
+func (s *Starter) offeringNames(ctx context.Context, planID, serviceID string) (plan, service, weight string) {
 	plan, service = "unregistered "+planID, "unregistered "+serviceID
 	// Names are all that is read: no copy of the plans' templates.
 	var plans osbv1alpha1.SFPlanList
 	if err := s.Client.List(ctx, &plans, ctrlclient.MatchingFields{planIDField: planID}, ctrlclient.UnsafeDisableDeepCopy); err == nil && len(plans.Items) > 0 {
 		plan = plans.Items[0].Spec.Name
+		for _, p := range plans.Items {
+			if s.Catalog.Trusted(p.Namespace) {
+				plan, weight = p.Spec.Name, p.Annotations[fairness.WeightAnnotation]
+			}
+		}
 	}
 	var services osbv1alpha1.SFServiceList
 	if err := s.Client.List(ctx, &services, ctrlclient.MatchingFields{serviceIDField: serviceID}, ctrlclient.UnsafeDisableDeepCopy); err == nil && len(services.Items) > 0 {
 		service = services.Items[0].Spec.Name
 	}
-	return plan, service
+	return plan, service, weight
 }

@@ -167,7 +167,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 			return nil, err
 		}
 	}
-	s := &Starter{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Temporal: tc, TemporalAddress: opts.TemporalAddress}
+	s := &Starter{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Temporal: tc, TemporalAddress: opts.TemporalAddress, Catalog: opts.Catalog}
 	copts := func() controller.Options {
 		return controller.Options{MaxConcurrentReconciles: opts.Concurrency, RateLimiter: retryLimiter()}
 	}
@@ -226,6 +226,7 @@ func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, co
 		func() error { return setupServiceBindings(mgr, secrets, tc, copts, keep) },
 		func() error { return setupAutoUpdates(mgr, tc, copts, keep, true) },
 		func() error { return setupClusters(mgr, opts.Shard, opts.ClusterProbePeriod, opts.Catalog, copts) },
+		func() error { return setupInstanceLimits(mgr, opts.Namespaces, copts) },
 	} {
 		if err := setup(); err != nil {
 			return err
@@ -249,6 +250,9 @@ type Starter struct {
 	// Live reads the API server itself, not the cache: the watcher checks
 	// that a resource is still there before it starts its removal.
 	Live ctrlclient.Reader
+	// Catalog is the trust boundary: only its plans' fairness weights
+	// count.
+	Catalog tenancy.Boundary
 
 	startedOnce sync.Once
 	started     *utilcache.LRUExpireCache // operations started, by startedKey

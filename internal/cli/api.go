@@ -58,6 +58,7 @@ func newAPICommand(g *globals) *cobra.Command {
 	f.StringVar(&srv.Admin.Password, "admin-password", srv.Admin.Password, "password of the admin API (env QM_ADMIN_PASSWORD)")
 	f.DurationVar(&srv.SyncTimeout, "sync-timeout", api.DefaultSyncTimeout, "how long a synchronous provision, update or deprovision may take before the reply")
 	f.DurationVar(&srv.BindTimeout, "bind-timeout", api.DefaultBindTimeout, "how long a synchronous bind or unbind may take before the reply")
+	f.IntVar(&srv.Limits.InstancesPerOrganization, "max-instances-per-organization", 0, "most instances an OSB organization (a Kubernetes platform's context namespace, else organization_guid) may have; 0: no limit")
 	f.Int64Var(&srv.MaxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted (413 beyond)")
 	f.StringVar(&tlsFiles.CertFile, "tls-cert-file", os.Getenv("QM_TLS_CERT_FILE"), "serve HTTPS with this PEM certificate (read again when it changes; env QM_TLS_CERT_FILE)")
 	f.StringVar(&tlsFiles.KeyFile, "tls-key-file", os.Getenv("QM_TLS_KEY_FILE"), "the certificate's PEM key (env QM_TLS_KEY_FILE)")

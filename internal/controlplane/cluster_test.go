@@ -117,7 +117,7 @@ func TestServiceRangeHoldsABurst(t *testing.T) {
 	binary.BigEndian.PutUint32(ip, last)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "last", Namespace: ns},
-		Spec: corev1.ServiceSpec{ClusterIP: ip.String(), Ports: []corev1.ServicePort{{Port: 80}}},
+		Spec:       corev1.ServiceSpec{ClusterIP: ip.String(), Ports: []corev1.ServicePort{{Port: 80}}},
 	}
 	require.NoError(t, kube.Client.Create(context.Background(), svc), "a Service at %s, %d addresses past the first", ip, 2*burst)
 }

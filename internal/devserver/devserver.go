@@ -86,11 +86,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// workflow task scheduled it, in that task's answer, without a trip
 	// through the task queue (about 40 ms a batch on SQLite).
 	// Priority and fairness (internal/fairness): the matcher that honours
-	// priorities, and each fairness key its share.
+	// priorities, and each fairness key its share. One partition per task
+	// queue, not four: the order is kept per partition, and one process on
+	// one machine gains nothing from matching in four.
 	extra := []string{"--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false",
 		"--dynamic-config-value", "system.enableActivityEagerExecution=true",
 		"--dynamic-config-value", "matching.useNewMatcher=true",
-		"--dynamic-config-value", "matching.enableFairness=true"}
+		"--dynamic-config-value", "matching.enableFairness=true",
+		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1"}
 	for _, ns := range opts.Namespaces {
 		extra = append(extra, "--namespace", ns)
 	}

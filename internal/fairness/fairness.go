@@ -10,6 +10,8 @@ package fairness
 
 import (
 	"encoding/json"
+	"math"
+	"strconv"
 	"strings"
 )
 
@@ -45,21 +47,25 @@ func Tenant(namespace, organization string) string {
 	return bound("ns/" + namespace)
 }
 
-// Organization is the organization of an OSB request's context: its
-// organization_guid (Cloud Foundry), or the namespace of a Kubernetes
-// platform's; "" for none.
-func Organization(context []byte) string {
+// Organization is the tenant an OSB request is made for: a Kubernetes
+// platform's namespace (its context's; its organization_guid names the
+// whole cluster), else the organization_guid of the context or, failing
+// that, of the request (organizationGUID, which OSB deprecated in favour of
+// the context); "" for none.
+func Organization(context []byte, organizationGUID string) string {
 	var c struct {
 		OrganizationGUID string `json:"organization_guid"`
 		Namespace        string `json:"namespace"`
 	}
-	if len(context) == 0 || json.Unmarshal(context, &c) != nil {
-		return ""
+	if len(context) > 0 && json.Unmarshal(context, &c) == nil {
+		if c.Namespace != "" {
+			return c.Namespace
+		}
+		if c.OrganizationGUID != "" {
+			return c.OrganizationGUID
+		}
 	}
-	if c.OrganizationGUID != "" {
-		return c.OrganizationGUID
-	}
-	return c.Namespace
+	return organizationGUID
 }
 
 // MassUpdate is the fairness key of a mass update's own updates: the run
@@ -71,4 +77,35 @@ func bound(key string) string {
 		return key
 	}
 	return strings.ToValidUTF8(key[:maxKey], "")
+}
+
+// WeightAnnotation, on a namespace or a catalog's SFPlan, is the share of
+// the queue its operations' tenant gets beside the others, for tiers: "4"
+// is four times the share of a tenant without one (1). A tenant cannot
+// raise its own: namespaces are the cluster administrator's, and a plan's
+// counts only in the catalog.
+const WeightAnnotation = "quartermaster.io/fairness-weight"
+
+// Temporal clamps a weight to [0.001, 1000].
+const (
+	minWeight = 0.001
+	maxWeight = 1000
+)
+
+// Weight is the fairness weight of an operation from the WeightAnnotation
+// values of its namespace and its plan: their product, each absent or
+// unreadable one counting as 1; 0 means Temporal's default (1).
+func Weight(values ...string) float32 {
+	w, set := 1.0, false
+	for _, v := range values {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if v == "" || err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
+			continue
+		}
+		w, set = w*f, true
+	}
+	if !set {
+		return 0
+	}
+	return float32(min(max(w, minWeight), maxWeight))
 }

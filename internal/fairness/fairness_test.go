@@ -22,14 +22,36 @@ func TestTenant(t *testing.T) {
 }
 
 func TestOrganization(t *testing.T) {
-	for _, tc := range []struct{ name, context, want string }{
-		{"Cloud Foundry", `{"platform": "cloudfoundry", "organization_guid": "org-1", "space_guid": "s"}`, "org-1"},
-		{"a Kubernetes platform", `{"platform": "kubernetes", "namespace": "shop"}`, "shop"},
-		{"none", ``, ""},
-		{"not an object", `[1]`, ""},
+	for _, tc := range []struct{ name, context, guid, want string }{
+		{"Cloud Foundry", `{"platform": "cloudfoundry", "organization_guid": "org-1", "space_guid": "s"}`, "org-1", "org-1"},
+		{"a Kubernetes platform: the namespace, not the cluster's ID", `{"platform": "kubernetes", "namespace": "shop", "clusterid": "c-1"}`, "c-1", "shop"},
+		{"the request's alone", ``, "org-2", "org-2"},
+		{"none", ``, "", ""},
+		{"a context that is not an object", `[1]`, "org-3", "org-3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, fairness.Organization([]byte(tc.context)))
+			assert.Equal(t, tc.want, fairness.Organization([]byte(tc.context), tc.guid))
+		})
+	}
+}
+
+func TestWeight(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values []string
+		want   float32
+	}{
+		{"none: Temporal's default", nil, 0},
+		{"absent", []string{"", ""}, 0},
+		{"a namespace's tier", []string{"4", ""}, 4},
+		{"a plan's and a namespace's multiply", []string{"4", "0.5"}, 2},
+		{"unreadable counts as 1", []string{"four", "2"}, 2},
+		{"zero, negative, NaN and infinity count as 1", []string{"0", "-3", "NaN", "+Inf"}, 0},
+		{"clamped above, as Temporal does", []string{"100", "100"}, 1000},
+		{"clamped below", []string{"0.0001"}, 0.001},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, fairness.Weight(tc.values...))
 		})
 	}
 }

@@ -97,6 +97,8 @@ type Parts struct {
 	// LoopCheckPeriod is how often the watcher looks for lost long-lived
 	// runs (0: its default).
 	LoopCheckPeriod time.Duration
+	// APILimits are the API's limits, with API.
+	APILimits api.Limits
 	// Parallel runs the test beside the package's other parallel tests
 	// (Start calls t.Parallel): the System keeps to its namespace and
 	// "default" (the samples') and has a Temporal namespace of its own
@@ -220,7 +222,8 @@ spec:
 			logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 		}
 		s.API = &api.Server{Namespace: s.Namespace, OSB: OSBCredentials, Admin: AdminCredentials,
-			SyncTimeout: cmp.Or(parts.SyncTimeout, 20*time.Second), BindTimeout: cmp.Or(parts.BindTimeout, 20*time.Second), Logger: logger}
+			SyncTimeout: cmp.Or(parts.SyncTimeout, 20*time.Second), BindTimeout: cmp.Or(parts.BindTimeout, 20*time.Second), Logger: logger,
+			Limits: parts.APILimits}
 		var ls api.Listeners
 		for _, ln := range []*net.Listener{&ls.OSB, &ls.Admin, &ls.Metrics} {
 			var err error

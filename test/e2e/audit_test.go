@@ -284,6 +284,10 @@ func checkAccess(t *testing.T, kube *testenv.Cluster, r podsRelease) {
 // drives them on the processes.
 const serviceClassWrites = "a ServiceClass's RegisteredServices and the Secrets of their secret values"
 
+// instanceQuotas is why the watcher may write ResourceQuotas: a namespace's
+// instance limit (starter's TestInstanceLimits drives it).
+const instanceQuotas = "the ResourceQuota of a namespace annotated with an instance limit"
+
 var keptUnused = map[string]string{
 	"watcher osb.servicefabrik.io sfserviceinstances patch":        "the finalizer, on clusters without the admission policies (before Kubernetes 1.36)",
 	"watcher osb.servicefabrik.io sfservicebindings patch":         "the finalizer, on clusters without the admission policies (before Kubernetes 1.36)",
@@ -303,6 +307,9 @@ var keptUnused = map[string]string{
 	"worker primaza.io registeredservices get":                     "a service just given to a claim, read afresh when the worker's cache does not show the hold yet; a hold that met a conflict; a hold let go of for a claim already gone",
 	"worker core events patch":                                     "the event recorder patches the count of a repeated event",
 	"worker osb.servicefabrik.io sfservicebindings create":         "the successor bindings of a binding whose credentials rotate (TestCredentialsRotateOnSchedule drives them on the processes)",
+	"watcher core resourcequotas create":                           instanceQuotas,
+	"watcher core resourcequotas patch":                            instanceQuotas,
+	"watcher core resourcequotas deletecollection":                 instanceQuotas,
 	"worker core serviceaccounts impersonate":                      "a tenant's plan, applied as a ServiceAccount of its namespace (starter's TestTenantsAreKeptApart drives it with RBAC enforced)",
 }
 

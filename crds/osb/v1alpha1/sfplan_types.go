@@ -118,6 +118,14 @@ type SFPlanSpec struct {
 	MassUpdate *MassUpdateSettings `json:"massUpdate,omitempty"`
 	// +optional
 	MaintenanceInfo *MaintenanceInfo `json:"maintenance_info,omitempty"`
+	// MaxInstances is how many instances of the plan may exist at once, in
+	// every namespace (Quartermaster's own; unset: no limit). The OSB API
+	// refuses a provision beyond it with 403, and a provision that passes
+	// the API fails with a description that names the limit. Every instance
+	// counts until it is deleted.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxInstances *int32 `json:"maxInstances,omitempty"`
 	// MaximumPollingDuration is how long, in seconds, an operation may stay in progress.
 	// +optional
 	// +kubebuilder:validation:Minimum=1

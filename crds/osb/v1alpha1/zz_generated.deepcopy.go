@@ -337,6 +337,11 @@ func (in *SFPlanSpec) DeepCopyInto(out *SFPlanSpec) {
 		*out = new(MaintenanceInfo)
 		**out = **in
 	}
+	if in.MaxInstances != nil {
+		in, out := &in.MaxInstances, &out.MaxInstances
+		*out = new(int32)
+		**out = **in
+	}
 	if in.MaximumPollingDuration != nil {
 		in, out := &in.MaximumPollingDuration, &out.MaximumPollingDuration
 		*out = new(int64)
