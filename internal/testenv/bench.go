@@ -166,6 +166,14 @@ func FileTemporalServer(t testing.TB) TemporalServer {
 	return devTemporal{ownServer(t, devserver.Options{DBFile: filepath.Join(t.TempDir(), "temporal.db")})}
 }
 
+// FileTemporalWith is FileTemporal with dynamic config that replaces the
+// dev server's own (internal/devserver), for a benchmark that compares a
+// setting with its absence.
+func FileTemporalWith(t testing.TB, dynamicConfig map[string]string) client.Client {
+	t.Helper()
+	return ownTemporal(t, devserver.Options{DBFile: filepath.Join(t.TempDir(), "temporal.db"), DynamicConfig: dynamicConfig})
+}
+
 // ownTemporal starts a dev server of the test's own with opts (its path
 // filled in); it stops when the test ends.
 func ownTemporal(t testing.TB, opts devserver.Options) client.Client {
