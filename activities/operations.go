@@ -44,6 +44,8 @@ type Operations struct {
 	Templates *plan.Fetcher
 	// Bounds limit each render of a template (zero: plan.DefaultBounds).
 	Bounds plan.Bounds
+	// Renderer renders in processes of their own (nil: in this one).
+	Renderer plan.Runner
 	// Clusters reaches the clusters instances are scheduled on (nil: only
 	// the one Client reaches).
 	Clusters *clusters.Clients
@@ -338,7 +340,7 @@ func (a *Operations) subject(ctx context.Context, t *target) (*plan.Subject, *co
 	if err != nil {
 		return nil, nil, err
 	}
-	subject := &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds,
+	subject := &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds, Runner: a.Renderer,
 		Cluster: t.sfCluster()}
 	if t.rotates() {
 		if subject.Predecessor, err = a.predecessor(ctx, t); err != nil {

@@ -52,6 +52,8 @@ type Scheduling struct {
 	Scheduler scheduling.Scheduler
 	// Bounds limit the render of a plan's clusterSelector.
 	Bounds plan.Bounds
+	// Renderer renders in processes of their own (nil: in this one).
+	Renderer plan.Runner
 	// Events records each decision on its instance (nil: none).
 	Events record.EventRecorder
 	// Runs are the operations whose copies of a run's instance the step
@@ -156,7 +158,7 @@ func (s *Scheduling) request(inst *osbv1alpha1.SFServiceInstance, p *osbv1alpha1
 		return scheduling.Request{}, planError("%s", err)
 	}
 	req := scheduling.Request{Scheduler: s.Scheduler, Demand: demand}
-	subject := &plan.Subject{Plan: p, Instance: inst, Bounds: s.Bounds,
+	subject := &plan.Subject{Plan: p, Instance: inst, Bounds: s.Bounds, Runner: s.Renderer,
 		Registry: registry.New(registry.Instance, map[string]string{registry.KeyNamespace: inst.Namespace})}
 	if subject.Template(osbv1alpha1.ActionClusterSelector) == nil {
 		return req, nil

@@ -1,6 +1,7 @@
 package starter_test
 
 import (
+	"encoding/base64"
 	"fmt"
 	"testing"
 	"time"
@@ -12,9 +13,10 @@ import (
 )
 
 // TestAbusiveTemplatesFail: a plan author cannot stop the worker with a
-// template. Each abusive template fails its provision with a description
-// that names the bound it crossed; an instance of a healthy plan,
-// provisioned at the same time, succeeds on time.
+// template. Each abusive template, gotemplate or helm, fails its provision
+// with a description that names the bound it crossed, its render process
+// stopped where no check inside a render could stop it; an instance of a
+// healthy plan, provisioned at the same time, succeeds on time.
 func TestAbusiveTemplatesFail(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
 	healthy := s.Plan("healthy", "", testenv.Templates("instant"))
@@ -34,6 +36,16 @@ func TestAbusiveTemplatesFail(t *testing.T) {
     content: '%s'`, a.template))
 		s.Instance(name, id, "")
 	}
+	// Helm's engine takes no functions of ours: a chart that makes a
+	// gigabyte is stopped by its process's memory bound. (An integer
+	// range, which no check inside a render can stop, is renderproc's
+	// TestRenderProcessesStopForReal.)
+	hungry := testenv.ChartOf(t, "hungry", map[string]string{"templates/cm.yaml": `{{ repeat 1000000000 "x" | len }}`})
+	id := s.Plan("helm-memory", "", fmt.Sprintf(`  - action: provision
+    type: helm
+    contentEncoded: %s`, base64.StdEncoding.EncodeToString(hungry)))
+	s.Instance("helm-memory", id, "")
+	abusive["helm-memory"] = struct{ template, want string }{"", "provision failed: provision template: the render used more than 268435456 bytes of memory (4 times --render-max-memory); its render process was stopped"}
 	start := time.Now()
 	s.Instance("healthy-1", healthy, "")
 	s.WaitInstance("healthy-1", "succeeded", testenv.Succeeded(1))

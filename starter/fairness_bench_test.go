@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/deploy/samples"
@@ -73,8 +72,8 @@ func BenchmarkFairness(b *testing.B) {
 	fmt.Println(report.String())
 }
 
-// fairnessCase runs one case on a system of its own and removes what it
-// made, so that the next starts from the same cluster.
+// fairnessCase runs one case on a system of its own, which watches only
+// the case's namespaces: what earlier cases made stays, unseen.
 func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.Duration) fairnessFigures {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -83,12 +82,13 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 		off = fairnessOff
 	}
 	tc := testenv.FileTemporalWith(b, off)
-	s := testenv.Start(b, testenv.Parts{API: true, Worker: true, Watcher: true, Temporal: tc,
+	kube := testenv.Kubernetes(b)
+	nsA, nsB := kube.Namespace(b), kube.Namespace(b)
+	s := testenv.Start(b, testenv.Parts{API: true, Worker: true, Watcher: true, Temporal: tc, Watched: []string{nsA, nsB},
 		APILogger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	plan := tenantPlan(b, s)
-	nsA, nsB := s.Namespace, s.Namespace
-	if burst == "kubectl" {
-		nsA, nsB = s.Kube.Namespace(b), s.Kube.Namespace(b)
+	if burst != "kubectl" {
+		nsA, nsB = s.Namespace, s.Namespace // OSB's instances are in the API's namespace
 	}
 	tr := track(ctx, b, s.Kube.Config, nsB)
 	trA := track(ctx, b, s.Kube.Config, nsA)
@@ -155,7 +155,6 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 		trA.waitAll(b, aNames, 10*time.Minute)
 	}
 	f.burst = time.Since(began)
-	removeAll(b, s, nsA, nsB)
 	return f
 }
 
@@ -204,23 +203,4 @@ func parallel(n int, do func(i int) error) error {
 		}
 	}
 	return nil
-}
-
-// removeAll deletes the instances of the namespaces and waits until their
-// deprovisions are done, and so the tenant namespaces they made deleted.
-func removeAll(b *testing.B, s *testenv.System, namespaces ...string) {
-	ctx := context.Background()
-	for _, ns := range slices.Compact(namespaces) {
-		require.NoError(b, s.Kube.Client.DeleteAllOf(ctx, &osbv1alpha1.SFServiceInstance{}, ctrlclient.InNamespace(ns)))
-	}
-	require.Eventually(b, func() bool {
-		for _, ns := range slices.Compact(namespaces) {
-			var list metav1.PartialObjectMetadataList
-			list.SetGroupVersionKind(osbv1alpha1.GroupVersion.WithKind("SFServiceInstanceList"))
-			if err := s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(ns), ctrlclient.Limit(1)); err != nil || len(list.Items) > 0 {
-				return false
-			}
-		}
-		return true
-	}, 15*time.Minute, time.Second, "every instance deprovisioned")
 }

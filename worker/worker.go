@@ -30,6 +30,9 @@ type Activities struct {
 	Templates *plan.Fetcher
 	// Bounds limit each render of a template (zero: plan.DefaultBounds).
 	Bounds plan.Bounds
+	// Renderer renders templates in processes it stops when they pass
+	// Bounds (nil: in the worker's process).
+	Renderer plan.Runner
 	// HealthChecks and Claims run the registered services' checks and the
 	// claims (nil: through Kube, without a cache or Events).
 	HealthChecks *activities.HealthChecks
@@ -88,12 +91,12 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	})
 	workflows.Register(w)
 	w.RegisterActivity(&activities.Kubernetes{Client: a.Kube})
-	ops := &activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds,
+	ops := &activities.Operations{Client: a.Kube, Offerings: a.Offerings, Templates: a.Templates, Bounds: a.Bounds, Renderer: a.Renderer,
 		Clusters: a.Clusters, Schedules: a.Scheduler.Schedules(), Events: a.Events, Catalog: a.Catalog}
 	w.RegisterActivity(ops)
 	w.RegisterActivity(&activities.Rotations{Ops: ops})
 	w.RegisterActivity(&activities.Scheduling{Client: a.Kube, Instances: a.Instances, Offerings: a.Offerings, Scheduler: a.Scheduler, Bounds: a.Bounds,
-		Events: a.Events, Runs: ops})
+		Renderer: a.Renderer, Events: a.Events, Runs: ops})
 	if a.HealthChecks == nil {
 		a.HealthChecks = &activities.HealthChecks{Client: a.Kube}
 	}

@@ -24,6 +24,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 	var bounds plan.Bounds
 	var scheduler scheduling.Scheduler
 	var versioned worker.Versioning
+	var renderProcesses int
 	probes := &telemetry.Server{Gatherer: ctrlmetrics.Registry}
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -39,7 +40,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			return g.run(cmd.Context(), true, system.Options{WorkerVersioning: versioned, Worker: true, TemplateHosts: hosts, RenderBounds: bounds, HealthCheckMinute: minute, Probes: probes, Scheduler: scheduler,
+			return g.run(cmd.Context(), true, system.Options{WorkerVersioning: versioned, Worker: true, TemplateHosts: hosts, RenderBounds: bounds, RenderProcesses: renderProcesses, HealthCheckMinute: minute, Probes: probes, Scheduler: scheduler,
 				WorkerStopTimeout: stopTimeout, WorkerDeadlockTimeout: deadlockTimeout})
 		},
 	}
@@ -58,7 +59,8 @@ func newWorkerCommand(g *globals) *cobra.Command {
 	})
 	f.DurationVar(&bounds.Timeout, "render-timeout", plan.DefaultRenderTimeout, "wall time of one render of a template; beyond it the operation fails")
 	f.Int64Var(&bounds.MaxOutput, "render-max-output", plan.DefaultRenderMaxOutput, "bytes one render of a template may write")
-	f.Int64Var(&bounds.MaxMemory, "render-max-memory", plan.DefaultRenderMaxMemory, "bytes the functions of one render may make (strings, lists), checked before each call")
+	f.Int64Var(&bounds.MaxMemory, "render-max-memory", plan.DefaultRenderMaxMemory, "bytes the functions of one render may make (strings, lists), checked before each call; a render process whose heap grows past four times this is stopped")
+	f.IntVar(&renderProcesses, "render-processes", 0, "most templates rendered at once, each in a render process of its own that is stopped when it passes the render bounds (0: four per CPU)")
 	f.DurationVar(&minute, "healthcheck-minute", time.Minute, healthCheckMinuteUsage)
 	f.DurationVar(&stopTimeout, "stop-timeout", worker.DefaultStopTimeout,
 		"on SIGTERM, how long the worker lets the tasks in hand finish after it stops polling; keep it below the pod's terminationGracePeriodSeconds")

@@ -40,10 +40,14 @@ const (
 // DefaultBounds are the bounds of a Subject without its own.
 var DefaultBounds = Bounds{Timeout: DefaultRenderTimeout, MaxOutput: DefaultRenderMaxOutput, MaxMemory: DefaultRenderMaxMemory}
 
-// BoundError is a render that crossed one of its bounds.
-type BoundError struct{ msg string }
+// BoundError is a render that crossed one of its bounds, as its message
+// says; Timeout says the bound was its time (the render may still run).
+type BoundError struct {
+	Msg     string
+	Timeout bool
+}
 
-func (e *BoundError) Error() string { return e.msg }
+func (e *BoundError) Error() string { return e.Msg }
 
 // withDefaults fills the zero bounds with the defaults.
 func (b Bounds) withDefaults() Bounds {
@@ -73,7 +77,7 @@ func newBudget(b Bounds) *budget {
 }
 
 func (b *budget) timeout() error {
-	return &BoundError{fmt.Sprintf("the render took longer than %s (--render-timeout)", b.Timeout)}
+	return &BoundError{Msg: fmt.Sprintf("the render took longer than %s (--render-timeout)", b.Timeout), Timeout: true}
 }
 
 // check fails once the render is out of time.
@@ -87,7 +91,7 @@ func (b *budget) check() error {
 // charge counts n bytes made, and fails beyond MaxMemory.
 func (b *budget) charge(n int64) error {
 	if b.made.Add(n) > b.MaxMemory {
-		return &BoundError{fmt.Sprintf("the render would make more than %d bytes (--render-max-memory)", b.MaxMemory)}
+		return &BoundError{Msg: fmt.Sprintf("the render would make more than %d bytes (--render-max-memory)", b.MaxMemory)}
 	}
 	return nil
 }
@@ -95,7 +99,7 @@ func (b *budget) charge(n int64) error {
 // Write is the render's output: it fails beyond MaxOutput, or out of time.
 func (b *budget) Write(p []byte) (int, error) {
 	if b.written.Add(int64(len(p))) > b.MaxOutput {
-		return 0, &BoundError{fmt.Sprintf("the render wrote more than %d bytes (--render-max-output)", b.MaxOutput)}
+		return 0, &BoundError{Msg: fmt.Sprintf("the render wrote more than %d bytes (--render-max-output)", b.MaxOutput)}
 	}
 	return len(p), b.check()
 }
@@ -171,7 +175,7 @@ func (b *budget) before(name string, args []reflect.Value) error {
 		}
 	}
 	if want > b.MaxMemory-b.made.Load() {
-		return &BoundError{fmt.Sprintf("%s would make more than the %d bytes a render may (--render-max-memory)", name, b.MaxMemory)}
+		return &BoundError{Msg: fmt.Sprintf("%s would make more than the %d bytes a render may (--render-max-memory)", name, b.MaxMemory)}
 	}
 	return nil
 }

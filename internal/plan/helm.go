@@ -41,8 +41,27 @@ func LoadChart(archive []byte) (*chart.Chart, error) {
 // Helm's engine takes no functions of ours, so a chart is bounded in time
 // and in output (bounds), not call by call as a gotemplate is.
 func Helm(ch *chart.Chart, rel Release, values map[string]any, vars Values, bounds Bounds) ([]*unstructured.Unstructured, error) {
+	files, err := helmFiles(ch, rel, values, vars, bounds)
+	if err != nil {
+		return nil, err
+	}
+	return objectsOf(ch.Name(), files)
+}
+
+// helmFiles renders a chart's files in order, within bounds.
+func helmFiles(ch *chart.Chart, rel Release, values map[string]any, vars Values, bounds Bounds) ([]File, error) {
 	b := newBudget(bounds)
-	return within(b, func() ([]*unstructured.Unstructured, error) { return renderChart(ch, rel, values, vars, b) })
+	return within(b, func() ([]File, error) {
+		files, names, err := chartFiles(ch, rel, values, vars, b)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]File, len(names))
+		for i, n := range names {
+			out[i] = File{Name: n, Text: files[n]}
+		}
+		return out, nil
+	})
 }
 
 // HelmFile renders a chart whose output is read as text, not applied: the
@@ -67,22 +86,6 @@ func HelmFile(ch *chart.Chart, rel Release, values map[string]any, vars Values, 
 		}
 		return "", fmt.Errorf("helm chart %s renders %d files and none is named %s", ch.Name(), len(names), name)
 	})
-}
-
-func renderChart(ch *chart.Chart, rel Release, values map[string]any, vars Values, b *budget) ([]*unstructured.Unstructured, error) {
-	files, names, err := chartFiles(ch, rel, values, vars, b)
-	if err != nil {
-		return nil, err
-	}
-	var objs []*unstructured.Unstructured
-	for _, name := range names {
-		o, err := Objects(files[name])
-		if err != nil {
-			return nil, fmt.Errorf("helm chart %s, %s: %w", ch.Name(), name, err)
-		}
-		objs = append(objs, o...)
-	}
-	return objs, nil
 }
 
 // chartFiles renders a chart: its files by name, and their names in order,

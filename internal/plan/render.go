@@ -60,11 +60,11 @@ func (s *Subject) Text(action osbv1alpha1.TemplateAction, values Values) (string
 	if err != nil {
 		return "", err
 	}
-	out, err := Go(string(action), content, values, Funcs(s.Registry), s.Bounds)
+	res, err := s.run(Job{Name: string(action), Content: content, Values: values})
 	if err != nil {
 		return "", templateError(action, err)
 	}
-	return out, nil
+	return res.Text, nil
 }
 
 // Sources renders the sources template: the objects the status, bind and
@@ -119,15 +119,15 @@ func (s *Subject) helmObjects(tmpl *osbv1alpha1.TemplateSpec, values Values) ([]
 	if err != nil {
 		return nil, err
 	}
-	ch, err := LoadChart(archive)
-	if err != nil {
-		return nil, templateError(tmpl.Action, err)
-	}
 	chartValues, err := s.chartValues()
 	if err != nil {
 		return nil, templateError(tmpl.Action, err)
 	}
-	objs, err := Helm(ch, s.release(), chartValues, values, s.Bounds)
+	res, err := s.run(Job{Chart: archive, Release: s.release(), ChartValues: chartValues, Values: values})
+	if err != nil {
+		return nil, templateError(tmpl.Action, err)
+	}
+	objs, err := objectsOf(res.Chart, res.Files)
 	if err != nil {
 		return nil, templateError(tmpl.Action, err)
 	}
@@ -142,19 +142,15 @@ func (s *Subject) helmText(tmpl *osbv1alpha1.TemplateSpec, values Values) (strin
 	if err != nil {
 		return "", err
 	}
-	ch, err := LoadChart(archive)
-	if err != nil {
-		return "", templateError(tmpl.Action, err)
-	}
 	chartValues, err := s.chartValues()
 	if err != nil {
 		return "", templateError(tmpl.Action, err)
 	}
-	out, err := HelmFile(ch, s.release(), chartValues, values, s.Bounds, string(tmpl.Action)+".yaml")
+	res, err := s.run(Job{Chart: archive, Release: s.release(), ChartValues: chartValues, Values: values, File: string(tmpl.Action) + ".yaml"})
 	if err != nil {
 		return "", templateError(tmpl.Action, err)
 	}
-	return out, nil
+	return res.Text, nil
 }
 
 // gotemplateBody is the text of a gotemplate: content, contentEncoded

@@ -29,6 +29,9 @@ type Subject struct {
 	Fetcher *Fetcher
 	// Bounds limit each render (zero: DefaultBounds).
 	Bounds Bounds
+	// Runner renders in processes of their own, which it stops when they
+	// pass the bounds (nil: in this process).
+	Runner Runner
 	// Cluster is the SFCluster the instance is scheduled on, .cluster in the
 	// templates; nil, or one with no name, is the cluster Quartermaster
 	// runs in (resourcev1alpha1.LocalCluster).

@@ -115,6 +115,17 @@ func (r *Registry) Encode() (map[string][]byte, error) {
 	return data, nil
 }
 
+// Adopt takes the values of data, the encoding of this registry after a
+// render elsewhere (a render process) set values in it.
+func (r *Registry) Adopt(data map[string][]byte) error {
+	other, err := Decode(r.kind, data)
+	if err != nil {
+		return err
+	}
+	r.values, r.changed = other.values, true
+	return nil
+}
+
 // Kind says whose registry this is.
 func (r *Registry) Kind() Kind { return r.kind }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/quartermaster/qm/internal/informers"
 	"github.com/quartermaster/qm/internal/offerings"
 	"github.com/quartermaster/qm/internal/plan"
+	"github.com/quartermaster/qm/internal/renderproc"
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/internal/tenancy"
@@ -47,6 +48,10 @@ type Options struct {
 	TemplateHosts []string
 	// RenderBounds limit each render of a template (zero: plan.DefaultBounds).
 	RenderBounds plan.Bounds
+	// RenderProcesses is the most render processes the worker runs at once
+	// (0: renderproc.DefaultSizePerCPU per CPU): each render runs in one, which is stopped when it
+	// passes RenderBounds (internal/renderproc).
+	RenderProcesses int
 	// Temporal is a client of the Temporal frontend, for the worker and the
 	// watcher, and for the API's mass updates (the API runs without it).
 	Temporal client.Client
@@ -177,8 +182,10 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 				return err
 			}
 		}
+		renderer := &renderproc.Pool{Size: o.RenderProcesses}
+		context.AfterFunc(stopping, renderer.Stop)
 		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
-			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, HealthChecks: checks, Claims: claims,
+			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, Renderer: renderer, HealthChecks: checks, Claims: claims,
 			Clusters: s.clusters(o.Kube, o.Catalog), Catalog: o.Catalog,
 			Scheduler: o.Scheduler, Instances: instances, Events: checks.Events},
 			worker.Options{StopTimeout: o.WorkerStopTimeout, Versioning: o.WorkerVersioning, DeadlockTimeout: o.WorkerDeadlockTimeout})

@@ -97,6 +97,10 @@ type Parts struct {
 	// LoopCheckPeriod is how often the watcher looks for lost long-lived
 	// runs (0: its default).
 	LoopCheckPeriod time.Duration
+	// Watched, when set, are the only namespaces the components watch,
+	// with the System's catalog: a benchmark's cases each on a system of
+	// their own, blind to what the cases before them left.
+	Watched []string
 	// APILimits are the API's limits, with API.
 	APILimits api.Limits
 	// Parallel runs the test beside the package's other parallel tests
@@ -191,8 +195,8 @@ spec:
   bindingsRetrievable: true
   planUpdatable: true`, s.Namespace, s.Namespace, s.ServiceID))
 	}
-	if parts.Parallel {
-		s.watched = s.Catalog().Catalog
+	if parts.Parallel || len(parts.Watched) > 0 {
+		s.watched = append(s.Catalog().Catalog, parts.Watched...)
 	}
 	if parts.Sample {
 		s.installSample()

@@ -1,0 +1,72 @@
+package renderproc
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"runtime/metrics"
+	"sync/atomic"
+	"time"
+
+	"github.com/quartermaster/qm/internal/plan"
+)
+
+// watchEvery is how often a render process looks at its heap.
+const watchEvery = 2 * time.Millisecond
+
+func init() {
+	if os.Getenv(childEnv) != "1" {
+		return
+	}
+	serve(os.Stdin, os.Stdout)
+	os.Exit(0)
+}
+
+// serve renders the jobs of in, one at a time, answering each on out, until
+// in ends. A render that times out ends the process after its answer: the
+// render may run on.
+func serve(in io.Reader, out io.Writer) {
+	var limit atomic.Int64
+	go watchHeap(&limit)
+	dec := json.NewDecoder(bufio.NewReader(in))
+	enc := json.NewEncoder(out)
+	for {
+		var job plan.Job
+		if err := dec.Decode(&job); err != nil {
+			return
+		}
+		heap := heapBytes()
+		limit.Store(heap + heapFactor*job.Bounds.MaxMemory)
+		res, err := plan.Run(job)
+		var r reply
+		r.Result = res
+		if err != nil {
+			var bound *plan.BoundError
+			r.Err, r.Bound = err.Error(), errors.As(err, &bound)
+			r.Exit = r.Bound && bound.Timeout
+		}
+		limit.Store(0)
+		if enc.Encode(r) != nil || r.Exit {
+			return
+		}
+	}
+}
+
+// watchHeap stops the process once its heap passes limit (0: none).
+func watchHeap(limit *atomic.Int64) {
+	for range time.Tick(watchEvery) {
+		if l := limit.Load(); l > 0 && heapBytes() > l {
+			os.Exit(exitMemory)
+		}
+	}
+}
+
+// heapBytes is the memory the heap's objects hold, live or not yet
+// collected.
+func heapBytes() int64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	return int64(sample[0].Value.Uint64())
+}
