@@ -71,6 +71,9 @@ func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) *requestErr
 	if identity != "" {
 		inst.Annotations = map[string]string{OriginatingIdentityAnnotation: identity}
 	}
+	if plan.Spec.DeletionProtection {
+		metav1.SetMetaDataAnnotation(&inst.ObjectMeta, osbv1alpha1.DeletionProtectionAnnotation, "true")
+	}
 	org := organizationOf(&req)
 	if org != "" {
 		kubenames.SetLabel(inst, OrganizationLabel, org)
@@ -159,6 +162,11 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) *request
 	inst, e := s.instance(ctx, id, http.StatusGone)
 	if e != nil {
 		return e
+	}
+	if inst.Protected() {
+		return &requestError{status: http.StatusUnprocessableEntity, description: fmt.Sprintf(
+			"instance %q is protected from deletion (annotation %s: \"true\" on SFServiceInstance %s/%s); an operator removes the annotation to let it be deprovisioned",
+			id, osbv1alpha1.DeletionProtectionAnnotation, inst.Namespace, inst.Name)}
 	}
 	plan, _ := s.Offerings.Plan(ctx, inst.Spec.PlanID) // a plan gone from the catalog is deprovisioned synchronously
 	return s.removeAndAnswer(w, r, identity, removal{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,6 +54,9 @@ func (s *Server) remove(ctx context.Context, obj client.Object, what, identity s
 	uid := obj.GetUID()
 	if err := s.Kube.Delete(ctx, obj, client.Preconditions{UID: &uid}); apierrors.IsNotFound(err) {
 		return http.StatusGone, nil
+	} else if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "protected from deletion") {
+		// Protected since the request read it: the admission policy's words.
+		return 0, &requestError{status: http.StatusUnprocessableEntity, description: err.Error()}
 	} else if err != nil {
 		return 0, failure("deleting "+what, err)
 	}

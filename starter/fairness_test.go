@@ -176,6 +176,6 @@ func TestTenantWeights(t *testing.T) {
 	for i := 0; i < 20 && !slices.Contains(weights, 2); i++ {
 		weights = append(weights, priority(s.Instance(fmt.Sprintf("w-ns-%d", i), plain, "").Name).GetFairnessWeight())
 	}
-	assert.Equal(t, float32(2), weights[len(weights)-1], "the namespace's weight, after %v", weights)
-	assert.Equal(t, float32(6), priority(s.Instance("w-3", premium, "").Name).GetFairnessWeight(), "the namespace's times the catalog plan's")
+	assert.InEpsilon(t, 2, weights[len(weights)-1], 1e-6, "the namespace's weight, after %v", weights)
+	assert.InEpsilon(t, 6, priority(s.Instance("w-3", premium, "").Name).GetFairnessWeight(), 1e-6, "the namespace's times the catalog plan's")
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,4 +104,30 @@ func contextOf(c *apiextensionsv1.JSON) []byte {
 		return nil
 	}
 	return c.Raw
+}
+
+// protectByDefault gives a new instance of a plan with deletionProtection
+// the annotation that protects it, unless its creator set the annotation
+// (to "false", say) already.
+func (s *Starter) protectByDefault(ctx context.Context, inst *osbv1alpha1.SFServiceInstance) error {
+	if _, set := inst.Annotations[osbv1alpha1.DeletionProtectionAnnotation]; set {
+		return nil
+	}
+	var plans osbv1alpha1.SFPlanList
+	if err := s.Client.List(ctx, &plans, ctrlclient.MatchingFields{planIDField: inst.Spec.PlanID}, ctrlclient.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("reading the plan of %s/%s: %w", inst.Namespace, inst.Name, err)
+	}
+	// The plan the instance is served: the catalog's, or its own
+	// namespace's (never another tenant's of the same ID).
+	if !slices.ContainsFunc(plans.Items, func(p osbv1alpha1.SFPlan) bool {
+		return p.Spec.DeletionProtection && (s.Catalog.Trusted(p.Namespace) || p.Namespace == inst.Namespace)
+	}) {
+		return nil
+	}
+	base := inst.DeepCopy()
+	metav1.SetMetaDataAnnotation(&inst.ObjectMeta, osbv1alpha1.DeletionProtectionAnnotation, "true")
+	if err := s.Client.Patch(ctx, inst, ctrlclient.MergeFrom(base)); err != nil {
+		return fmt.Errorf("protecting %s/%s from deletion, as its plan asks: %w", inst.Namespace, inst.Name, err)
+	}
+	return nil
 }

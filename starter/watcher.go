@@ -315,6 +315,11 @@ func (s *Starter) ReconcileInstance(ctx context.Context, req ctrl.Request) (ctrl
 		if err := s.addFinalizer(ctx, &inst, osbv1alpha1.InstanceFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
+		if op == lifecycle.OpProvision {
+			if err := s.protectByDefault(ctx, &inst); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 	}
 	return s.startInstance(ctx, &inst, op)
 }

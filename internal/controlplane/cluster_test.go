@@ -65,7 +65,7 @@ func TestSimulatedNodesAreReadyWithCapacity(t *testing.T) {
 	need := burstNeeds(t)
 	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods} {
 		have, want := free[name], need[name]
-		assert.True(t, have.Cmp(want) >= 0, "the nodes have %s of %s; a burst of %d instances of each sample plan asks for %s", have.String(), name, burst, want.String())
+		assert.GreaterOrEqual(t, have.Cmp(want), 0, "the nodes have %s of %s; a burst of %d instances of each sample plan asks for %s", have.String(), name, burst, want.String())
 	}
 }
 

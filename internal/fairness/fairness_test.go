@@ -51,7 +51,11 @@ func TestWeight(t *testing.T) {
 		{"clamped below", []string{"0.0001"}, 0.001},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, fairness.Weight(tc.values...))
+			if tc.want == 0 {
+				assert.Zero(t, fairness.Weight(tc.values...))
+				return
+			}
+			assert.InEpsilon(t, tc.want, fairness.Weight(tc.values...), 1e-6)
 		})
 	}
 }

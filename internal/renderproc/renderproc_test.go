@@ -93,27 +93,31 @@ func withDefaults(b plan.Bounds) plan.Bounds {
 // the stopped render process is gone, not left running.
 func assertNoRenderProcessRuns(t *testing.T) {
 	t.Helper()
-	assert.Eventually(t, func() bool { return len(children(t)) == 0 }, 2*time.Second, 10*time.Millisecond,
-		"no render process is left: %v", children(t))
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		kids, err := children()
+		require.NoError(c, err)
+		assert.Empty(c, kids, "no render process is left")
+	}, 2*time.Second, 10*time.Millisecond)
 }
 
 // children are the live (not zombie) child processes of this one.
-func children(t *testing.T) []string {
+func children() ([]string, error) {
 	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	self := os.Getpid()
+	if err != nil {
+		return nil, err
+	}
+	self := strconv.Itoa(os.Getpid())
 	var out []string
 	for _, e := range entries {
 		raw, err := os.ReadFile("/proc/" + e.Name() + "/stat")
 		if err != nil {
-			continue
+			continue // not a process, or one that ended
 		}
 		// pid (comm) state ppid ...
-		rest := string(raw[strings.LastIndexByte(string(raw), ')')+2:])
-		f := strings.Fields(rest)
-		if len(f) > 1 && f[1] == strconv.Itoa(self) && f[0] != "Z" {
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+		if len(f) > 1 && f[1] == self && f[0] != "Z" {
 			out = append(out, e.Name())
 		}
 	}
-	return out
+	return out, nil
 }

@@ -118,6 +118,12 @@ type SFPlanSpec struct {
 	MassUpdate *MassUpdateSettings `json:"massUpdate,omitempty"`
 	// +optional
 	MaintenanceInfo *MaintenanceInfo `json:"maintenance_info,omitempty"`
+	// DeletionProtection protects the plan's new instances from deletion:
+	// each gets the annotation quartermaster.io/deletion-protection "true"
+	// as it is provisioned, unless its creator set the annotation already
+	// (to "false", say). Quartermaster's own.
+	// +optional
+	DeletionProtection bool `json:"deletionProtection,omitempty"`
 	// MaxInstances is how many instances of the plan may exist at once, in
 	// every namespace (Quartermaster's own; unset: no limit). The OSB API
 	// refuses a provision beyond it with 403, and a provision that passes

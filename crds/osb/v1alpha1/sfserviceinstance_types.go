@@ -5,6 +5,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// DeletionProtectionAnnotation, "true" on an SFServiceInstance, has the API
+// server refuse its deletion (crds/policies/deletion-protection.yaml) and
+// the OSB API its deprovision, until it is removed.
+const DeletionProtectionAnnotation = "quartermaster.io/deletion-protection"
+
+// Protected reports whether the instance is protected from deletion.
+func (in *SFServiceInstance) Protected() bool {
+	return in.Annotations[DeletionProtectionAnnotation] == "true"
+}
+
 // SFServiceInstanceSpec records an OSB provision or update request.
 type SFServiceInstanceSpec struct {
 	// InstanceID is the OSB instance_id. The object's name is derived from it.
