@@ -109,6 +109,7 @@ One binary plays every part: 'qm dev' runs all of them on this machine.`,
 		newVersionCommand(),
 		newBuildsCommand(g),
 		newCodecServerCommand(g),
+		newTraceCommand(g),
 	)
 	return root
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"runtime/metrics"
-	"sync/atomic"
 	"time"
 
 	"github.com/quartermaster/qm/internal/plan"
@@ -28,8 +27,6 @@ func init() {
 // in ends. A render that times out ends the process after its answer: the
 // render may run on.
 func serve(in io.Reader, out io.Writer) {
-	var limit atomic.Int64
-	go watchHeap(&limit)
 	dec := json.NewDecoder(bufio.NewReader(in))
 	enc := json.NewEncoder(out)
 	for {
@@ -37,9 +34,9 @@ func serve(in io.Reader, out io.Writer) {
 		if err := dec.Decode(&job); err != nil {
 			return
 		}
-		heap := heapBytes()
-		limit.Store(heap + heapFactor*job.Bounds.MaxMemory)
+		stop := watchHeap(heapBytes() + heapFactor*job.Bounds.MaxMemory)
 		res, err := plan.Run(job)
+		stop()
 		var r reply
 		r.Result = res
 		if err != nil {
@@ -47,20 +44,31 @@ func serve(in io.Reader, out io.Writer) {
 			r.Err, r.Bound = err.Error(), errors.As(err, &bound)
 			r.Exit = r.Bound && bound.Timeout
 		}
-		limit.Store(0)
 		if enc.Encode(r) != nil || r.Exit {
 			return
 		}
 	}
 }
 
-// watchHeap stops the process once its heap passes limit (0: none).
-func watchHeap(limit *atomic.Int64) {
-	for range time.Tick(watchEvery) {
-		if l := limit.Load(); l > 0 && heapBytes() > l {
-			os.Exit(exitMemory)
+// watchHeap stops the process once its heap passes limit, until stop is
+// called: only while a render runs, so that an idle process costs nothing.
+func watchHeap(limit int64) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(watchEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if heapBytes() > limit {
+					os.Exit(exitMemory)
+				}
+			}
 		}
-	}
+	}()
+	return func() { close(done) }
 }
 
 // heapBytes is the memory the heap's objects hold, live or not yet

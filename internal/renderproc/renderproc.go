@@ -47,6 +47,10 @@ const heapFactor = 4
 // timeout must not hold every process while other plans' renders queue.
 const DefaultSizePerCPU = 4
 
+// idleFor is how long a process may wait for its next render before the
+// pool retires it: a burst's processes do not stay for ever.
+const idleFor = time.Minute
+
 // grace is how long past a render's timeout its process may take to answer
 // with its own message before the pool kills it.
 const grace = 500 * time.Millisecond
@@ -83,6 +87,8 @@ type process struct {
 	out  *bufio.Reader
 	done chan struct{} // closed once the process has exited
 	err  error         // its exit, once done
+	// idleSince is when it last finished a render.
+	idleSince time.Time
 }
 
 func (p *Pool) init() {
@@ -152,15 +158,26 @@ func (p *Pool) take() (*process, error) {
 	return p.start()
 }
 
+// put keeps proc for the next render, and retires the processes that have
+// waited longer than idleFor.
 func (p *Pool) put(proc *process) {
+	now := time.Now()
+	proc.idleSince = now
 	p.mu.Lock()
-	stopped := p.stopped
-	if !stopped {
+	var retired []*process
+	if p.stopped {
+		retired = append(retired, proc)
+	} else {
 		p.idle = append(p.idle, proc)
 	}
+	// The oldest idle processes are at the front: take serves the back.
+	for len(p.idle) > 0 && now.Sub(p.idle[0].idleSince) > idleFor {
+		retired = append(retired, p.idle[0])
+		p.idle = p.idle[1:]
+	}
 	p.mu.Unlock()
-	if stopped {
-		proc.kill()
+	for _, r := range retired {
+		r.kill()
 	}
 }
 

@@ -44,6 +44,10 @@ func TestRendersAsInProcess(t *testing.T) {
 	assert.Equal(t, []string{"db-1", "0.5"}, fields[3:])
 	assert.True(t, reg.Changed(), "the registry the render set is the subject's")
 	assert.Equal(t, first, render(), "the password is generated once, and kept in the registry")
+
+	// A stopped pool (the worker's end) leaves no process behind.
+	pool.Stop()
+	assertNoRenderProcessRuns(t)
 }
 
 // TestRenderProcessesStopForReal: a render no check inside it can stop (an

@@ -183,7 +183,7 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 			}
 		}
 		renderer := &renderproc.Pool{Size: o.RenderProcesses}
-		context.AfterFunc(stopping, renderer.Stop)
+		context.AfterFunc(ctx, renderer.Stop) // the worker's end, however it comes
 		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
 			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, Renderer: renderer, HealthChecks: checks, Claims: claims,
 			Clusters: s.clusters(o.Kube, o.Catalog), Catalog: o.Catalog,
