@@ -318,5 +318,6 @@ func TestAdmissionPoliciesAreValid(t *testing.T) {
 		"MutatingAdmissionPolicy/quartermaster-instance-finalizer", "MutatingAdmissionPolicyBinding/quartermaster-instance-finalizer",
 		"MutatingAdmissionPolicy/quartermaster-binding-finalizer", "MutatingAdmissionPolicyBinding/quartermaster-binding-finalizer",
 		"MutatingAdmissionPolicy/quartermaster-claim-finalizer", "MutatingAdmissionPolicyBinding/quartermaster-claim-finalizer",
+		"ValidatingAdmissionPolicy/quartermaster-deletion-protection", "ValidatingAdmissionPolicyBinding/quartermaster-deletion-protection",
 	}, names)
 }

@@ -86,7 +86,7 @@ func TestKeyValueStoreFollowsItsDeployment(t *testing.T) {
 func TestStoreThatCannotBeScheduledFails(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	planID := s.Plan("huge", `  maximum_polling_duration: 8
-  context: {replicas: 1, cpu: "64", memory: 1Gi, image: "valkey/valkey:8.1"}
+  context: {replicas: 1, cpu: "200", memory: 1Gi, image: "valkey/valkey:8.1"}
 `, testenv.SampleTemplates(t, "key-value-store"))
 	s.Instance("huge", planID, "")
 	inst := s.WaitInstance("huge", "failed", func(i *osbv1alpha1.SFServiceInstance) bool {

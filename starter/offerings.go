@@ -40,9 +40,9 @@ type OfferingStatus struct {
 // SFService whose ID a catalog one has: the catalog's is served.
 const ReasonShadowsCatalog = "ShadowsCatalog"
 
-// setupOfferingStatus registers the SFService and SFPlan reconcilers and
-// their indexes.
-func setupOfferingStatus(mgr ctrl.Manager, catalog tenancy.Boundary) error {
+// indexOfferings registers the SFService and SFPlan indexes, on every
+// shard: each names the plans of the runs it starts, and weighs them.
+func indexOfferings(mgr ctrl.Manager) error {
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &osbv1alpha1.SFService{}, serviceIDField, func(o ctrlclient.Object) []string {
@@ -60,6 +60,11 @@ func setupOfferingStatus(mgr ctrl.Manager, catalog tenancy.Boundary) error {
 	}); err != nil {
 		return err
 	}
+	return nil
+}
+
+// setupOfferingStatus registers the SFService and SFPlan reconcilers.
+func setupOfferingStatus(mgr ctrl.Manager, catalog tenancy.Boundary) error {
 	c := &OfferingStatus{Client: mgr.GetClient(), Catalog: catalog}
 	// A plan is looked at again when its service comes or goes.
 	plansOf := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o ctrlclient.Object) []reconcile.Request {

@@ -183,6 +183,9 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err := setupCredentialRotations(mgr, tc, copts, keep); err != nil {
 		return nil, err
 	}
+	if err := indexOfferings(mgr); err != nil {
+		return nil, fmt.Errorf("indexing the offerings: %w", err)
+	}
 	if opts.Shard.First() {
 		if err := setupFirstShard(mgr, tc, opts, copts, keep); err != nil {
 			return nil, err

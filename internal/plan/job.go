@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -39,6 +40,11 @@ type Result struct {
 
 // File is one rendered file of a chart.
 type File struct{ Name, Text string }
+
+// ErrRenderUnavailable marks a render that a Runner could not run (its
+// process would not start, or died of something other than a bound): not
+// the template's fault, so the operation tries again.
+var ErrRenderUnavailable = errors.New("the render could not run")
 
 // Runner renders Jobs: a pool of render processes (internal/renderproc),
 // whose bounds are the operating system's. A Subject without one renders

@@ -19,6 +19,16 @@ type TemplateError struct {
 func (e *TemplateError) Error() string { return e.err.Error() }
 func (e *TemplateError) Unwrap() error { return e.err }
 
+// renderError is the error of a render: the template's (a TemplateError,
+// which rendering again meets again), unless the render could not run at
+// all (ErrRenderUnavailable), which a later try may not meet.
+func renderError(action osbv1alpha1.TemplateAction, err error) error {
+	if errors.Is(err, ErrRenderUnavailable) {
+		return fmt.Errorf("%s template: %w", action, err)
+	}
+	return templateError(action, err)
+}
+
 // templateError names the action in front of err.
 func templateError(action osbv1alpha1.TemplateAction, err error) error {
 	return &TemplateError{err: fmt.Errorf("%s template: %w", action, err)}
@@ -62,7 +72,7 @@ func (s *Subject) Text(action osbv1alpha1.TemplateAction, values Values) (string
 	}
 	res, err := s.run(Job{Name: string(action), Content: content, Values: values})
 	if err != nil {
-		return "", templateError(action, err)
+		return "", renderError(action, err)
 	}
 	return res.Text, nil
 }
@@ -125,7 +135,7 @@ func (s *Subject) helmObjects(tmpl *osbv1alpha1.TemplateSpec, values Values) ([]
 	}
 	res, err := s.run(Job{Chart: archive, Release: s.release(), ChartValues: chartValues, Values: values})
 	if err != nil {
-		return nil, templateError(tmpl.Action, err)
+		return nil, renderError(tmpl.Action, err)
 	}
 	objs, err := objectsOf(res.Chart, res.Files)
 	if err != nil {
@@ -148,7 +158,7 @@ func (s *Subject) helmText(tmpl *osbv1alpha1.TemplateSpec, values Values) (strin
 	}
 	res, err := s.run(Job{Chart: archive, Release: s.release(), ChartValues: chartValues, Values: values, File: string(tmpl.Action) + ".yaml"})
 	if err != nil {
-		return "", templateError(tmpl.Action, err)
+		return "", renderError(tmpl.Action, err)
 	}
 	return res.Text, nil
 }

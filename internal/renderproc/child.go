@@ -29,6 +29,9 @@ func init() {
 func serve(in io.Reader, out io.Writer) {
 	dec := json.NewDecoder(bufio.NewReader(in))
 	enc := json.NewEncoder(out)
+	if enc.Encode(reply{Ready: true}) != nil {
+		return
+	}
 	for {
 		var job plan.Job
 		if err := dec.Decode(&job); err != nil {

@@ -47,6 +47,9 @@ const heapFactor = 4
 // timeout must not hold every process while other plans' renders queue.
 const DefaultSizePerCPU = 4
 
+// startTimeout bounds how long a render process may take to be ready.
+const startTimeout = time.Minute
+
 // idleFor is how long a process may wait for its next render before the
 // pool retires it: a burst's processes do not stay for ever.
 const idleFor = time.Minute
@@ -55,8 +58,11 @@ const idleFor = time.Minute
 // with its own message before the pool kills it.
 const grace = 500 * time.Millisecond
 
-// reply is a render process's answer to one job.
+// reply is a render process's answer to one job, or its first word: Ready.
 type reply struct {
+	// Ready is the first reply of a process, once it can take jobs: the
+	// time it takes to start is not the render's.
+	Ready  bool `json:",omitempty"`
 	Result plan.Result
 	Err    string `json:",omitempty"`
 	// Bound says Err is a bound the render crossed.
@@ -82,9 +88,11 @@ type Pool struct {
 
 // process is one render process and its pipes.
 type process struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Reader
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	// enc and dec speak to the process: one job, one reply.
+	enc  *json.Encoder
+	dec  *json.Decoder
 	done chan struct{} // closed once the process has exited
 	err  error         // its exit, once done
 	// idleSince is when it last finished a render.
@@ -204,13 +212,34 @@ func (p *Pool) start() (*process, error) {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting a render process: %w", err)
+		return nil, fmt.Errorf("%w: starting a render process: %v", plan.ErrRenderUnavailable, err)
 	}
-	proc := &process{cmd: cmd, in: in, out: bufio.NewReader(out), done: make(chan struct{})}
+	proc := &process{cmd: cmd, in: in, enc: json.NewEncoder(in), dec: json.NewDecoder(bufio.NewReader(out)), done: make(chan struct{})}
 	go func() {
 		proc.err = cmd.Wait()
 		close(proc.done)
 	}()
+	ready := make(chan error, 1)
+	go func() {
+		var r reply
+		err := proc.dec.Decode(&r)
+		if err == nil && !r.Ready {
+			err = errors.New("its first word was not that it is ready")
+		}
+		ready <- err
+	}()
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-ready:
+		if err != nil {
+			proc.kill()
+			return nil, fmt.Errorf("%w: a render process did not start: %v", plan.ErrRenderUnavailable, err)
+		}
+	case <-timer.C:
+		proc.kill()
+		return nil, fmt.Errorf("%w: a render process was not ready within %s", plan.ErrRenderUnavailable, startTimeout)
+	}
 	return proc, nil
 }
 
@@ -224,9 +253,9 @@ func (proc *process) render(job plan.Job) (reply, error) {
 	}, 1)
 	go func() {
 		var r reply
-		err := json.NewEncoder(proc.in).Encode(job)
+		err := proc.enc.Encode(job)
 		if err == nil {
-			err = json.NewDecoder(proc.out).Decode(&r)
+			err = proc.dec.Decode(&r)
 		}
 		got <- struct {
 			r   reply
@@ -255,7 +284,7 @@ func (proc *process) exitError(b plan.Bounds) error {
 		return &plan.BoundError{Msg: fmt.Sprintf("the render used more than %d bytes of memory (%d times --render-max-memory); its render process was stopped",
 			heapFactor*b.MaxMemory, heapFactor)}
 	}
-	return fmt.Errorf("the render process ended in the middle of a render: %v", proc.err)
+	return fmt.Errorf("%w: the render process ended in the middle of a render: %v", plan.ErrRenderUnavailable, proc.err)
 }
 
 func (proc *process) kill() {

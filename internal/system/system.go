@@ -49,9 +49,14 @@ type Options struct {
 	// RenderBounds limit each render of a template (zero: plan.DefaultBounds).
 	RenderBounds plan.Bounds
 	// RenderProcesses is the most render processes the worker runs at once
-	// (0: renderproc.DefaultSizePerCPU per CPU): each render runs in one, which is stopped when it
-	// passes RenderBounds (internal/renderproc).
+	// (0: renderproc.DefaultSizePerCPU per CPU): each render runs in one,
+	// which is stopped when it passes RenderBounds (internal/renderproc).
 	RenderProcesses int
+	// Renderer, when set, renders instead of a pool of the worker's own:
+	// the tests share one pool between their many workers, since a test
+	// binary built with the race detector takes over a second to start as
+	// a render process.
+	Renderer plan.Runner
 	// Temporal is a client of the Temporal frontend, for the worker and the
 	// watcher, and for the API's mass updates (the API runs without it).
 	Temporal client.Client
@@ -182,8 +187,12 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 				return err
 			}
 		}
-		renderer := &renderproc.Pool{Size: o.RenderProcesses}
-		context.AfterFunc(ctx, renderer.Stop) // the worker's end, however it comes
+		renderer := o.Renderer
+		if renderer == nil {
+			pool := &renderproc.Pool{Size: o.RenderProcesses}
+			context.AfterFunc(ctx, pool.Stop) // the worker's end, however it comes
+			renderer = pool
+		}
 		w := worker.New(o.Temporal, worker.Activities{Kube: s.Kube, Offerings: s.Offerings,
 			Templates: &plan.Fetcher{AllowedHosts: o.TemplateHosts}, Bounds: o.RenderBounds, Renderer: renderer, HealthChecks: checks, Claims: claims,
 			Clusters: s.clusters(o.Kube, o.Catalog), Catalog: o.Catalog,

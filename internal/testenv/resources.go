@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,20 +109,33 @@ func (s *System) Bind(name, instance, planID string) *osbv1alpha1.SFServiceBindi
 // WaitInstance waits until the instance satisfies cond, and returns it.
 func (s *System) WaitInstance(name, what string, cond func(*osbv1alpha1.SFServiceInstance) bool) *osbv1alpha1.SFServiceInstance {
 	s.t.Helper()
-	var inst osbv1alpha1.SFServiceInstance
+	// The condition runs on Eventually's goroutine, which may still be
+	// running one when Eventually gives up: what it saw is shared under mu.
+	var mu sync.Mutex
+	var found *osbv1alpha1.SFServiceInstance
 	var last string
 	ok := assert.Eventually(s.t, func() bool {
-		if err := s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &inst); err != nil {
+		var inst osbv1alpha1.SFServiceInstance
+		err := s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &inst)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
 			last = err.Error()
 			return false
 		}
 		last = fmt.Sprintf("state %q, description %q, generation %d, observed %d", inst.Status.State, inst.Status.Description, inst.Generation, inst.Status.ObservedGeneration)
-		return cond(&inst)
+		if !cond(&inst) {
+			return false
+		}
+		found = &inst
+		return true
 	}, 90*time.Second, 50*time.Millisecond, "instance %s: %s", name, what)
+	mu.Lock()
+	defer mu.Unlock()
 	if !ok {
 		s.t.Fatalf("instance %s never reached %s; last seen: %s", name, what, last)
 	}
-	return &inst
+	return found
 }
 
 // Succeeded is the condition of an instance whose operation on generation

@@ -20,6 +20,7 @@ import (
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/internal/renderproc"
 	"github.com/quartermaster/qm/internal/scheduling"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
@@ -278,7 +279,8 @@ func (s *System) run(o system.Options) *system.System {
 func (s *System) StartWorker() {
 	s.t.Helper()
 	o := system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
-		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes, Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout}
+		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes, Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout,
+		Renderer: renderers}
 	if s.TemporalCluster != nil {
 		// As `qm worker` does: a cluster's namespace gets the search
 		// attributes from the worker.
@@ -310,8 +312,13 @@ func (s *System) serveWorkerMetrics() {
 func (s *System) StartAnotherWorker() {
 	s.t.Helper()
 	s.run(system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler,
-		Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout})
+		Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout, Renderer: renderers})
 }
+
+// renderers are the render processes of every worker of the test binary
+// (system.Options.Renderer): a test binary takes over a second to start as
+// one, so they are started once and shared, and end with the binary.
+var renderers = &renderproc.Pool{}
 
 // RestartWatcher stops the watcher (and the API, if the System has it) and
 // starts them again, as a new process would.
