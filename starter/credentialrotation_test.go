@@ -321,6 +321,17 @@ spec: {id: ci, instanceId: tenant-1, serviceId: %s, planId: %s, rotation: {every
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, apierrors.IsNotFound(serviceAccount(first)), "the old login is gone after the overlap")
 	}, 30*time.Second, 50*time.Millisecond, "the old ServiceAccount goes")
+	// The old login goes in the middle of its successor's unbind; the
+	// successor itself goes as the unbind ends.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var list osbv1alpha1.SFServiceBindingList
+		require.NoError(c, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace), ctrlclient.HasLabels{osbv1alpha1.RotationOfLabel}))
+		var names []string
+		for _, sb := range list.Items {
+			names = append(names, sb.Name)
+		}
+		assert.Equal(c, []string{b.Status.Rotation.Current}, names)
+	}, 30*time.Second, 50*time.Millisecond, "the current successor alone, once the overlap is over")
 	out := s.Kube.Kubectl(t, "", "get", "sfservicebindings", "-n", s.Namespace, "-l", osbv1alpha1.RotationOfLabel, "-o", "name")
-	assert.Equal(t, "sfservicebinding.osb.servicefabrik.io/"+b.Status.Rotation.Current+"\n", out, "the current successor alone, once the overlap is over")
+	assert.Equal(t, "sfservicebinding.osb.servicefabrik.io/"+b.Status.Rotation.Current+"\n", out, "as kubectl shows it")
 }
