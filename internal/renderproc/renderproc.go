@@ -199,7 +199,15 @@ func (p *Pool) start() (*process, error) {
 		}
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), childEnv+"=1")
+	// Nothing of the worker's environment (its credentials among it)
+	// reaches a process that runs plan authors' templates, but the Go
+	// runtime's own settings.
+	cmd.Env = []string{childEnv + "=1"}
+	for _, k := range []string{"GOMAXPROCS", "GOGC", "GOMEMLIMIT", "GODEBUG", "GORACE", "TMPDIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
 	cmd.Stderr = os.Stderr
 	// The render process dies with the worker, even on SIGKILL.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
