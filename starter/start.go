@@ -113,17 +113,14 @@ func (s *Starter) protectByDefault(ctx context.Context, inst *osbv1alpha1.SFServ
 	if _, set := inst.Annotations[osbv1alpha1.DeletionProtectionAnnotation]; set {
 		return nil
 	}
-	// Every plan, not those of the ID alone: the watcher's cache has the
-	// index, a client of the API server (a Starter of the tests) has not,
-	// and plans are few.
-	var plans osbv1alpha1.SFPlanList
-	if err := s.Client.List(ctx, &plans, ctrlclient.UnsafeDisableDeepCopy); err != nil {
+	plans, err := s.plansWithID(ctx, inst.Spec.PlanID)
+	if err != nil {
 		return fmt.Errorf("reading the plan of %s/%s: %w", inst.Namespace, inst.Name, err)
 	}
 	// The plan the instance is served: the catalog's, or its own
 	// namespace's (never another tenant's of the same ID).
-	if !slices.ContainsFunc(plans.Items, func(p osbv1alpha1.SFPlan) bool {
-		return p.Spec.ID == inst.Spec.PlanID && p.Spec.DeletionProtection && (s.Catalog.Trusted(p.Namespace) || p.Namespace == inst.Namespace)
+	if !slices.ContainsFunc(plans, func(p osbv1alpha1.SFPlan) bool {
+		return p.Spec.DeletionProtection && (s.Catalog.Trusted(p.Namespace) || p.Namespace == inst.Namespace)
 	}) {
 		return nil
 	}

@@ -3,6 +3,7 @@ package starter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,11 +59,9 @@ func (s *Starter) namespaceWeight(ctx context.Context, namespace string) string 
 // on the plan when the catalog holds it (a tenant's own plan has none).
 func (s *Starter) offeringNames(ctx context.Context, planID, serviceID string) (plan, service, weight string) {
 	plan, service = "unregistered "+planID, "unregistered "+serviceID
-	// Names are all that is read: no copy of the plans' templates.
-	var plans osbv1alpha1.SFPlanList
-	if err := s.Client.List(ctx, &plans, ctrlclient.MatchingFields{planIDField: planID}, ctrlclient.UnsafeDisableDeepCopy); err == nil && len(plans.Items) > 0 {
-		plan = plans.Items[0].Spec.Name
-		for _, p := range plans.Items {
+	if plans, err := s.plansWithID(ctx, planID); err == nil && len(plans) > 0 {
+		plan = plans[0].Spec.Name
+		for _, p := range plans {
 			if s.Catalog.Trusted(p.Namespace) {
 				plan, weight = p.Spec.Name, p.Annotations[fairness.WeightAnnotation]
 			}
@@ -73,4 +72,19 @@ func (s *Starter) offeringNames(ctx context.Context, planID, serviceID string) (
 		service = services.Items[0].Spec.Name
 	}
 	return plan, service, weight
+}
+
+// plansWithID are the SFPlans of one ID, in every namespace, read without
+// a copy of their templates: through the cache's index, or, from a client
+// without it (the API server's, as some tests give a Starter), out of the
+// list of every plan.
+func (s *Starter) plansWithID(ctx context.Context, id string) ([]osbv1alpha1.SFPlan, error) {
+	var plans osbv1alpha1.SFPlanList
+	if err := s.Client.List(ctx, &plans, ctrlclient.MatchingFields{planIDField: id}, ctrlclient.UnsafeDisableDeepCopy); err == nil {
+		return plans.Items, nil
+	}
+	if err := s.Client.List(ctx, &plans, ctrlclient.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(plans.Items, func(p osbv1alpha1.SFPlan) bool { return p.Spec.ID != id }), nil
 }

@@ -103,16 +103,16 @@ func Run(job Job) (Result, error) {
 // run renders job with s's Runner, or in this process; a registry the
 // render set values in is the Subject's from then on.
 func (s *Subject) run(job Job) (Result, error) {
+	job.Bounds = s.Bounds.withDefaults()
+	if s.Runner == nil {
+		return s.runHere(job)
+	}
 	if s.Registry != nil && job.Chart == nil {
 		data, err := s.Registry.Encode()
 		if err != nil {
 			return Result{}, err
 		}
 		job.RegistryKind, job.Registry = s.Registry.Kind(), data
-	}
-	job.Bounds = s.Bounds.withDefaults()
-	if s.Runner == nil {
-		return s.runHere(job)
 	}
 	res, err := s.Runner.Run(job)
 	if err != nil {
