@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
@@ -367,10 +369,7 @@ func (s *System) WorkingRuns(t require.TestingT, workflowID string) (working, id
 	// wrong about that from hanging.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-		Query: fmt.Sprintf("WorkflowId = %q", workflowID),
-	})
-	require.NoError(t, err, "listing the runs of %s", workflowID)
+	resp := s.closedRuns(ctx, t, workflowID)
 	for _, e := range resp.Executions {
 		var res workflows.Result
 		if err := s.Temporal.GetWorkflow(ctx, workflowID, e.Execution.RunId).Get(ctx, &res); err == nil && res.State == "" {
@@ -380,4 +379,44 @@ func (s *System) WorkingRuns(t require.TestingT, workflowID string) (working, id
 		working++
 	}
 	return working, idle
+}
+
+// closedRuns lists a workflow ID's runs once Temporal's visibility, which
+// its history service writes after the fact, has caught up with the latest
+// run and sees it closed: a list taken before lacks the latest runs, and a
+// count of them would be short.
+func (s *System) closedRuns(ctx context.Context, t require.TestingT, workflowID string) *workflowservice.ListWorkflowExecutionsResponse {
+	latest, err := s.Temporal.DescribeWorkflowExecution(ctx, workflowID, "")
+	require.NoError(t, err, "describing the latest run of %s", workflowID)
+	latestRun := latest.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		resp, err := s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = %q", workflowID),
+		})
+		require.NoError(t, err, "listing the runs of %s", workflowID)
+		if caughtUp(resp.Executions, latestRun) {
+			return resp
+		}
+		select {
+		case <-ctx.Done():
+			require.Fail(t, "Temporal's visibility did not list the runs of "+workflowID+", closed", "latest run %s", latestRun)
+			return resp
+		case <-poll.C:
+		}
+	}
+}
+
+// caughtUp says whether a list holds the latest run and every run in it is
+// closed.
+func caughtUp(executions []*workflowpb.WorkflowExecutionInfo, latestRun string) bool {
+	found := false
+	for _, e := range executions {
+		if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return false
+		}
+		found = found || e.GetExecution().GetRunId() == latestRun
+	}
+	return found
 }
