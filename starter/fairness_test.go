@@ -4,16 +4,21 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -178,4 +183,56 @@ func TestTenantWeights(t *testing.T) {
 	}
 	assert.InEpsilon(t, 2, weights[len(weights)-1], 1e-6, "the namespace's weight, after %v", weights)
 	assert.InEpsilon(t, 6, priority(s.Instance("w-3", premium, "").Name).GetFairnessWeight(), 1e-6, "the namespace's times the catalog plan's")
+}
+
+// TestReconcileQueueTakesTenantsInTurn: the watcher's own queue does not
+// hold a tenant behind another's burst. A hundred instances of one
+// namespace are created at once, faster than the watcher takes them (one
+// reconcile at a time); once it has started the first of their runs,
+// another namespace's instance is created: its run is started after a few
+// of the hundred, not after all. (In arrival order, controller-runtime's
+// queue before this change, it came after about all of them.)
+func TestReconcileQueueTakesTenantsInTurn(t *testing.T) {
+	const burst = 100
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	busy, quiet := kube.Namespace(t), kube.Namespace(t)
+	instance := func(ns, name string) *osbv1alpha1.SFServiceInstance {
+		return &osbv1alpha1.SFServiceInstance{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Finalizers: []string{osbv1alpha1.InstanceFinalizer}},
+			Spec:       osbv1alpha1.SFServiceInstanceSpec{InstanceID: name, ServiceID: "svc", PlanID: "plan"},
+		}
+	}
+	// No worker: the runs only need to be started, which is the watcher's part.
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Watcher: true, Concurrency: 1, Watched: []string{busy, quiet}})
+	var created errgroup.Group
+	created.SetLimit(16)
+	for i := range burst {
+		created.Go(func() error { return kube.Client.Create(ctx, instance(busy, fmt.Sprintf("burst-%d", i))) })
+	}
+	require.NoError(t, created.Wait())
+	// Provision runs, of which the watcher starts one per instance here.
+	count := func(c require.TestingT, query string) int64 {
+		query = strings.TrimSuffix(fmt.Sprintf("WorkflowType = %q AND %s", runs.WorkflowType(lifecycle.OpProvision), query), " AND ")
+		resp, err := s.Temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
+		require.NoError(c, err)
+		return resp.GetCount()
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Positive(c, count(c, "")) }, time.Minute, 20*time.Millisecond,
+		"the watcher starts the burst's first run")
+	require.NoError(t, kube.Client.Create(ctx, instance(quiet, "single")))
+
+	// Once every run is started and visible, how many of the burst's came
+	// before the other namespace's?
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, int64(burst+1), count(c, "")) }, 2*time.Minute, 100*time.Millisecond,
+		"the watcher starts every instance's run")
+	single, err := s.Temporal.DescribeWorkflowExecution(ctx, runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: quiet, Name: "single"}), "")
+	require.NoError(t, err)
+	startedAt := single.GetWorkflowExecutionInfo().GetStartTime().AsTime()
+	before := count(t, fmt.Sprintf("StartTime < %q", startedAt.Format(time.RFC3339Nano)))
+	t.Logf("%d of the burst's %d runs were started before the other namespace's one", before, burst)
+	// The count includes the runs started while the instance was created
+	// (one at a time here, 7 in a run of the test); in arrival order it was
+	// 89.
+	assert.LessOrEqual(t, before, int64(burst/4), "the other namespace's reconcile waits a turn, not the burst")
 }

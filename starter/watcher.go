@@ -169,14 +169,27 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	}
 	s := &Starter{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Temporal: tc, TemporalAddress: opts.TemporalAddress, Catalog: opts.Catalog}
 	copts := func() controller.Options {
-		return controller.Options{MaxConcurrentReconciles: opts.Concurrency, RateLimiter: retryLimiter()}
+		return controller.Options{MaxConcurrentReconciles: opts.Concurrency, RateLimiter: retryLimiter(),
+			NewQueue: newQueue(namespaceTenant)}
 	}
+	// An instance's or binding's tenant may be an OSB organization, which
+	// only the object says.
+	instanceTenant, err := objectTenant(context.Background(), mgr, &osbv1alpha1.SFServiceInstance{})
+	if err != nil {
+		return nil, err
+	}
+	bindingTenant, err := objectTenant(context.Background(), mgr, &osbv1alpha1.SFServiceBinding{})
+	if err != nil {
+		return nil, err
+	}
+	instanceOpts, bindingOpts := copts(), copts()
+	instanceOpts.NewQueue, bindingOpts.NewQueue = newQueue(instanceTenant), newQueue(bindingTenant)
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceInstance{}).Named("sfserviceinstance").
-		WithOptions(copts()).Complete(reconcile.Func(s.ReconcileInstance)); err != nil {
+		WithOptions(instanceOpts).Complete(reconcile.Func(s.ReconcileInstance)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceInstance reconciler: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceBinding{}).Named("sfservicebinding").
-		WithOptions(copts()).Complete(reconcile.Func(s.ReconcileBinding)); err != nil {
+		WithOptions(bindingOpts).Complete(reconcile.Func(s.ReconcileBinding)); err != nil {
 		return nil, fmt.Errorf("registering the SFServiceBinding reconciler: %w", err)
 	}
 	keep := newLoops(tc, opts.LoopCheckPeriod, opts.TemporalNamespace)
