@@ -17,7 +17,8 @@ import (
 // (the CRD's selectable field).
 const planIDField = "spec.planId"
 
-// checkPlanLimit fails a provision beyond its plan's maxInstances, before
+// checkPlanLimit fails a provision beyond its plan's maxInstances, or an
+// update that moves an instance onto a plan at its maxInstances, before
 // anything is applied. The instances are read from the API server, in
 // every namespace, as metadata only: a plan's thousands of instances are a
 // small read, and only at a provision.
@@ -41,6 +42,13 @@ func (a *Operations) checkPlanLimit(ctx context.Context, t *target) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrLimit, nil)
 	}
 	return nil
+}
+
+// movesPlan says whether an update moves the instance onto another plan
+// than the one it was last provisioned or updated with.
+func (t *target) movesPlan() bool {
+	applied := t.instance.Status.AppliedSpec
+	return applied != nil && applied.PlanID != t.instance.Spec.PlanID
 }
 
 // counted is what limits need of an instance.

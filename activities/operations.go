@@ -90,7 +90,7 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 	if err := a.checkParameters(t, op); err != nil {
 		return Begun{}, err
 	}
-	if op == lifecycle.OpProvision {
+	if op == lifecycle.OpProvision || (op == lifecycle.OpUpdate && t.movesPlan()) {
 		if err := a.checkPlanLimit(ctx, t); err != nil {
 			return Begun{}, err
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,29 +28,6 @@ type Limits struct {
 	InstancesPerOrganization int
 }
 
-// keyedLocks serialize the check and the record of provisions that one
-// limit counts, so that two at once never both take its last place. The
-// count is a read from the API server, which sees every create before it.
-type keyedLocks struct {
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
-}
-
-func (k *keyedLocks) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*sync.Mutex{}
-	}
-	l, ok := k.locks[key]
-	if !ok {
-		l = &sync.Mutex{}
-		k.locks[key] = l
-	}
-	k.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
-
 // organizationOf is the organization a provision request is made for, as
 // fairness keys it: "" for none.
 func organizationOf(req *provisionRequest) string {
@@ -70,15 +46,12 @@ func (s *Server) admit(ctx context.Context, id string, plan *osbv1alpha1.SFPlan,
 			u()
 		}
 	}
-	if max := plan.Spec.MaxInstances; max != nil {
-		unlocks = append(unlocks, s.limitLocks.lock("plan/"+plan.Spec.ID))
-		checks = append(checks, func() *requestError {
-			return s.admitCount(ctx, limits.Limit{Of: fmt.Sprintf("plan %q", plan.Spec.Name), Max: int(*max)},
-				client.MatchingFields{"spec.planId": plan.Spec.ID})
-		})
+	if plan.Spec.MaxInstances != nil {
+		unlocks = append(unlocks, s.limitLocks.Lock("plan/"+plan.Spec.ID))
+		checks = append(checks, func() *requestError { return s.admitPlanCount(ctx, plan) })
 	}
 	if max := s.Limits.InstancesPerOrganization; max > 0 && org != "" {
-		unlocks = append(unlocks, s.limitLocks.lock("org/"+org))
+		unlocks = append(unlocks, s.limitLocks.Lock("org/"+org))
 		checks = append(checks, func() *requestError {
 			return s.admitCount(ctx, limits.Limit{Of: fmt.Sprintf("organization %q", org), Max: max},
 				client.InNamespace(s.Namespace), client.MatchingLabels{OrganizationLabel: kubenames.LabelValue(org)})
@@ -102,6 +75,27 @@ func (s *Server) admit(ctx context.Context, id string, plan *osbv1alpha1.SFPlan,
 		}
 	}
 	return release, nil
+}
+
+// admitPlan checks an instance's move onto plan against its maxInstances,
+// and holds the plan's count until release, as admit does for a
+// provision.
+func (s *Server) admitPlan(ctx context.Context, plan *osbv1alpha1.SFPlan) (release func(), e *requestError) {
+	if plan.Spec.MaxInstances == nil {
+		return func() {}, nil
+	}
+	unlock := s.limitLocks.Lock("plan/" + plan.Spec.ID)
+	if e := s.admitPlanCount(ctx, plan); e != nil {
+		unlock()
+		return nil, e
+	}
+	return unlock, nil
+}
+
+// admitPlanCount refuses one more instance on a plan at its maxInstances.
+func (s *Server) admitPlanCount(ctx context.Context, plan *osbv1alpha1.SFPlan) *requestError {
+	return s.admitCount(ctx, limits.Limit{Of: fmt.Sprintf("plan %q", plan.Spec.Name), Max: int(*plan.Spec.MaxInstances)},
+		client.MatchingFields{"spec.planId": plan.Spec.ID})
 }
 
 // admitCount counts the instances opts select, as metadata, and refuses

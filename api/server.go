@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/quartermaster/qm/internal/clusters"
+	"github.com/quartermaster/qm/internal/limits"
 	"github.com/quartermaster/qm/internal/parameters"
 )
 
@@ -68,7 +69,7 @@ type Server struct {
 	// Limits bound the provisions of each organization.
 	Limits Limits
 
-	limitLocks keyedLocks
+	limitLocks limits.Locks
 
 	params  parameters.Checker
 	metrics *metrics

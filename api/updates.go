@@ -33,12 +33,24 @@ func (s *Server) patchInstance(w http.ResponseWriter, r *http.Request) *requestE
 		return e
 	}
 	var plan *osbv1alpha1.SFPlan
+	release := func() {}
+	defer func() { release() }()
 	// The patch is made on the version read; if the instance changes
 	// meanwhile (a status write), it is checked and patched again.
 	for attempt := 0; ; attempt++ {
 		var changed bool
+		from := inst.Spec.PlanID
 		if plan, changed, e = s.checkUpdate(ctx, r, inst, &req, identity); e != nil {
 			return e
+		}
+		if changed && plan.Spec.ID != from && attempt == 0 {
+			// A move onto a plan counts against its maxInstances, as a
+			// provision does; held until the update is recorded.
+			admitted, e := s.admitPlan(ctx, plan)
+			if e != nil {
+				return e
+			}
+			release = admitted
 		}
 		if !changed && instanceBusy(inst) != "" { // the update under way, asked again
 			return s.answerInstance(w, r, inst, plan, false)

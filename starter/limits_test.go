@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/api/resource"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -69,6 +70,19 @@ func TestInstanceLimits(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Delete(ctx, failed))
 	s.WaitGone(failed)
 	s.Expect(http.MethodPut, "/v2/service_instances/p-3", provision("p-3", limited, org("p-3")), http.StatusCreated, `{}`)
+
+	// A move onto the full plan counts as a provision: OSB's update is
+	// refused, kubectl's fails, and the instance stays on its plan.
+	s.Expect(http.MethodPut, "/v2/service_instances/m-1", provision("m-1", open, org("m-1")), http.StatusCreated, `{}`)
+	code, got, _ := s.Do(http.MethodPatch, "/v2/service_instances/m-1", fmt.Sprintf(`{"service_id": %q, "plan_id": %q}`, s.ServiceID, limited), nil)
+	assert.Equal(t, http.StatusForbidden, code, "PATCH onto the full plan: %s", got)
+	assert.Contains(t, got, `plan \"limited\" allows at most 2 instances, and 2 exist`)
+	moving := s.Instance("k-2", open, "")
+	s.WaitInstance(moving.Name, "succeeded", testenv.Succeeded(1))
+	require.NoError(t, s.Kube.Client.Patch(ctx, moving, ctrlclient.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"planId":%q}}`, limited))))
+	movedOnto := s.WaitInstance(moving.Name, "its update failed", func(i *osbv1alpha1.SFServiceInstance) bool { return i.Status.State == osbv1alpha1.StateFailed })
+	assert.Contains(t, movedOnto.Status.Description, `plan "limited" allows at most 2 instances, and 2 exist`)
+	assert.Equal(t, open, movedOnto.Status.AppliedSpec.PlanID, "still on its plan")
 
 	// An organization's limit.
 	s.Expect(http.MethodPut, "/v2/service_instances/o-1", provision("o-1", open, orgA), http.StatusCreated, `{}`)

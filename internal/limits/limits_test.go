@@ -2,6 +2,7 @@ package limits_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -70,4 +71,31 @@ func TestPlace(t *testing.T) {
 			assert.Equal(t, tc.count, exceeded.Count, "the other instances that hold the limit")
 		})
 	}
+}
+
+// A limit's lock serializes its holders, and is forgotten once the last
+// lets go, so that an API seeing a million organizations keeps none.
+func TestLocks(t *testing.T) {
+	var locks limits.Locks
+	unlock := locks.Lock("org/a")
+	other := locks.Lock("org/b") // another key: not held up
+	assert.Equal(t, 2, locks.Held())
+	other()
+
+	got := make(chan struct{})
+	go func() {
+		defer close(got)
+		locks.Lock("org/a")()
+	}()
+	assert.Never(t, func() bool {
+		select {
+		case <-got:
+			return true
+		default:
+			return false
+		}
+	}, 50*time.Millisecond, 5*time.Millisecond, "a second holder took a held lock")
+	unlock()
+	<-got
+	assert.Zero(t, locks.Held(), "no lock kept after its last holder")
 }

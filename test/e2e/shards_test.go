@@ -67,7 +67,7 @@ func shardedRun(t *testing.T, count int) {
 	workerIdentity := fmt.Sprintf("%d@%s@", worker.cmd.Process.Pid, host)
 	watcher := func(name string, shard int) *process {
 		args := []string{"watcher", "--shard", fmt.Sprintf("%d/%d", shard, count), "--leader-election-namespace", ns,
-			"--health-addr", "0", "--metrics-addr", "0",
+			"--health-addr", "0", "--metrics-addr", "0", "--cluster-probe-period", "10m",
 			"--leader-elect-lease-duration", leaseDuration.String(), "--leader-elect-renew-deadline", "4s", "--leader-elect-retry-period", retryPeriod.String()}
 		return start(t, qm, name, nil, append(args, common...)...)
 	}
@@ -81,9 +81,11 @@ func shardedRun(t *testing.T, count int) {
 	}
 	// The cluster the instances go to, registered before the watchers
 	// start: the first shard probes it once with no instance, and its
-	// next probe is 30 s later. Shard 1's first instance there has shard 1
-	// hold it at once (its finalizer, written by the hold's field
-	// manager); the first shard counts that instance only at that probe.
+	// next probe is ten minutes later (--cluster-probe-period; by default
+	// 30 s, which a loaded run's first instance took to be scheduled).
+	// Shard 1's first instance there has shard 1 hold it at once (its
+	// finalizer, written by the hold's field manager); the first shard
+	// counts that instance only at that probe.
 	kube.Kubectl(t, fmt.Sprintf(`apiVersion: resource.servicefabrik.io/v1alpha1
 kind: SFCluster
 metadata: {name: "1", namespace: %s}
