@@ -23,6 +23,9 @@ import (
 // cluster first; label-selector honours the plan's clusterSelector,
 // plan=<id> and plan!=<id>.
 func TestSchedulersPlace(t *testing.T) {
+	// Beside the package's other parallel tests, not ahead of them: its
+	// cases are parallel, each a System of its own over the shared sisters.
+	t.Parallel()
 	sis := map[string]*testenv.Sister{}
 	for i := range 3 {
 		sis[fmt.Sprintf("eu-%d", i+1)] = testenv.StartSister(t, 1)
