@@ -231,7 +231,9 @@ func TestReconcileQueueTakesTenantsInTurn(t *testing.T) {
 		"the watcher starts every instance's run")
 	single, err := s.Temporal.DescribeWorkflowExecution(ctx, runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: quiet, Name: "single"}), "")
 	require.NoError(t, err)
-	startedBefore := func(at time.Time) int64 { return count(t, fmt.Sprintf("StartTime < %q", at.UTC().Format(time.RFC3339Nano))) }
+	startedBefore := func(at time.Time) int64 {
+		return count(t, fmt.Sprintf("StartTime < %q", at.UTC().Format(time.RFC3339Nano)))
+	}
 	early := startedBefore(createdAt)
 	waited := startedBefore(single.GetWorkflowExecutionInfo().GetStartTime().AsTime()) - early
 	t.Logf("of the burst's %d runs, %d were started before the other namespace's instance was created, %d while it waited", burst, early, waited)
