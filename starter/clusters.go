@@ -16,10 +16,12 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -121,7 +123,13 @@ func setupClusters(mgr ctrl.Manager, shard sharding.Shard, period time.Duration,
 			probeLater(e.Object, q)
 		},
 	}
-	err = ctrl.NewControllerManagedBy(mgr).For(&resourcev1alpha1.SFCluster{}).Named("sfcluster").
+	// Not on a change of the status alone: every probe writes probedAt,
+	// and its own write would wake the next probe at once, a probe and a
+	// write a second for as long as a loaded watcher crossed a second
+	// between the two. The period, the SFCluster's spec, labels,
+	// annotations and deletion (which raises the generation) wake it.
+	notStatusAlone := predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{})
+	err = ctrl.NewControllerManagedBy(mgr).For(&resourcev1alpha1.SFCluster{}, builder.WithPredicates(notStatusAlone)).Named("sfcluster").
 		WatchesRawSource(source.Kind[ctrlclient.Object](mgr.GetCache(), &osbv1alpha1.SFServiceInstance{}, scheduledOn)).
 		WithOptions(copts()).Complete(reconcile.Func(r.Reconcile))
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 // the plan's deadline saying why; an instance on another cluster succeeds
 // meanwhile, while the first is still away.
 func TestSisterClusterGoesAway(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond})
+	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, ClusterProbePeriod: 300 * time.Millisecond})
 	ctx := context.Background()
 	sis := sisters(t, s, 2)
 	eu1, eu2 := sis["eu-1"], sis["eu-2"]
