@@ -210,9 +210,12 @@ func TestReconcileQueueTakesTenantsInTurn(t *testing.T) {
 		created.Go(func() error { return kube.Client.Create(ctx, instance(busy, fmt.Sprintf("burst-%d", i))) })
 	}
 	require.NoError(t, created.Wait())
-	// Provision runs, of which the watcher starts one per instance here.
+	// Provision runs in the two namespaces, of which the watcher starts one
+	// per instance. (The Temporal namespace comes from a pool: an earlier
+	// test's runs may be listed in it too.)
 	count := func(c require.TestingT, query string) int64 {
-		query = strings.TrimSuffix(fmt.Sprintf("WorkflowType = %q AND %s", runs.WorkflowType(lifecycle.OpProvision), query), " AND ")
+		query = strings.TrimSuffix(fmt.Sprintf("WorkflowType = %q AND %s IN (%q, %q) AND %s",
+			runs.WorkflowType(lifecycle.OpProvision), runs.AttrNamespace.GetName(), busy, quiet, query), " AND ")
 		resp, err := s.Temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
 		require.NoError(c, err)
 		return resp.GetCount()
