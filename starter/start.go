@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,8 +24,66 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/lifecycle"
+	"github.com/quartermaster/qm/internal/tenancy"
 	"github.com/quartermaster/qm/workflows/runs"
 )
+
+// Starter maps the state of a resource to the workflow that moves it on.
+type Starter struct {
+	// Client reads resources (from the manager's cache in the watcher) and
+	// adds finalizers.
+	Client ctrlclient.Client
+	// Temporal starts the workflows.
+	Temporal client.Client
+	// TemporalAddress names the engine in the Started condition's message.
+	TemporalAddress string
+	// Live reads the API server itself, not the cache: the watcher checks
+	// that a resource is still there before it starts its removal.
+	Live ctrlclient.Reader
+	// Catalog is the trust boundary: only its plans' fairness weights
+	// count.
+	Catalog tenancy.Boundary
+
+	startedOnce sync.Once
+	started     *utilcache.LRUExpireCache // operations started, by startedKey
+}
+
+// A resource reads the same while its operation runs (the workflow writes
+// "in progress" only if it has to wait) and, from a lagging cache, even
+// after it ended: each of those reads would start the operation again, and
+// once the first run has closed, that start is a second, idle run. The
+// Starter remembers what it started instead, until the resource shows the
+// outcome or startedTTL passes (then a run that died is started again).
+const (
+	startedSize = 100000
+	startedTTL  = time.Minute
+)
+
+func (s *Starter) memo() *utilcache.LRUExpireCache {
+	s.startedOnce.Do(func() { s.started = utilcache.NewLRUExpireCache(startedSize) })
+	return s.started
+}
+
+// startedKey names an operation started for obj. An instance is
+// provisioned once, whatever its generation: the scheduler's own write of
+// spec.clusterId raises it while the provision runs, and would otherwise
+// have the watcher try to start the provision again (a start refused as
+// already running, a describe of the run, and a look every 2 s until it
+// ends).
+func startedKey(obj ctrlclient.Object, op lifecycle.Operation) string {
+	if op == lifecycle.OpProvision {
+		return fmt.Sprintf("%s/%s", obj.GetUID(), op)
+	}
+	return fmt.Sprintf("%s/%d/%s", obj.GetUID(), obj.GetGeneration(), op)
+}
+
+// settled forgets what was started for obj's generation: its outcome is
+// written, and a new request (state "update") must start again.
+func (s *Starter) settled(obj ctrlclient.Object) {
+	for _, op := range []lifecycle.Operation{lifecycle.OpProvision, lifecycle.OpUpdate, lifecycle.OpBind} {
+		s.memo().Remove(startedKey(obj, op))
+	}
+}
 
 // delete carries out a "delete" that a client wrote into the status: the
 // resource is deleted, and its finalizer runs the removal.
