@@ -81,11 +81,12 @@ func shardedRun(t *testing.T, count int) {
 	}
 	// The cluster the instances go to, registered before the watchers
 	// start: the first shard probes it once with no instance, and its
-	// next probe is ten minutes later (--cluster-probe-period; by default
-	// 30 s, which a loaded run's first instance took to be scheduled).
-	// Shard 1's first instance there has shard 1 hold it at once (its
-	// finalizer, written by the hold's field manager); the first shard
-	// counts that instance only at that probe.
+	// next probe is ten minutes later (--cluster-probe-period), so that
+	// while the test looks only a hold can write the finalizer, however
+	// long a loaded run takes to schedule the instance. Shard 1's first
+	// instance there has shard 1 hold it at once (its finalizer, written
+	// by the hold's field manager); the first shard counts that instance
+	// only at its next probe.
 	kube.Kubectl(t, fmt.Sprintf(`apiVersion: resource.servicefabrik.io/v1alpha1
 kind: SFCluster
 metadata: {name: "1", namespace: %s}
