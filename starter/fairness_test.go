@@ -246,3 +246,31 @@ func TestReconcileQueueTakesTenantsInTurn(t *testing.T) {
 	// (1 and 2 with the fair queue).
 	assert.LessOrEqual(t, waited, int64(5), "the other namespace's reconcile waits a turn, not the burst")
 }
+
+// TestTenantsCannotChooseTheirKey: an instance in a tenant's namespace is
+// keyed by that namespace whatever organization its spec names (else a
+// tenant could name a thousand and take a thousand shares); in the
+// catalog namespace, where the OSB API records platforms' requests, the
+// organization is the key.
+func TestTenantsCannotChooseTheirKey(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	tenant := kube.Namespace(t)
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Watcher: true, Watched: []string{tenant}})
+	ctx := context.Background()
+	key := func(ns, name string) string {
+		require.NoError(t, kube.Client.Create(ctx, &osbv1alpha1.SFServiceInstance{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: osbv1alpha1.SFServiceInstanceSpec{InstanceID: name, ServiceID: "svc", PlanID: "plan", OrganizationGUID: "someone-else",
+				SpaceGUID: "s"}}))
+		id := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: ns, Name: name})
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			_, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+			assert.NoError(c, err)
+		}, time.Minute, 50*time.Millisecond, "the watcher starts %s's run", name)
+		d, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
+		require.NoError(t, err)
+		return d.GetWorkflowExecutionInfo().GetPriority().GetFairnessKey()
+	}
+	assert.Equal(t, fairness.Tenant(tenant, ""), key(tenant, "claims-another-org"), "a tenant's namespace is its key")
+	assert.Equal(t, fairness.Tenant(s.Namespace, "someone-else"), key(s.Namespace, "recorded-by-the-api"), "the catalog's instances are keyed by organization")
+}

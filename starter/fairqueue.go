@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/quartermaster/qm/internal/fairness"
+	"github.com/quartermaster/qm/internal/tenancy"
 )
 
 // newQueue is a controller's NewQueue: client-go's rate-limiting workqueue,
@@ -44,7 +45,7 @@ func namespaceTenant(req reconcile.Request) string { return fairness.Tenant(req.
 // manager's informer store: no copy and no wait, since the workqueue asks
 // under its lock. A request whose object is not there (deleted) counts for
 // its namespace.
-func objectTenant(ctx context.Context, mgr manager.Manager, obj ctrlclient.Object) (func(reconcile.Request) string, error) {
+func objectTenant(ctx context.Context, mgr manager.Manager, obj ctrlclient.Object, catalog tenancy.Boundary) (func(reconcile.Request) string, error) {
 	informer, err := mgr.GetCache().GetInformer(ctx, obj)
 	if err != nil {
 		return nil, fmt.Errorf("getting the informer of %T for the reconcile queue's order: %w", obj, err)
@@ -57,7 +58,7 @@ func objectTenant(ctx context.Context, mgr manager.Manager, obj ctrlclient.Objec
 	return func(req reconcile.Request) string {
 		item, found, err := store.GetByKey(req.String())
 		if o, isObject := item.(ctrlclient.Object); err == nil && found && isObject {
-			return tenantOf(o)
+			return tenantOf(o, catalog)
 		}
 		return namespaceTenant(req)
 	}, nil

@@ -116,7 +116,7 @@ func (s *Starter) start(ctx context.Context, obj ctrlclient.Object, t lifecycle.
 	}
 	s.engineBack(ctx, obj)
 	id := runs.WorkflowID(t)
-	opts := runs.OperationOptions(t, op, tenantOf(obj), text.summary, attrs...)
+	opts := runs.OperationOptions(t, op, tenantOf(obj, s.Catalog), text.summary, attrs...)
 	opts.StaticDetails = text.details
 	opts.Priority.FairnessWeight = text.weight
 	run, err := s.Temporal.ExecuteWorkflow(ctx, opts, runs.WorkflowType(op), t)
@@ -148,8 +148,15 @@ func (s *Starter) addFinalizer(ctx context.Context, obj ctrlclient.Object, final
 }
 
 // tenantOf is the fairness key of an operation on obj: the OSB
-// organization that asked for it, else its namespace.
-func tenantOf(obj ctrlclient.Object) string {
+// organization that asked for it, else its namespace. Only an object in a
+// catalog namespace (where the OSB API records what platforms ask for) is
+// keyed by the organization its spec names: in a tenant's namespace the
+// spec is the tenant's to write, and naming other organizations would buy
+// it a share of the queue for each.
+func tenantOf(obj ctrlclient.Object, catalog tenancy.Boundary) string {
+	if !catalog.Trusted(obj.GetNamespace()) {
+		return fairness.Tenant(obj.GetNamespace(), "")
+	}
 	var org string
 	switch o := obj.(type) {
 	case *osbv1alpha1.SFServiceInstance:

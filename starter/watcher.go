@@ -172,11 +172,11 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	}
 	// An instance's or binding's tenant may be an OSB organization, which
 	// only the object says.
-	instanceTenant, err := objectTenant(context.Background(), mgr, &osbv1alpha1.SFServiceInstance{})
+	instanceTenant, err := objectTenant(context.Background(), mgr, &osbv1alpha1.SFServiceInstance{}, opts.Catalog)
 	if err != nil {
 		return nil, err
 	}
-	bindingTenant, err := objectTenant(context.Background(), mgr, &osbv1alpha1.SFServiceBinding{})
+	bindingTenant, err := objectTenant(context.Background(), mgr, &osbv1alpha1.SFServiceBinding{}, opts.Catalog)
 	if err != nil {
 		return nil, err
 	}
