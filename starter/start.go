@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
@@ -147,31 +146,9 @@ func (s *Starter) addFinalizer(ctx context.Context, obj ctrlclient.Object, final
 	return err
 }
 
-// tenantOf is the fairness key of an operation on obj: the OSB
-// organization that asked for it, else its namespace. Only an object in a
-// catalog namespace (where the OSB API records what platforms ask for) is
-// keyed by the organization its spec names: in a tenant's namespace the
-// spec is the tenant's to write, and naming other organizations would buy
-// it a share of the queue for each.
+// tenantOf is the fairness key of an operation on obj (fairness.Of).
 func tenantOf(obj ctrlclient.Object, catalog tenancy.Boundary) string {
-	if !catalog.Trusted(obj.GetNamespace()) {
-		return fairness.Tenant(obj.GetNamespace(), "")
-	}
-	var org string
-	switch o := obj.(type) {
-	case *osbv1alpha1.SFServiceInstance:
-		org = fairness.Organization(contextOf(o.Spec.Context), o.Spec.OrganizationGUID)
-	case *osbv1alpha1.SFServiceBinding:
-		org = fairness.Organization(contextOf(o.Spec.Context), "")
-	}
-	return fairness.Tenant(obj.GetNamespace(), org)
-}
-
-func contextOf(c *apiextensionsv1.JSON) []byte {
-	if c == nil {
-		return nil
-	}
-	return c.Raw
+	return fairness.Of(obj, catalog.Trusted(obj.GetNamespace()))
 }
 
 // protectByDefault gives a new instance of a plan with deletionProtection
