@@ -27,6 +27,10 @@
 //   - MassUpdates (massupdate.go): selecting a mass update's instances
 //     (SelectInstances) and starting a batch of their Update runs and
 //     waiting for them (UpdateInstances);
+//   - Drift (drift.go): a pass over one shard of the instances, comparing
+//     each with the record of what its last operation applied, and the
+//     steps of a Repair run (drift_repair.go, which also writes the record
+//     as an operation applies);
 //   - Kubernetes (selfcheck.go): the worker's start-up check.
 //
 // What a template sees and how it renders is package plan's; applying

@@ -188,6 +188,9 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	if err != nil {
 		return nil, classifyApply(ctx, tg, err)
 	}
+	if err := a.recordApplied(ctx, t, secret, objs); err != nil {
+		return nil, err
+	}
 	// Finish records the plan generation rendered here; the run's cache
 	// carries it (without it, after a worker restart, nothing is recorded
 	// and a mass update renders the instance again, which is harmless).

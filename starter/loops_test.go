@@ -18,6 +18,7 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	sbv1 "github.com/quartermaster/qm/crds/servicebinding/v1"
 	sc "github.com/quartermaster/qm/crds/servicecatalog/v1alpha1"
+	"github.com/quartermaster/qm/internal/drift"
 	"github.com/quartermaster/qm/internal/healthcheck"
 	"github.com/quartermaster/qm/internal/loops"
 	"github.com/quartermaster/qm/internal/testenv"
@@ -37,8 +38,8 @@ const lostInFlight = 100
 // one started at the same address, as after a restore from nothing or a
 // recreated namespace). Within a few of the watcher's looks, every
 // long-lived run runs again, started from the resources: the 16
-// health-check shards, the namespace's claim allocator, the claim, the
-// binding usage, the ServiceBinding and a binding's rotation; and the 100 provisions that were
+// health-check and the 8 drift-check shards, the namespace's claim
+// allocator, the claim, the binding usage, the ServiceBinding and a binding's rotation; and the 100 provisions that were
 // under way (their plan waits for a gate) run again and succeed once the
 // gates open, each still at its first generation. The metric counts each
 // kind. A
@@ -101,6 +102,9 @@ spec: {id: keys, instanceId: keys, serviceId: %s, planId: %s, rotation: {every: 
 	for shard := range healthcheck.Shards {
 		want = append(want, runs.HealthChecksID(shard))
 	}
+	for shard := range drift.Shards {
+		want = append(want, runs.DriftChecksID(shard))
+	}
 	running := func(c *assert.CollectT) {
 		for _, id := range want {
 			resp, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
@@ -137,7 +141,7 @@ spec: {id: keys, instanceId: keys, serviceId: %s, planId: %s, rotation: {every: 
 	t.Logf("every long-lived run ran again %v after the loss", time.Since(lost).Round(time.Millisecond))
 
 	after := testenv.Scrape(t, s.WatcherMetrics)
-	for kind, least := range map[string]int{loops.HealthChecks: healthcheck.Shards, loops.ClaimAllocator: 1, loops.Claim: 1,
+	for kind, least := range map[string]int{loops.HealthChecks: healthcheck.Shards, loops.DriftChecks: drift.Shards, loops.ClaimAllocator: 1, loops.Claim: 1,
 		loops.ServiceBinding: 1, loops.BindingUsage: 1, loops.CredentialRotation: 1} {
 		assert.GreaterOrEqual(t, after.Count("qm_runs_reestablished_total", "kind", kind)-metrics.Count("qm_runs_reestablished_total", "kind", kind),
 			least, "re-established runs of kind %s counted", kind)

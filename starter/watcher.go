@@ -25,6 +25,7 @@ import (
 
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/drift"
 	"github.com/quartermaster/qm/internal/informers"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/registry"
@@ -123,7 +124,13 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	if err != nil {
 		return nil, fmt.Errorf("the selector of Secrets that are not registries: %w", err)
 	}
-	secrets := labels.NewSelector().Add(*notRegistry)
+	// Nor the records of what instances applied (drift checks'), for the
+	// same reasons.
+	notApplied, err := labels.NewRequirement(drift.Label, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, fmt.Errorf("the selector of Secrets that are not records: %w", err)
+	}
+	secrets := labels.NewSelector().Add(*notRegistry, *notApplied)
 	if opts.Shard.Sharded() {
 		// Nor the bindings' credentials: a sharded first shard watches
 		// those where something reads them (bindingSecrets).
@@ -221,7 +228,7 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 }
 
 // setupFirstShard registers the work that no instance's or binding's
-// shard decides: the offerings' status, the health checks, the registry
+// shard decides: the offerings' status, the health and drift checks, the registry
 // and the Kubernetes users' kinds, the SFClusters, the automatic mass
 // updates, and the labelling of the objects no shard owns yet.
 func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, copts reconcilerOptions, keep *Loops) error {
@@ -233,6 +240,7 @@ func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, co
 	for _, setup := range []func() error{
 		func() error { return setupOfferingStatus(mgr, opts.Catalog) },
 		func() error { return setupHealthChecks(mgr, tc, copts, keep) },
+		func() error { return setupDriftChecks(mgr, tc, keep) },
 		func() error { return setupServiceClasses(mgr, classes, copts) },
 		func() error { return setupCatalogs(mgr, copts) },
 		func() error { return setupClaims(mgr, secrets, tc, copts, keep) },

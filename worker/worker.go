@@ -42,7 +42,7 @@ type Activities struct {
 	Clusters  *clusters.Clients
 	Scheduler scheduling.Scheduler
 	// Instances reads the SFServiceInstances from an informer, for the
-	// scheduler (nil: through Kube).
+	// scheduler and the drift checks (nil: through Kube).
 	Instances ctrlclient.Reader
 	// Events records scheduling decisions on instances (nil: none).
 	Events record.EventRecorder
@@ -110,6 +110,7 @@ func New(c client.Client, a Activities, o Options) sdkworker.Worker {
 	w.RegisterActivity(a.Claims)
 	w.RegisterActivity(&activities.BindingUsages{Client: a.Kube, Offerings: a.Offerings})
 	w.RegisterActivity(&activities.ServiceBindings{Client: a.Kube, Offerings: a.Offerings})
+	w.RegisterActivity(&activities.Drift{Ops: ops, Instances: a.Instances, Temporal: c, Events: a.Events, Versioned: o.Versioning.Enabled()})
 	w.RegisterActivity(&activities.MassUpdates{Client: a.Kube, Offerings: a.Offerings, Temporal: c, Versioned: o.Versioning.Enabled()})
 	return w
 }

@@ -18,6 +18,8 @@
 //   - massupdate.go: MassUpdate, many instances' Update runs, started in
 //     batches of activities (massupdate_start.go; runs begun before
 //     updates-in-batches start them as children);
+//   - drift.go: DriftChecks, the loop of one shard of the instances' drift
+//     checks, and Repair, a drifted instance's objects applied again;
 //   - selfcheck.go: SelfCheck, the worker's start-up check.
 //
 // Register registers them all. Workflow code is deterministic: every

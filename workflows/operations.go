@@ -356,6 +356,8 @@ func Register(r sdkworker.WorkflowRegistry) {
 		runs.ServiceBindingType:     ServiceBinding,
 		runs.MassUpdateType:         MassUpdate,
 		runs.CredentialRotationType: CredentialRotation,
+		runs.DriftChecksType:        DriftChecks,
+		runs.RepairType:             Repair,
 	} {
 		r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: name, VersioningBehavior: workflow.VersioningBehaviorAutoUpgrade})
 	}

@@ -50,6 +50,8 @@ var histories = []string{
 	"bind-rotating",                // a binding with a rotation policy: its first successor bound, its credentials published
 	"unbind-rotating",              // a rotating binding unbound: its successors deleted and waited for
 	"credential-rotation",          // a binding's rotations: three scheduled, their predecessors retired, one forced, one failed
+	"drift-checks",                 // a drift-check loop: passes that found an instance drifted and started its repair, and one reported
+	"repair",                       // a Repair run: the drift compared anew, the templates applied again, the outcome recorded
 }
 
 // frozen are histories recorded by earlier code, kept as they are (never

@@ -56,7 +56,9 @@ func RefOf(obj client.Object) Ref {
 // cluster-scoped or cross-namespace object cannot be owned and is only
 // listed in the returned refs, from which Delete removes it.
 // Each write is fenced: nothing rendered at fence lands on an object that a
-// newer generation's apply wrote (Fence).
+// newer generation's apply wrote (Fence). Afterwards each of objs is what
+// was sent for it (its namespace, owner and stamp set), except a
+// singleton's, which is the live object it found or made.
 func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, defaultNamespace string, objs []*unstructured.Unstructured) ([]Ref, error) {
 	refs := make([]Ref, 0, len(objs))
 	for _, obj := range objs {
@@ -106,7 +108,9 @@ func applyOne(ctx context.Context, c client.Client, owner Owner, fence Fence, ow
 			return err
 		}
 		obj.SetResourceVersion(live)
-		err = c.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+		// A copy takes the answer: obj stays what was sent, which the
+		// drift checks record (internal/drift).
+		err = c.Patch(ctx, obj.DeepCopy(), client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
 		if apierrors.IsConflict(err) && live != "" && try < fencedTries {
 			continue // written since the read: read its stamp again
 		}

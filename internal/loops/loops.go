@@ -1,5 +1,5 @@
 // Package loops decides which of Quartermaster's long-lived runs are
-// missing from Temporal: the health-check shards, the claim allocators,
+// missing from Temporal: the health-check and drift-check shards, the claim allocators,
 // the claims, the binding usages, the ServiceBindings and the automatic
 // mass updates, and the operations under way. Kubernetes holds the truth: a run that the resources call
 // for and that Temporal no longer has (its state restored empty, its
@@ -17,6 +17,7 @@ import (
 // labels them.
 const (
 	HealthChecks   = "health-checks"
+	DriftChecks    = "drift-checks"
 	ClaimAllocator = "claim-allocator"
 	Claim          = "claim"
 	BindingUsage   = "binding-usage"

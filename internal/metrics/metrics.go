@@ -73,12 +73,16 @@ var (
 	}, []string{"kind"})
 	runsReestablished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qm_runs_reestablished_total",
-		Help: "Runs that Temporal no longer had and the watcher started again from their resources, by kind: long-lived runs (health-check shards, claim allocators, claims, binding usages, ServiceBindings, credential rotations, automatic mass updates) and operations whose resource says they are under way (instance and binding operations).",
+		Help: "Runs that Temporal no longer had and the watcher started again from their resources, by kind: long-lived runs (health-check and drift-check shards, claim allocators, claims, binding usages, ServiceBindings, credential rotations, automatic mass updates) and operations whose resource says they are under way (instance and binding operations).",
 	}, []string{"kind"})
 	rotations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qm_rotations_total",
 		Help: "Scheduled and forced rotations of binding credentials, by plan and outcome (succeeded, failed: the old credentials stay).",
 	}, []string{"service", "plan", "outcome"})
+	driftFound = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qm_drift_total",
+		Help: "Instances found drifted by a drift check (an object of theirs deleted, or a field their last operation applied changed), by action: report (counted when the drift is first seen or changes) or repair (counted per Repair run started).",
+	}, []string{"action"})
 	appliesSuperseded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "qm_applies_superseded_total",
 		Help: "Applies that the fence kept out because a newer generation's apply had overtaken them (a worker that was paused or cut off and went on), by kind of resource (SFServiceInstance, SFServiceBinding).",
@@ -88,7 +92,7 @@ var (
 // collectors are what every process registers on controller-runtime's
 // registry, which the worker's and the watcher's /metrics serve.
 var collectors = []prometheus.Collector{operationsStarted, operationsEnded, operationDuration, healthChecks, healthCheckDuration,
-	runsReestablished, appliesSuperseded, rotations, served}
+	runsReestablished, appliesSuperseded, rotations, served, driftFound}
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(collectors...)
@@ -130,6 +134,12 @@ func HealthCheckRan(kind, result string, took time.Duration) {
 	if took > 0 {
 		healthCheckDuration.WithLabelValues(kind).Observe(took.Seconds())
 	}
+}
+
+// DriftFound counts an instance found drifted, by the action its plan
+// asks for.
+func DriftFound(action string) {
+	driftFound.WithLabelValues(action).Inc()
 }
 
 // RunReestablished counts a long-lived run of kind (loops.Claim, …) that

@@ -180,12 +180,11 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 		if err != nil {
 			return err
 		}
-		var instances ctrlclient.Reader
-		if o.Scheduler.Schedules() {
-			// Each decision counts the instances of every cluster.
-			if instances, err = startCache(ctx, g, o.Kube, o.Namespaces, "the scheduler", &osbv1alpha1.SFServiceInstance{}); err != nil {
-				return err
-			}
+		// The scheduler counts the instances of every cluster for each
+		// decision; each drift-check pass lists its shard's instances.
+		instances, err := startCache(ctx, g, o.Kube, o.Namespaces, "the scheduler and the drift checks", &osbv1alpha1.SFServiceInstance{})
+		if err != nil {
+			return err
 		}
 		renderer := o.Renderer
 		if renderer == nil {

@@ -124,6 +124,11 @@ type SFPlanSpec struct {
 	// (to "false", say). Quartermaster's own.
 	// +optional
 	DeletionProtection bool `json:"deletionProtection,omitempty"`
+	// Drift has the objects of the plan's instances compared, every so
+	// often, with what their last operation applied, and a difference
+	// reported or repaired (Quartermaster's own; unset: never checked).
+	// +optional
+	Drift *DriftSettings `json:"drift,omitempty"`
 	// MaxInstances is how many instances of the plan may exist at once, in
 	// every namespace (Quartermaster's own; unset: no limit). The OSB API
 	// refuses a provision beyond it with 403, and a provision that passes
@@ -169,6 +174,32 @@ type MassUpdateSettings struct {
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:Pattern=`^[0-9]+%?$`
 	MaxFailures *intstr.IntOrString `json:"maxFailures,omitempty"`
+}
+
+// DriftAction is what a check does on finding drift.
+// +kubebuilder:validation:Enum=report;repair
+type DriftAction string
+
+// The drift actions.
+const (
+	// DriftReport records the drift (condition Drifted, an Event, the
+	// metric qm_drift_total) and leaves the objects as they are.
+	DriftReport DriftAction = "report"
+	// DriftRepair records it too, and starts a Repair run that applies
+	// the objects again as the last operation rendered them.
+	DriftRepair DriftAction = "repair"
+)
+
+// DriftSettings say how often a plan's instances are checked for drift
+// and what a check does on finding it.
+type DriftSettings struct {
+	// Every is the time between two checks of an instance, e.g. "10m"
+	// (default ten minutes; at least a second).
+	// +optional
+	Every *metav1.Duration `json:"every,omitempty"`
+	// Action is report (the default) or repair.
+	// +optional
+	Action DriftAction `json:"action,omitempty"`
 }
 
 // SFPlanStatus is what Quartermaster observed of an SFPlan.

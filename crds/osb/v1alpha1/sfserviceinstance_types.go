@@ -10,6 +10,11 @@ import (
 // the OSB API its deprovision, until it is removed.
 const DeletionProtectionAnnotation = "quartermaster.io/deletion-protection"
 
+// ConditionDrifted, True on an instance, says that objects its last
+// operation applied differ from what the API server holds (a plan's
+// spec.drift); its message names the objects and fields.
+const ConditionDrifted = "Drifted"
+
 // Protected reports whether the instance is protected from deletion.
 func (in *SFServiceInstance) Protected() bool {
 	return in.Annotations[DeletionProtectionAnnotation] == "true"

@@ -1,0 +1,74 @@
+// Package drift decides whether the objects an instance's last operation
+// applied still hold what it applied: which instances a check pass looks
+// at, when each falls due, how the applied objects are recorded, and how
+// a live object is compared with its record. It reads nothing itself; the
+// drift activities (activities/drift.go) read, and write what follows.
+package drift
+
+import (
+	"hash/fnv"
+	"time"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/healthcheck"
+)
+
+// Shards is how many loops share the instances: an instance is checked by
+// loop Shard(namespace, name). It is fixed, because an instance must stay
+// in its loop across releases.
+const Shards = 8
+
+// DefaultEvery is the time between two checks of an instance whose plan
+// sets none.
+const DefaultEvery = 10 * time.Minute
+
+// MinEvery is the shortest time between two checks.
+const MinEvery = time.Second
+
+// Settings are a plan's drift settings with their defaults filled in.
+type Settings struct {
+	Every  time.Duration
+	Action osbv1alpha1.DriftAction
+}
+
+// Of returns the drift settings of plan, and false when it asks for no
+// checks.
+func Of(plan *osbv1alpha1.SFPlan) (Settings, bool) {
+	if plan == nil || plan.Spec.Drift == nil {
+		return Settings{}, false
+	}
+	s := Settings{Every: DefaultEvery, Action: plan.Spec.Drift.Action}
+	if e := plan.Spec.Drift.Every; e != nil {
+		s.Every = max(e.Duration, MinEvery)
+	}
+	if s.Action == "" {
+		s.Action = osbv1alpha1.DriftReport
+	}
+	return s, true
+}
+
+// Shard is the loop of the instance namespace/name.
+func Shard(namespace, name string) int {
+	h := fnv.New32a()
+	h.Write([]byte(namespace))
+	h.Write([]byte{'/'})
+	h.Write([]byte(name))
+	return int(h.Sum32() % Shards)
+}
+
+// Due says whether a check of the instance with uid, every s.Every, falls
+// in (from, to]: each instance at its own offset within the period, as
+// health checks spread theirs.
+func Due(uid string, s Settings, from, to time.Time) bool {
+	return healthcheck.Due(uid, s.Every, from, to)
+}
+
+// AtRest says whether inst is one a check compares: its last operation
+// succeeded for its current spec, and nothing runs or is asked for that
+// would apply its objects anyway. (Whether the record is of that
+// operation's render is Record.Current's to say.)
+func AtRest(inst *osbv1alpha1.SFServiceInstance) bool {
+	return inst.DeletionTimestamp.IsZero() &&
+		inst.Status.State == osbv1alpha1.StateSucceeded &&
+		inst.Status.ObservedGeneration == inst.Generation
+}

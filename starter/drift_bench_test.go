@@ -1,0 +1,115 @@
+package starter_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/testenv"
+)
+
+// healthCheckBudget is what the health checks may cost per service, in
+// cores: their target of 0.5 core for 50,000 services checked every
+// minute (BenchmarkHealthChecks). The drift checks are held to the same
+// per instance.
+const healthCheckBudget = 0.5 / 50000
+
+// BenchmarkDriftChecks provisions N instances (QM_BENCH_DRIFT, default
+// 10,000) of a plan whose objects (a ConfigMap and a Service) are checked
+// for drift every ten minutes, on the API server alone and a file-backed
+// Temporal. Once every instance has succeeded and one period has passed
+// (the first checks of each), it measures one whole period of steady
+// state, in which each instance is checked once and none drifted: the CPU
+// of Quartermaster and Temporal in cores, and the API server's reads and
+// writes. The target: no more CPU per instance than the health checks'
+// budget per service (0.5 core for 50,000 services), so at most 0.1 core
+// at 10,000; and no write at all (the watcher's lease renewals aside).
+// Run it with `make bench`.
+func BenchmarkDriftChecks(b *testing.B) {
+	n := testenv.BenchSize("QM_BENCH_DRIFT", 10000)
+	period := 10 * time.Minute
+	if testenv.BenchSmoke() {
+		period = 10 * time.Second
+	}
+	s := testenv.Start(b, testenv.Parts{Worker: true, Watcher: true, FileTemporal: true, Bare: true})
+	ctx := context.Background()
+	plan := s.Plan("drift-light", fmt.Sprintf("  drift: {every: %s, action: repair}\n", period), testenv.Templates("drift-light"))
+
+	b.ResetTimer()
+	created := time.Now()
+	testenv.Parallel(b, n, func(i int) error {
+		_, err := s.CreateInstance(fmt.Sprintf("d-%05d", i), plan, "")
+		return err
+	})
+	for succeeded := 0; succeeded < n; {
+		if time.Since(created) > 30*time.Minute {
+			b.Fatalf("after 30 minutes %d of %d instances are provisioned", succeeded, n)
+		}
+		time.Sleep(time.Second) // a poll, not a wait before an assertion: the loop measures when
+		var list osbv1alpha1.SFServiceInstanceList
+		require.NoError(b, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+		succeeded = 0
+		for _, inst := range list.Items {
+			if inst.Status.State == osbv1alpha1.StateSucceeded {
+				succeeded++
+			}
+		}
+	}
+	provisioned := time.Since(created)
+
+	// One period for every instance's first check, then one period of
+	// steady state: measuring windows, not waits before an assertion.
+	time.Sleep(period)
+	cpuBefore, reqBefore := testenv.CPU(), apiRequests(b, s.Kube)
+	stopProfile := testenv.ProfileSelf(b, "drift-qm")
+	time.Sleep(period)
+	stopProfile()
+	cpuAfter, reqAfter := testenv.CPU(), apiRequests(b, s.Kube)
+	b.StopTimer()
+
+	used := func(names ...string) float64 {
+		var c float64
+		for _, name := range names {
+			c += (cpuAfter[name] - cpuBefore[name]).Seconds() / period.Seconds()
+		}
+		return c
+	}
+	var writes, reads float64
+	var written []string
+	for key, v := range reqAfter {
+		d := v - reqBefore[key]
+		verb, _, _ := strings.Cut(key, " ")
+		switch {
+		case d <= 0, strings.HasPrefix(key, "PUT leases/"):
+			// The watcher's lease renewals are no check's.
+		case slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, verb):
+			writes += d
+			written = append(written, fmt.Sprintf("%s: %.0f", key, d))
+		case verb == "GET":
+			reads += d
+		}
+	}
+	slices.Sort(written)
+	goal, withAPI := used("qm", "temporal"), used("qm", "temporal", "kube-apiserver", "etcd")
+	b.ReportMetric(goal, "cores")
+	b.ReportMetric(goal/float64(n)*1e6, "µcores/instance")
+	b.ReportMetric(writes, "api-writes")
+	b.ReportMetric(reads/float64(n), "gets/instance")
+	fmt.Printf("\ndrift checks of %d instances (a ConfigMap and a Service each), every %v, API server alone, file-backed Temporal:\n"+
+		"  provisioned in %v\n"+
+		"  steady state over one period (%v), nothing drifted: %.1f GETs per instance, %.0f writes%s\n"+
+		"  CPU in cores: qm %.3f, temporal %.3f, kube-apiserver %.3f, etcd %.3f\n"+
+		"  Quartermaster + Temporal: %.4f cores, %.1f µcores per instance (health checks' budget: %.1f µcores per service); with the API server: %.4f\n%s\n%s",
+		n, period, provisioned.Round(time.Second), period, reads/float64(n), writes, strings.Join(append([]string{""}, written...), "\n    "),
+		used("qm"), used("temporal"), used("kube-apiserver"), used("etcd"),
+		goal, goal/float64(n)*1e6, healthCheckBudget*1e6, withAPI,
+		testenv.BenchVerdict("Quartermaster + Temporal per instance", goal/float64(n)*1e6, healthCheckBudget*1e6, "µcores", true),
+		testenv.BenchVerdict("API writes at rest", writes, 0, "writes", true))
+}
