@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -265,9 +266,12 @@ func TestObserveAndFinish(t *testing.T) {
 	}
 }
 
-// TestRemoveBindings: the bindings of an instance being deprovisioned are
-// deleted (their finalizers then hold them for their Unbind runs), the
-// instance says how many it waits for, and none left is 0.
+// TestRemoveBindings: an instance being deprovisioned as kubectl asks
+// waits for its bindings: none is deleted, and condition InUse and the
+// status name them. With quartermaster.io/deprovision-in-use (as the OSB
+// API deprovisions) its bindings are deleted (their finalizers then hold
+// them for their Unbind runs), the instance says how many it waits for,
+// and none left is 0.
 func TestRemoveBindings(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
@@ -289,8 +293,28 @@ func TestRemoveBindings(t *testing.T) {
 		return left
 	}
 
+	// In use: nothing is deleted, the users are named.
 	assert.Equal(t, 2, removeBindings())
 	got, err := h.sys.GetInstance("owner-1")
+	require.NoError(t, err)
+	waiting := `the deprovision waits for its users to go: SFServiceBinding b-1, SFServiceBinding b-2 (annotate quartermaster.io/deprovision-in-use=true to have it delete the instance's bindings first)`
+	assert.Equal(t, waiting, got.Status.Description)
+	cond := meta.FindStatusCondition(got.Status.Conditions, osbv1alpha1.ConditionInUse)
+	require.NotNil(t, cond)
+	assert.Equal(t, metav1.ConditionTrue, cond.Status)
+	assert.Equal(t, waiting, cond.Message)
+	var untouched osbv1alpha1.SFServiceBindingList
+	require.NoError(t, h.sys.Kube.Client.List(ctx, &untouched, ctrlclient.InNamespace(h.sys.Namespace)))
+	for _, b := range untouched.Items {
+		assert.Nil(t, b.DeletionTimestamp, "binding %s is left to its user", b.Name)
+	}
+
+	// The delete says otherwise: the bindings go first.
+	base := got.DeepCopy()
+	metav1.SetMetaDataAnnotation(&got.ObjectMeta, osbv1alpha1.DeprovisionInUseAnnotation, "true")
+	require.NoError(t, h.sys.Kube.Client.Patch(ctx, got, ctrlclient.MergeFrom(base)))
+	assert.Equal(t, 2, removeBindings())
+	got, err = h.sys.GetInstance("owner-1")
 	require.NoError(t, err)
 	assert.Equal(t, "waiting for 2 bindings to be unbound", got.Status.Description)
 	var list osbv1alpha1.SFServiceBindingList

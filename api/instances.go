@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -168,6 +169,9 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) *request
 			"instance %q is protected from deletion (annotation %s: \"true\" on SFServiceInstance %s/%s); an operator removes the annotation to let it be deprovisioned",
 			id, osbv1alpha1.DeletionProtectionAnnotation, inst.Namespace, inst.Name)}
 	}
+	if e := s.deprovisionInUse(ctx, inst); e != nil {
+		return e
+	}
 	plan, _ := s.Offerings.Plan(ctx, inst.Spec.PlanID) // a plan gone from the catalog is deprovisioned synchronously
 	return s.removeAndAnswer(w, r, identity, removal{
 		obj: inst, what: fmt.Sprintf("instance %q", id), op: lifecycle.OpDeprovision,
@@ -176,6 +180,34 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) *request
 		busy:     func() string { return instanceBusy(inst) },
 		progress: func() lastOperation { return instanceProgress(inst) },
 	})
+}
+
+// deprovisionInUse marks inst so that its deprovision deletes its bindings
+// first instead of waiting for its users to go, as a kubectl delete does:
+// OSB has the platform unbind first, and a deprovision it asks for with
+// bindings left means them gone too.
+func (s *Server) deprovisionInUse(ctx context.Context, inst *osbv1alpha1.SFServiceInstance) *requestError {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if inst.Annotations[osbv1alpha1.DeprovisionInUseAnnotation] == "true" {
+			return nil
+		}
+		metav1.SetMetaDataAnnotation(&inst.ObjectMeta, osbv1alpha1.DeprovisionInUseAnnotation, "true")
+		err := s.Kube.Update(ctx, inst)
+		if apierrors.IsConflict(err) {
+			// Read it anew for the next try, which the conflict asks for.
+			if err := s.Kube.Get(ctx, client.ObjectKeyFromObject(inst), inst); err != nil {
+				return err
+			}
+		}
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil // gone meanwhile: the removal answers 410
+	}
+	if err != nil {
+		return failure(fmt.Sprintf("marking instance %q to be deprovisioned with its bindings", inst.Name), err)
+	}
+	return nil
 }
 
 // removal is a deprovision or an unbind of obj, as the API answers it.

@@ -70,7 +70,11 @@ func TestKeyValueStoreFollowsItsDeployment(t *testing.T) {
 	assert.EqualValues(t, 3, dep.Status.AvailableReplicas)
 	assert.Len(t, runningPods(t, s, name), 3)
 
-	// Deprovision (the binding first) is done only when the pods are gone.
+	// Deprovision (the binding first, as the annotation asks) is done only
+	// when the pods are gone.
+	base = inst.DeepCopy()
+	metav1.SetMetaDataAnnotation(&inst.ObjectMeta, osbv1alpha1.DeprovisionInUseAnnotation, "true")
+	require.NoError(t, s.Kube.Client.Patch(ctx, inst, ctrlclient.MergeFrom(base)))
 	require.NoError(t, s.Kube.Client.Delete(ctx, inst))
 	s.WaitGone(inst)
 	assert.Empty(t, pods(t, s, name), "no pod outlives the instance")

@@ -160,10 +160,13 @@ func remove(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (R
 // bindings before it removes the instance.
 const unbindFirst = "unbind-bindings-first"
 
-// waitForBindings deletes the instance's bindings, each then unbound by its
-// own Unbind run, and waits on durable timers until they are gone. gone is
-// false, with the failed outcome, when they are not gone within the plan's
-// maximum polling duration (an Unbind that keeps failing, say).
+// waitForBindings waits on durable timers until the instance's users are
+// gone: by default (a kubectl delete) until its users remove its bindings,
+// usages and claims themselves, as condition InUse names them; with the
+// annotation quartermaster.io/deprovision-in-use (the OSB API's deprovision)
+// it deletes the bindings, each then unbound by its own Unbind run
+// (RemoveBindings decides). gone is false, with the failed outcome, when
+// they are not gone within the plan's maximum polling duration.
 func waitForBindings(ctx workflow.Context, s *steps, maxPolling time.Duration) (o activities.Outcome, gone bool) {
 	var a *activities.Operations
 	t := s.t
@@ -176,13 +179,13 @@ func waitForBindings(ctx workflow.Context, s *steps, maxPolling time.Duration) (
 		if bindings == 0 {
 			return activities.Outcome{}, true
 		}
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for %d bindings to be unbound", bindings))
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for %d bindings or other users of the instance to go (its status names them)", bindings))
 		left := polls.left(ctx)
 		if left <= 0 {
 			return activities.Outcome{
 				State: osbv1alpha1.StateFailed,
 				Kind:  KindTimeout,
-				Description: fmt.Sprintf("deprovision failed: %d of the instance's bindings were not unbound within the plan's maximum_polling_duration of %s",
+				Description: fmt.Sprintf("deprovision failed: %d of the instance's bindings or other users were still there after the plan's maximum_polling_duration of %s",
 					bindings, maxPolling),
 				InstanceUsable: ptr(true),
 			}, false

@@ -310,7 +310,7 @@ func TestDeprovision(t *testing.T) {
 		env.ExecuteWorkflow(workflows.Deprovision, instance)
 		requireFailed(t, env, workflows.KindTimeout, got)
 		assert.Equal(t, osbv1alpha1.StateFailed, got.State)
-		assert.Equal(t, "deprovision failed: 2 of the instance's bindings were not unbound within the plan's maximum_polling_duration of 1m0s", got.Description)
+		assert.Equal(t, "deprovision failed: 2 of the instance's bindings or other users were still there after the plan's maximum_polling_duration of 1m0s", got.Description)
 		require.NotNil(t, got.InstanceUsable)
 		assert.True(t, *got.InstanceUsable)
 	})

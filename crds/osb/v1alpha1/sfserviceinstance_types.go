@@ -10,6 +10,16 @@ import (
 // the OSB API its deprovision, until it is removed.
 const DeletionProtectionAnnotation = "quartermaster.io/deletion-protection"
 
+// DeprovisionInUseAnnotation, "true" on an SFServiceInstance, lets its
+// deprovision delete the instance's bindings (each then unbound by its own
+// run) instead of waiting for its users to go. The OSB API sets it as it
+// deprovisions, as a platform has unbound first.
+const DeprovisionInUseAnnotation = "quartermaster.io/deprovision-in-use"
+
+// ConditionInUse, True on an instance being deleted, says that its
+// deprovision waits for its users to go; its message names them.
+const ConditionInUse = "InUse"
+
 // ConditionDrifted, True on an instance, says that objects its last
 // operation applied differ from what the API server holds (a plan's
 // spec.drift); its message names the objects and fields.
