@@ -15,9 +15,8 @@ import (
 
 // RemoveBindings waits for the users of an instance being deprovisioned,
 // or removes its bindings. By default (a kubectl delete) it deletes
-// nothing: it names the instance's users (bindings, the usages and
-// ServiceBindings injecting them, claims holding it) in condition InUse and
-// the status, and returns how many are left, so that the deprovision waits
+// nothing: it names the instance's users (its bindings, the claim holding
+// it) in condition InUse and the status, and returns how many are left, so that the deprovision waits
 // until they go. With the annotation DeprovisionInUseAnnotation (set by the
 // OSB API as it deprovisions, or by a kubectl user) it deletes the
 // bindings, so that each is unbound by its own Unbind run (the watcher

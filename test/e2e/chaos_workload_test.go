@@ -10,6 +10,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -170,7 +171,19 @@ func (w *workload) deprovision() error {
 		}
 		return fmt.Errorf("deprovision answered %d: %s", status, body)
 	}
-	return w.gone(&osbv1alpha1.SFServiceInstance{ObjectMeta: metav1.ObjectMeta{Name: w.e.name, Namespace: chaosNamespace}})
+	// A binding still there goes with the instance, as the annotation asks
+	// (without it the deprovision would wait for its user to remove it).
+	inst := &osbv1alpha1.SFServiceInstance{ObjectMeta: metav1.ObjectMeta{Name: w.e.name, Namespace: chaosNamespace}}
+	if !w.e.unbound {
+		err := w.retry(func(ctx context.Context) error {
+			patch := fmt.Sprintf(`{"metadata": {"annotations": {%q: "true"}}}`, osbv1alpha1.DeprovisionInUseAnnotation)
+			return ctrlclient.IgnoreNotFound(w.kube.Patch(ctx, inst.DeepCopy(), ctrlclient.RawPatch(types.MergePatchType, []byte(patch))))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return w.gone(inst)
 }
 
 // poll follows last_operation until the operation ends: done is the code

@@ -293,6 +293,8 @@ spec: {secretRef: unused}
 		require.NoError(c, kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: r.ns, Name: "web"}, &d))
 		assert.NotContains(c, envNamesOf(d.Spec.Template), "DB_HOST", "the claim's projection is taken back")
 	}, time.Minute, 100*time.Millisecond)
+	// Its binding tenant-1-ci goes with it, as the annotation asks.
+	kube.Kubectl(t, "", "-n", r.ns, "annotate", "sfserviceinstance", "tenant-1", osbv1alpha1.DeprovisionInUseAnnotation+"=true")
 	kube.Kubectl(t, "", "-n", r.ns, "delete", "sfserviceinstance", "tenant-1", "--wait=true", "--timeout=90s")
 	kube.Kubectl(t, "", "-n", r.ns, "delete", "sfservicebinding", "b-eu", "--wait=true", "--timeout=60s")
 	kube.Kubectl(t, "", "-n", r.ns, "patch", "sfserviceinstance", "kv-eu", "--subresource=status", "--type=merge", "-p", `{"status":{"state":"delete"}}`)
