@@ -6,7 +6,6 @@
 package drift
 
 import (
-	"hash/fnv"
 	"time"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -48,13 +47,7 @@ func Of(plan *osbv1alpha1.SFPlan) (Settings, bool) {
 }
 
 // Shard is the loop of the instance namespace/name.
-func Shard(namespace, name string) int {
-	h := fnv.New32a()
-	h.Write([]byte(namespace))
-	h.Write([]byte{'/'})
-	h.Write([]byte(name))
-	return int(h.Sum32() % Shards)
-}
+func Shard(namespace, name string) int { return healthcheck.ShardOf(namespace, name, Shards) }
 
 // Due says whether a check of the instance with uid, every s.Every, falls
 // in (from, to]: each instance at its own offset within the period, as

@@ -13,12 +13,17 @@ import (
 const Shards = 16
 
 // Shard is the loop of the service namespace/name.
-func Shard(namespace, name string) int {
+func Shard(namespace, name string) int { return ShardOf(namespace, name, Shards) }
+
+// ShardOf is which of shards loops the resource namespace/name falls in,
+// by a hash that never changes across releases (the drift checks' loops
+// share instances the same way).
+func ShardOf(namespace, name string, shards int) int {
 	h := fnv.New32a()
 	h.Write([]byte(namespace))
 	h.Write([]byte{'/'})
 	h.Write([]byte(name))
-	return int(h.Sum32() % Shards)
+	return int(h.Sum32() % uint32(shards))
 }
 
 // Interval is the time between two checks of hc, minutes long each (a
