@@ -16,11 +16,11 @@ import (
 // RemoveBindings waits for the users of an instance being deprovisioned,
 // or removes its bindings. By default (a kubectl delete) it deletes
 // nothing: it names the instance's users (its bindings, the claim holding
-// it) in condition InUse and the status, and returns how many are left, so that the deprovision waits
-// until they go. With the annotation DeprovisionInUseAnnotation (set by the
-// OSB API as it deprovisions, or by a kubectl user) it deletes the
-// bindings, so that each is unbound by its own Unbind run (the watcher
-// starts them), and returns how many are left.
+// it) in condition InUse and the status, and returns how many are left,
+// so that the deprovision waits until they go. With the annotation
+// DeprovisionInUseAnnotation (set by the OSB API as it deprovisions, or by
+// a kubectl user) it deletes the bindings, so that each is unbound by its
+// own Unbind run (the watcher starts them), and returns how many are left.
 func (a *Operations) RemoveBindings(ctx context.Context, tg lifecycle.Target) (int, error) {
 	t, err := a.loadObjects(ctx, tg, lifecycle.OpDeprovision)
 	if err != nil {
