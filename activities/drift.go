@@ -199,8 +199,9 @@ func (d *Drift) checkOne(ctx context.Context, inst *osbv1alpha1.SFServiceInstanc
 //
 // The record sits in the instance's namespace, where its users may write.
 // So a check reads only what the record lists and the instance owns (the
-// apply's stamp) or lists in its status, with the plan's own rights
-// (actAs); and a repair never applies the record, but renders again.
+// stamp of its registry, read from the API server) or lists in its status,
+// with the plan's own rights (actAs); and a repair never applies the
+// record, but renders again.
 func (d *Drift) compare(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, plan *osbv1alpha1.SFPlan) (findings []drift.Finding, measured bool, err error) {
 	t := &target{Target: lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: inst.Namespace, Name: inst.Name}, instance: inst, plan: plan}
 	if err := d.Ops.reach(ctx, t); err != nil {
@@ -218,10 +219,18 @@ func (d *Drift) compare(ctx context.Context, inst *osbv1alpha1.SFServiceInstance
 		return nil, false, fmt.Errorf("reading the record of what it applied: %w", err)
 	}
 	rec, err := drift.Decode(secret.Data)
-	if err != nil || !rec.Current(inst.Generation, plan.Generation) || len(secret.OwnerReferences) == 0 {
+	if err != nil || !rec.Current(inst.Generation, plan.Generation) {
 		return nil, false, nil
 	}
-	owner := apply.Owner{Name: secret.OwnerReferences[0].Name, Namespace: inst.Namespace, UID: secret.OwnerReferences[0].UID}
+	// The owner whose stamp makes an object the instance's is its registry
+	// as the API server has it, never what the record says.
+	reg := &metav1.PartialObjectMetadata{}
+	reg.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	key := t.registryKey()
+	if err := t.kube.Get(ctx, ctrlclient.ObjectKey{Namespace: key.Namespace, Name: key.SecretName()}, reg); err != nil {
+		return nil, false, ctrlclient.IgnoreNotFound(err)
+	}
+	owner := apply.Owner{Name: reg.Name, Namespace: reg.Namespace, UID: reg.UID}
 	for i := range rec.Objects {
 		applied := &rec.Objects[i]
 		if applied.GetAnnotations()[apply.SingletonAnnotation] == "true" {

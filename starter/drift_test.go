@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -122,7 +123,7 @@ func TestDriftRepairedAndReported(t *testing.T) {
 
 // driftCount reads qm_drift_total{action} from the process's registry,
 // which the worker of every System of the package counts in (only this
-// test's plans ask for drift checks).
+// test's plans report drift; TestDriftRecordIsTrustedForNothing's repair).
 func driftCount(t *testing.T, action string) float64 {
 	t.Helper()
 	families, err := ctrlmetrics.Registry.Gather()
@@ -197,4 +198,61 @@ func eventMessages(t *testing.T, s *testenv.System, name, reason string) []strin
 	}
 	require.Eventually(t, func() bool { return len(list()) > 0 }, 10*time.Second, 100*time.Millisecond, "Events %s on %s", reason, name)
 	return list()
+}
+
+// TestDriftRecordIsTrustedForNothing: a record sits in its instance's
+// namespace, where the instance's users may write. One edited to list
+// another instance's Deployment (with a value that differs) and to name
+// that instance's registry as its owner reveals nothing of it: the check
+// knows the instance's own registry from the API server, and the other's
+// objects are not the instance's.
+func TestDriftRecordIsTrustedForNothing(t *testing.T) {
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
+	ctx := context.Background()
+	// Repair, so that qm_drift_total{action="report"}, which
+	// TestDriftRepairedAndReported counts exactly, is left alone.
+	plan := s.Plan("drift-repair", "  drift: {every: 2s, action: repair}\n", testenv.Templates("drift"))
+	for _, name := range []string{"forger", "victim"} {
+		s.Instance(name, plan, "")
+		s.WaitInstance(name, "provisioned", testenv.Succeeded(1))
+	}
+	record := func(name string) (*corev1.Secret, drift.Record) {
+		var secret corev1.Secret
+		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: drift.SecretName(name)}, &secret))
+		rec, err := drift.Decode(secret.Data)
+		require.NoError(t, err)
+		return &secret, rec
+	}
+	forged, rec := record("forger")
+	victimSecret, victim := record("victim")
+	for _, obj := range victim.Objects {
+		if obj.GetKind() == "Deployment" {
+			o := obj.DeepCopy()
+			require.NoError(t, unstructured.SetNestedField(o.Object, int64(7), "spec", "replicas"))
+			rec.Objects = append(rec.Objects, *o)
+		}
+	}
+	data, err := rec.Encode()
+	require.NoError(t, err)
+	forged.Data, forged.OwnerReferences = data, victimSecret.OwnerReferences
+	require.NoError(t, s.Kube.Client.Update(ctx, forged))
+
+	assert.Never(t, func() bool {
+		var inst osbv1alpha1.SFServiceInstance
+		if err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "forger"}, &inst); err != nil {
+			return true
+		}
+		return meta.FindStatusCondition(inst.Status.Conditions, osbv1alpha1.ConditionDrifted) != nil
+	}, 3*driftEvery, 50*time.Millisecond, "nothing of the victim's Deployment is checked for the forger")
+
+	// The check does run for the forger: its own Service deleted is
+	// repaired, and nothing else is named.
+	require.NoError(t, s.Kube.Client.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: "forger"}}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		cond := driftCondition(c, s, "forger")
+		require.NotNil(c, cond)
+		assert.Equal(c, "Repaired", cond.Reason)
+		assert.Contains(c, cond.Message, ": Service "+s.Namespace+"/forger: deleted")
+		assert.NotContains(c, cond.Message, "victim")
+	}, 3*driftEvery+20*time.Second, 100*time.Millisecond, "the forger's own drift repaired")
 }
