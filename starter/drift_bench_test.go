@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -25,10 +26,10 @@ const healthCheckBudget = 0.5 / 50000
 // BenchmarkDriftChecks provisions N instances (QM_BENCH_DRIFT, default
 // 10,000) of a plan whose objects (a ConfigMap and a Service) are checked
 // for drift every ten minutes, on the API server alone and a file-backed
-// Temporal. Once every instance has succeeded and a minute has passed, it
-// measures one whole period of steady state, in which each instance is checked once and none drifted: the CPU
-// of Quartermaster and Temporal in cores, and the API server's reads and
-// writes. The target: no more CPU per instance than the health checks'
+// Temporal. Once every instance has succeeded and the provisions' writes
+// have stopped, it measures steady state until each instance has been
+// checked once (about a period), none drifted: the CPU of Quartermaster
+// and Temporal in cores, and the API server's reads and writes. The target: no more CPU per instance than the health checks'
 // budget per service (0.5 core for 50,000 services), so at most 0.1 core
 // at 10,000; and no write at all (the watcher's lease renewals aside).
 // Run it with `make bench`.
@@ -54,56 +55,64 @@ func BenchmarkDriftChecks(b *testing.B) {
 		_, err := s.CreateInstance(fmt.Sprintf("d-%05d", i), plan, "")
 		return err
 	})
-	for succeeded := 0; succeeded < n; {
-		if time.Since(created) > 30*time.Minute {
-			b.Fatalf("after 30 minutes %d of %d instances are provisioned", succeeded, n)
-		}
-		time.Sleep(time.Second) // a poll, not a wait before an assertion: the loop measures when
+	succeeded := 0
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var list osbv1alpha1.SFServiceInstanceList
-		require.NoError(b, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+		if err := s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)); err != nil {
+			return false, err
+		}
 		succeeded = 0
 		for _, inst := range list.Items {
 			if inst.Status.State == osbv1alpha1.StateSucceeded {
 				succeeded++
 			}
 		}
-	}
+		return succeeded == n, nil
+	})
+	require.NoError(b, err, "%d of %d instances are provisioned", succeeded, n)
 	provisioned := time.Since(created)
 
-	// A minute for the provisions' last writes to settle, then one period
-	// of steady state, in which each instance's instant comes once:
-	// measuring windows, not waits before an assertion.
-	time.Sleep(min(period, time.Minute))
+	// Steady state begins once the provisions' last writes have stopped (no
+	// write between two looks 5 s apart), and the window ends once every
+	// instance has been checked once: each check reads its ConfigMap from
+	// the API server, and nothing else reads ConfigMaps at rest, so the
+	// window is as long as the checks took: about a period, ending just
+	// after the pass (a burst at each tick) that checked the last of them,
+	// which if anything overstates the rate.
+	var last float64 = -1
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Second, 10*time.Minute, false, func(context.Context) (bool, error) {
+		w, _ := atRest(apiRequests(b, s.Kube), nil)
+		settled := w == last
+		last = w
+		return settled, nil
+	})
+	require.NoError(b, err, "the provisions' writes stop")
 	cpuBefore, reqBefore := testenv.CPU(), apiRequests(b, s.Kube)
+	began := time.Now()
 	stopProfile := testenv.ProfileSelf(b, "drift-qm")
-	time.Sleep(period)
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*period+time.Minute, false, func(context.Context) (bool, error) {
+		return apiRequests(b, s.Kube)["GET configmaps/"]-reqBefore["GET configmaps/"] >= float64(n), nil
+	})
 	stopProfile()
+	require.NoError(b, err, "every instance is checked once")
+	window := time.Since(began)
 	cpuAfter, reqAfter := testenv.CPU(), apiRequests(b, s.Kube)
 	b.StopTimer()
 
 	used := func(names ...string) float64 {
 		var c float64
 		for _, name := range names {
-			c += (cpuAfter[name] - cpuBefore[name]).Seconds() / period.Seconds()
+			c += (cpuAfter[name] - cpuBefore[name]).Seconds() / window.Seconds()
 		}
 		return c
 	}
-	var writes, reads float64
-	var written []string
+	writes, written := atRest(reqAfter, reqBefore)
+	var reads float64
 	for key, v := range reqAfter {
-		d := v - reqBefore[key]
-		verb, _, _ := strings.Cut(key, " ")
-		switch {
-		case d <= 0, strings.HasPrefix(key, "PUT leases/"):
-			// The watcher's lease renewals are no check's.
-		case slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, verb):
-			writes += d
-			written = append(written, fmt.Sprintf("%s: %.0f", key, d))
-		case verb == "GET":
-			reads += d
+		if strings.HasPrefix(key, "GET ") {
+			reads += v - reqBefore[key]
 		}
 	}
-	slices.Sort(written)
 	goal, withAPI := used("qm", "temporal"), used("qm", "temporal", "kube-apiserver", "etcd")
 	// The cost follows the rate of checks: per instance checked every ten
 	// minutes, as many instances as this rate checks that often.
@@ -115,12 +124,31 @@ func BenchmarkDriftChecks(b *testing.B) {
 	b.ReportMetric(reads/float64(n), "gets/instance")
 	fmt.Printf("\ndrift checks of %d instances (a ConfigMap and a Service each), every %v, API server alone, file-backed Temporal:\n"+
 		"  provisioned in %v\n"+
-		"  steady state over one period (%v), nothing drifted: %.1f GETs per instance, %.0f writes%s\n"+
+		"  steady state until every instance was checked once (%v, a period is %v), nothing drifted: %.1f GETs per instance, %.0f writes%s\n"+
 		"  CPU in cores: qm %.3f, temporal %.3f, kube-apiserver %.3f, etcd %.3f\n"+
 		"  Quartermaster + Temporal: %.4f cores; per instance checked every ten minutes (%.0f at this rate): %.1f µcores (health checks' budget: %.1f µcores per service); with the API server: %.4f\n%s\n%s",
-		n, period, provisioned.Round(time.Second), period, reads/float64(n), writes, strings.Join(append([]string{""}, written...), "\n    "),
+		n, period, provisioned.Round(time.Second), window.Round(time.Second), period, reads/float64(n), writes, strings.Join(append([]string{""}, written...), "\n    "),
 		used("qm"), used("temporal"), used("kube-apiserver"), used("etcd"),
 		goal, atTenMinutes, perInstance, healthCheckBudget*1e6, withAPI,
 		testenv.BenchVerdict("Quartermaster + Temporal per instance checked every ten minutes", perInstance, healthCheckBudget*1e6, "µcores", true),
 		testenv.BenchVerdict("API writes at rest", writes, 0, "writes", true))
+}
+
+// atRest counts the API server's writes between two readings of
+// apiRequests (before nil: since it started), and names each: the
+// watcher's lease renewals aside, which are no check's.
+func atRest(after, before map[string]float64) (float64, []string) {
+	var writes float64
+	var written []string
+	for key, v := range after {
+		d := v - before[key]
+		verb, _, _ := strings.Cut(key, " ")
+		if d <= 0 || strings.HasPrefix(key, "PUT leases/") || !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, verb) {
+			continue
+		}
+		writes += d
+		written = append(written, fmt.Sprintf("%s: %.0f", key, d))
+	}
+	slices.Sort(written)
+	return writes, written
 }
