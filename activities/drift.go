@@ -109,7 +109,7 @@ func (d *Drift) CheckInstances(ctx context.Context, p DriftPass) (DriftPassed, e
 		if err != nil {
 			continue // an unknown plan: the instance's operations say so
 		}
-		s, ok := drift.Of(plan)
+		s, ok := drift.Of(plan, d.Ops.Catalog.Trusted(plan.Namespace))
 		if !ok {
 			continue
 		}

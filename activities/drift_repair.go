@@ -123,7 +123,7 @@ func (d *Drift) fresh(ctx context.Context, tg lifecycle.Target) (*osbv1alpha1.SF
 // of a plan that asks for them: the record Secret beside the registry,
 // owned by it. A record that holds the same already is not written.
 func (a *Operations) recordApplied(ctx context.Context, t *target, registrySecret *corev1.Secret, objs []*unstructured.Unstructured) error {
-	if _, ok := drift.Of(t.plan); !ok || t.instance == nil || t.binding != nil {
+	if _, ok := drift.Of(t.plan, true); !ok || t.instance == nil || t.binding != nil {
 		return nil
 	}
 	mine := make([]*unstructured.Unstructured, 0, len(objs))

@@ -24,6 +24,12 @@ const DefaultEvery = 10 * time.Minute
 // MinEvery is the shortest time between two checks.
 const MinEvery = time.Second
 
+// TenantMinEvery is the shortest time between two checks of an instance of
+// a tenant's plan (one outside the catalog namespaces): the checks run in
+// the worker every tenant shares, and a tenant's plan must not buy its
+// instances a check a second at everyone else's cost.
+const TenantMinEvery = time.Minute
+
 // Settings are a plan's drift settings with their defaults filled in.
 type Settings struct {
 	Every  time.Duration
@@ -31,14 +37,18 @@ type Settings struct {
 }
 
 // Of returns the drift settings of plan, and false when it asks for no
-// checks.
-func Of(plan *osbv1alpha1.SFPlan) (Settings, bool) {
+// checks. trusted says the plan is the catalog's (a tenant's plan checks
+// no more often than TenantMinEvery).
+func Of(plan *osbv1alpha1.SFPlan, trusted bool) (Settings, bool) {
 	if plan == nil || plan.Spec.Drift == nil {
 		return Settings{}, false
 	}
 	s := Settings{Every: DefaultEvery, Action: plan.Spec.Drift.Action}
 	if e := plan.Spec.Drift.Every; e != nil {
 		s.Every = max(e.Duration, MinEvery)
+	}
+	if !trusted {
+		s.Every = max(s.Every, TenantMinEvery)
 	}
 	if s.Action == "" {
 		s.Action = osbv1alpha1.DriftReport

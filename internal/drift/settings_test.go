@@ -17,10 +17,11 @@ func TestOf(t *testing.T) {
 		return &osbv1alpha1.SFPlan{Spec: osbv1alpha1.SFPlanSpec{Drift: d}}
 	}
 	cases := []struct {
-		name string
-		plan *osbv1alpha1.SFPlan
-		want Settings
-		ok   bool
+		name    string
+		plan    *osbv1alpha1.SFPlan
+		tenants bool
+		want    Settings
+		ok      bool
 	}{
 		{name: "no plan", plan: nil},
 		{name: "not asked for", plan: plan(nil)},
@@ -29,10 +30,14 @@ func TestOf(t *testing.T) {
 			want: Settings{Every: time.Minute, Action: osbv1alpha1.DriftRepair}, ok: true},
 		{name: "too short", plan: plan(&osbv1alpha1.DriftSettings{Every: &metav1.Duration{Duration: time.Millisecond}}),
 			want: Settings{Every: MinEvery, Action: osbv1alpha1.DriftReport}, ok: true},
+		{name: "a tenant's plan, at most once a minute", tenants: true, plan: plan(&osbv1alpha1.DriftSettings{Every: &metav1.Duration{Duration: 2 * time.Second}}),
+			want: Settings{Every: TenantMinEvery, Action: osbv1alpha1.DriftReport}, ok: true},
+		{name: "a tenant's plan, slower", tenants: true, plan: plan(&osbv1alpha1.DriftSettings{Every: &metav1.Duration{Duration: time.Hour}}),
+			want: Settings{Every: time.Hour, Action: osbv1alpha1.DriftReport}, ok: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, ok := Of(c.plan)
+			got, ok := Of(c.plan, !c.tenants)
 			assert.Equal(t, c.ok, ok)
 			assert.Equal(t, c.want, got)
 		})
