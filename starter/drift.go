@@ -3,10 +3,8 @@ package starter
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"go.temporal.io/sdk/client"
-	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -33,25 +31,10 @@ func setupDriftChecks(mgr ctrl.Manager, tc client.Client, keep *Loops) error {
 	return mgr.Add(manager.RunnableFunc(d.ensureLoops))
 }
 
-// ensureLoops starts every shard's loop that is not running, trying again
-// until Temporal takes them all (as HealthChecks.ensureLoops).
+// ensureLoops starts every shard's loop that is not running.
 func (d *DriftChecks) ensureLoops(ctx context.Context) error {
 	wants, _ := d.loops(ctx)
-	err := wait.PollUntilContextCancel(ctx, loopStartRetry, true, func(ctx context.Context) (bool, error) {
-		for _, w := range wants {
-			if err := d.startLoop(ctx, w); err != nil {
-				if ctx.Err() == nil {
-					slog.Default().Warn("could not start the drift-check loops yet; trying again", "retryIn", loopStartRetry, "error", err.Error())
-				}
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
+	return ensureRuns(ctx, "drift-check loops", wants, d.startLoop)
 }
 
 // loops are the runs the drift checks call for: one loop per shard.

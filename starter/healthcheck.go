@@ -69,17 +69,22 @@ func (h *HealthChecks) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 }
 
 // ensureLoops starts every shard's loop that is not running; a running
-// one is left as it is. Temporal may be slow to answer at first (starting
-// up, or loaded): a pass that fails is logged and tried again until every
-// loop is started, because a runnable that returned its error would stop
-// the whole watcher with it.
+// one is left as it is.
 func (h *HealthChecks) ensureLoops(ctx context.Context) error {
 	wants, _ := h.loops(ctx)
+	return ensureRuns(ctx, "health-check loops", wants, h.startLoop)
+}
+
+// ensureRuns starts each of wants with start. Temporal may be slow to
+// answer at first (starting up, or loaded): a pass that fails is logged
+// and tried again until every run is started, because a runnable that
+// returned its error would stop the whole watcher with it.
+func ensureRuns(ctx context.Context, what string, wants []loops.Want, start func(context.Context, loops.Want) error) error {
 	err := wait.PollUntilContextCancel(ctx, loopStartRetry, true, func(ctx context.Context) (bool, error) {
 		for _, w := range wants {
-			if err := h.startLoop(ctx, w); err != nil {
+			if err := start(ctx, w); err != nil {
 				if ctx.Err() == nil {
-					slog.Default().Warn("could not start the health-check loops yet; trying again", "retryIn", loopStartRetry, "error", err.Error())
+					slog.Default().Warn("could not start the "+what+" yet; trying again", "retryIn", loopStartRetry, "error", err.Error())
 				}
 				return false, nil
 			}
