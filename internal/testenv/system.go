@@ -21,6 +21,7 @@ import (
 	"github.com/quartermaster/qm/internal/devserver"
 	"github.com/quartermaster/qm/internal/renderproc"
 	"github.com/quartermaster/qm/internal/scheduling"
+	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/internal/temporalcluster"
@@ -102,6 +103,8 @@ type Parts struct {
 	Watched []string
 	// APILimits are the API's limits, with API.
 	APILimits api.Limits
+	// RenderTimeout is the worker's --render-timeout (0: its default).
+	RenderTimeout time.Duration
 	// Parallel runs the test beside the package's other parallel tests
 	// (Start calls t.Parallel): the System keeps to its namespace and
 	// "default" (the samples') and has a Temporal namespace of its own
@@ -146,6 +149,7 @@ type System struct {
 	restOptions    system.Options
 	minute         time.Duration
 	scheduler      scheduling.Scheduler
+	renderBounds   plan.Bounds
 	// watched are the only namespaces the components watch (Parts.Parallel).
 	watched []string
 }
@@ -156,7 +160,8 @@ func Start(t testing.TB, parts Parts) *System {
 	if p, ok := t.(interface{ Parallel() }); ok && parts.Parallel {
 		p.Parallel()
 	}
-	s := &System{t: t, Namespace: parts.Namespace, ServiceID: parts.ServiceID, minute: parts.HealthCheckMinute, scheduler: parts.Scheduler}
+	s := &System{t: t, Namespace: parts.Namespace, ServiceID: parts.ServiceID, minute: parts.HealthCheckMinute, scheduler: parts.Scheduler,
+		renderBounds: plan.Bounds{Timeout: parts.RenderTimeout}}
 	if parts.Bare {
 		s.Kube = BareKubernetes(t)
 	} else {
@@ -278,7 +283,7 @@ func (s *System) StartWorker() {
 	s.t.Helper()
 	o := system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
 		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes, Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout,
-		Renderer: renderers}
+		Renderer: renderers, RenderBounds: s.renderBounds}
 	if s.TemporalCluster != nil {
 		// As `qm worker` does: a cluster's namespace gets the search
 		// attributes from the worker.
@@ -310,7 +315,7 @@ func (s *System) serveWorkerMetrics() {
 func (s *System) StartAnotherWorker() {
 	s.t.Helper()
 	s.run(system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler,
-		Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout, Renderer: renderers})
+		Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout, Renderer: renderers, RenderBounds: s.renderBounds})
 }
 
 // renderers are the render processes of every worker of the test binary
