@@ -19,9 +19,9 @@ import (
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/internal/devserver"
+	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/renderproc"
 	"github.com/quartermaster/qm/internal/scheduling"
-	"github.com/quartermaster/qm/internal/plan"
 	"github.com/quartermaster/qm/internal/system"
 	"github.com/quartermaster/qm/internal/telemetry"
 	"github.com/quartermaster/qm/internal/temporalcluster"
