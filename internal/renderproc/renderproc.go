@@ -47,11 +47,6 @@ const heapFactor = 4
 // timeout must not hold every process while other plans' renders queue.
 const DefaultSizePerCPU = 4
 
-// renderNice is a render process's nice value: where the worker (nice 0)
-// and render processes both want the CPU, each render process weighs a
-// tenth of one of the worker's threads.
-const renderNice = 10
-
 // startTimeout bounds how long a render process may take to be ready.
 const startTimeout = time.Minute
 
@@ -214,10 +209,8 @@ func (p *Pool) start() (*process, error) {
 		}
 	}
 	cmd.Stderr = os.Stderr
-	// The render process dies with the worker, even on SIGKILL. It is a
-	// process group of its own so that its priority can be lowered, every
-	// thread at once, after it starts (lowerPriority).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// The render process dies with the worker, even on SIGKILL.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -229,7 +222,6 @@ func (p *Pool) start() (*process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%w: starting a render process: %v", plan.ErrRenderUnavailable, err)
 	}
-	lowerPriority(cmd.Process.Pid)
 	proc := &process{cmd: cmd, in: in, enc: json.NewEncoder(in), dec: json.NewDecoder(bufio.NewReader(out)), done: make(chan struct{})}
 	go func() {
 		proc.err = cmd.Wait()
@@ -257,18 +249,6 @@ func (p *Pool) start() (*process, error) {
 		return nil, fmt.Errorf("%w: a render process was not ready within %s", plan.ErrRenderUnavailable, startTimeout)
 	}
 	return proc, nil
-}
-
-// lowerPriority runs the render process pid, which leads a process group of
-// its own, at renderNice: it runs plan authors' templates, and renders
-// that spin to their timeout must not take the CPU that the worker's
-// workflow tasks, and the healthy renders they wait on, need. On Linux a
-// nice value is a thread's: PRIO_PGRP sets it on every thread of the
-// group, and the threads the process starts later take it from theirs.
-// Best effort: where it cannot be lowered, the process runs at the
-// worker's priority.
-func lowerPriority(pid int) {
-	_ = syscall.Setpriority(syscall.PRIO_PGRP, pid, renderNice)
 }
 
 // render sends job and waits for the answer, at most the job's timeout and

@@ -79,33 +79,6 @@ func TestRenderProcessesStopForReal(t *testing.T) {
 	assert.Equal(t, "ok 2", res.Text, "a new render process serves the next render")
 }
 
-// TestRenderProcessesYieldTheCPU: every thread of a render process runs at
-// nice 10, so that renders that spin to their timeout give the CPU to the
-// worker (nice 0) when it needs it.
-func TestRenderProcessesYieldTheCPU(t *testing.T) {
-	pool := &renderproc.Pool{Size: 1}
-	t.Cleanup(pool.Stop)
-	_, err := pool.Run(plan.Job{Name: "provision", Content: `ok`, Bounds: withDefaults(plan.Bounds{Timeout: 5 * time.Second, MaxMemory: 16 << 20})})
-	require.NoError(t, err)
-	kids, err := children()
-	require.NoError(t, err)
-	require.Len(t, kids, 1, "the render process waits in the pool for the next render")
-	tasks, err := os.ReadDir("/proc/" + kids[0] + "/task")
-	require.NoError(t, err)
-	require.Greater(t, len(tasks), 1, "a Go process has more than one thread")
-	for _, task := range tasks {
-		raw, err := os.ReadFile("/proc/" + kids[0] + "/task/" + task.Name() + "/stat")
-		require.NoError(t, err)
-		// pid (comm) state ... nice is the 19th field, the 17th after comm.
-		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-		assert.Equal(t, "10", f[16], "thread %s's nice value", task.Name())
-	}
-	// The worker keeps its own.
-	raw, err := os.ReadFile("/proc/self/stat")
-	require.NoError(t, err)
-	assert.Equal(t, "0", strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))[16])
-}
-
 // planWith is a plan whose provision template is content.
 func planWith(content string) *osbv1alpha1.SFPlan {
 	return &osbv1alpha1.SFPlan{Spec: osbv1alpha1.SFPlanSpec{Templates: []osbv1alpha1.TemplateSpec{
