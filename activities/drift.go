@@ -100,24 +100,13 @@ func (d *Drift) CheckInstances(ctx context.Context, p DriftPass) (DriftPassed, e
 		sem = make(chan struct{}, driftConcurrency)
 		wg  sync.WaitGroup
 	)
-	// A pass goes over every instance of its shard each time it wakes, and
-	// most share a few plans: each plan is looked up once a pass, not once
-	// an instance (a lookup copies the plan, templates and all; at 10,000
-	// instances they were most of the checks' CPU).
-	type planKey struct{ id, namespace string }
-	plans := map[planKey]*osbv1alpha1.SFPlan{}
 	for i := range list.Items {
 		inst := &list.Items[i]
 		if drift.Shard(inst.Namespace, inst.Name) != p.Shard {
 			continue
 		}
-		key := planKey{inst.Spec.PlanID, inst.Namespace}
-		plan, seen := plans[key]
-		if !seen {
-			plan, _ = d.Ops.Offerings.PlanFor(ctx, key.id, key.namespace)
-			plans[key] = plan
-		}
-		if plan == nil {
+		plan, err := d.Ops.Offerings.PlanFor(ctx, inst.Spec.PlanID, inst.Namespace)
+		if err != nil {
 			continue // an unknown plan: the instance's operations say so
 		}
 		s, ok := drift.Of(plan, d.Ops.Catalog.Trusted(plan.Namespace))
