@@ -25,7 +25,7 @@ import (
 // The render timeout is 10 s rather than the default 5 s: "while they
 // still run" is then a margin no load of the machine takes away (the
 // healthy provision took 5.6 s beside them once, in a full make test with
-// the race detector, against 2.2 s alone).
+// the race detector, against 2.6 s alone).
 func TestAbusiveTemplatesFail(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, RenderTimeout: renderTimeout})
 	healthy := s.Plan("healthy", "", testenv.Templates("instant"))
