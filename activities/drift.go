@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -266,17 +267,48 @@ func listed(inst *osbv1alpha1.SFServiceInstance, obj *unstructured.Unstructured)
 // setCondition writes condition Drifted on inst, unless an operation
 // changed the status since inst was read: the next pass sees it anew.
 func (d *Drift) setCondition(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, status metav1.ConditionStatus, reason, msg string) error {
+	err := d.patchCondition(ctx, inst, status, reason, msg)
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// recordOutcome writes a Repair run's outcome into condition Drifted.
+// Unlike a check's write, which yields to any write it did not see, the
+// outcome is the last word: a check that compared while the run applied
+// may have written NoDrift in between, and the outcome (which names the
+// run and what it repaired) would otherwise be lost. On a conflict it
+// reads the instance again and writes anew.
+func (d *Drift) recordOutcome(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, status metav1.ConditionStatus, reason, msg string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := d.patchCondition(ctx, inst, status, reason, msg)
+		if apierrors.IsConflict(err) {
+			fresh := &osbv1alpha1.SFServiceInstance{}
+			if err := d.Ops.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(inst), fresh); err != nil {
+				return err
+			}
+			*inst = *fresh
+		}
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil // gone: nothing to record on
+	}
+	return err
+}
+
+// patchCondition sets condition Drifted on inst, if inst is still the
+// version it was read at.
+func (d *Drift) patchCondition(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, status metav1.ConditionStatus, reason, msg string) error {
 	base := inst.DeepCopy()
 	meta.SetStatusCondition(&inst.Status.Conditions, metav1.Condition{Type: osbv1alpha1.ConditionDrifted, Status: status,
 		Reason: reason, Message: msg, ObservedGeneration: inst.Generation})
 	err := d.Ops.Client.Status().Patch(ctx, inst, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("writing condition %s: %w", osbv1alpha1.ConditionDrifted, err)
 	}
-	return nil
+	return err
 }
 
 func (d *Drift) event(inst *osbv1alpha1.SFServiceInstance, kind, reason, msg string) {

@@ -67,7 +67,7 @@ func (d *Drift) RepairScope(ctx context.Context, tg lifecycle.Target) (RepairSco
 	case !measured:
 		return RepairScope{Skipped: "the instance's record is not of its current render any more"}, nil
 	case len(findings) == 0:
-		return RepairScope{Skipped: "the drift went before the repair"}, d.setCondition(ctx, inst, metav1.ConditionFalse, ReasonNoDrift, "the drift went before the repair")
+		return RepairScope{Skipped: "the drift went before the repair"}, d.recordOutcome(ctx, inst, metav1.ConditionFalse, ReasonNoDrift, "the drift went before the repair")
 	}
 	return RepairScope{Found: drift.Describe(findings)}, nil
 }
@@ -85,7 +85,7 @@ func (d *Drift) RepairDone(ctx context.Context, tg lifecycle.Target, repaired, f
 	if failure != "" {
 		msg := fmt.Sprintf("repair run %s failed: %s (drifted: %s)", runID, failure, repaired)
 		d.event(inst, corev1.EventTypeWarning, ReasonRepairFailed, msg)
-		return msg, d.setCondition(ctx, inst, metav1.ConditionTrue, ReasonRepairFailed, msg)
+		return msg, d.recordOutcome(ctx, inst, metav1.ConditionTrue, ReasonRepairFailed, msg)
 	}
 	findings, _, err := d.compare(ctx, inst, plan)
 	if err != nil {
@@ -94,11 +94,11 @@ func (d *Drift) RepairDone(ctx context.Context, tg lifecycle.Target, repaired, f
 	if len(findings) > 0 {
 		msg := fmt.Sprintf("still drifted after repair run %s: %s", runID, drift.Describe(findings))
 		d.event(inst, corev1.EventTypeWarning, ReasonDrifted, msg)
-		return msg, d.setCondition(ctx, inst, metav1.ConditionTrue, ReasonDrifted, msg)
+		return msg, d.recordOutcome(ctx, inst, metav1.ConditionTrue, ReasonDrifted, msg)
 	}
 	msg := fmt.Sprintf("repaired by run %s: %s", runID, repaired)
 	d.event(inst, corev1.EventTypeNormal, ReasonRepaired, msg)
-	return msg, d.setCondition(ctx, inst, metav1.ConditionFalse, ReasonRepaired, msg)
+	return msg, d.recordOutcome(ctx, inst, metav1.ConditionFalse, ReasonRepaired, msg)
 }
 
 // fresh reads the instance from the API server, and its plan; a nil
