@@ -58,7 +58,7 @@ func BenchmarkFairness(b *testing.B) {
 	for _, burst := range []string{"osb", "kubectl", "mass-update", "floor"} {
 		for _, fair := range []bool{true, false} {
 			if burst == "floor" && !fair {
-				continue // the floor has no fairness switch: it is Temporal's order alone
+				continue // the floor runs once, with the dev server's fairness on
 			}
 			if testenv.BenchSmoke() && (burst == "kubectl" || burst == "mass-update" || !fair) {
 				continue // the smoke run: the OSB case and the floor, small
