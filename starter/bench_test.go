@@ -213,7 +213,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 // and subresource, from its /metrics.
 func apiRequests(t testing.TB, kube *testenv.Cluster) map[string]float64 {
 	out := map[string]float64{}
-	for _, s := range testenv.ScrapeAPIServer(t, kube)["apiserver_request_total"].GetMetric() {
+	for _, s := range testenv.ScrapeAPIServer(t, kube, "apiserver_request_total")["apiserver_request_total"].GetMetric() {
 		out[testenv.Label(s, "verb")+" "+testenv.Label(s, "resource")+"/"+testenv.Label(s, "subresource")] += s.GetCounter().GetValue()
 	}
 	return out
@@ -224,7 +224,7 @@ func apiRequests(t testing.TB, kube *testenv.Cluster) map[string]float64 {
 // reaches.
 func watchEvents(t testing.TB, kube *testenv.Cluster) map[string]float64 {
 	out := map[string]float64{}
-	for _, s := range testenv.ScrapeAPIServer(t, kube)["apiserver_watch_events_total"].GetMetric() {
+	for _, s := range testenv.ScrapeAPIServer(t, kube, "apiserver_watch_events_total")["apiserver_watch_events_total"].GetMetric() {
 		out["events "+testenv.Label(s, "resource")] += s.GetCounter().GetValue()
 	}
 	return out
