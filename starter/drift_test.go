@@ -34,7 +34,9 @@ const driftEvery = 2 * time.Second
 // Deployment scaled to zero behind Quartermaster's back are applied again
 // by a Repair run of their own, with condition Drifted, Events and the
 // metric saying what was done; with report, the same drift is recorded and
-// left as it is. An instance that did not drift is not written to.
+// left as it is. An instance that did not drift is not written to (its
+// Secret, written as stringData, which the server keeps as data, among
+// its objects).
 func TestDriftRepairedAndReported(t *testing.T) {
 	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
@@ -50,7 +52,7 @@ func TestDriftRepairedAndReported(t *testing.T) {
 		assert.Equal(t, drift.SecretType, record.Type)
 		rec, err := drift.Decode(record.Data)
 		require.NoError(t, err)
-		assert.Len(t, rec.Objects, 2, "the Deployment and the Service are recorded")
+		assert.Len(t, rec.Objects, 3, "the Deployment, the Service and the Secret are recorded")
 	}
 	reportsBefore, repairsBefore := driftCount(t, "report"), driftCount(t, "repair")
 
@@ -163,9 +165,11 @@ func resourceVersions(t *testing.T, s *testenv.System, name string) map[string]s
 		require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, obj))
 		out[kind] = obj.GetResourceVersion()
 	}
-	var record corev1.Secret
+	var record, creds corev1.Secret
 	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: drift.SecretName(name)}, &record))
 	out["record"] = record.ResourceVersion
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name + "-creds"}, &creds))
+	out["secret"] = creds.ResourceVersion
 	return out
 }
 

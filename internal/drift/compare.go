@@ -1,6 +1,7 @@
 package drift
 
 import (
+	"encoding/base64"
 	"fmt"
 	"reflect"
 	"slices"
@@ -48,13 +49,37 @@ func Compare(applied, live *unstructured.Unstructured) (Finding, bool) {
 		return f, true
 	}
 	var fields []string
-	compareMap("", applied.Object, live.Object, &fields)
+	compareMap("", asStored(applied).Object, live.Object, &fields)
 	fields = slices.DeleteFunc(fields, serverField)
 	if len(fields) == 0 {
 		return Finding{}, false
 	}
 	f.Fields = fields
 	return f, true
+}
+
+// asStored is applied as the API server stores it, where the two differ
+// by design: a Secret's stringData is write-only, kept as data, base64
+// (a value in both, stringData's). Compared as applied, every Secret of a
+// template that writes stringData read as drifted at every check, and its
+// Repair runs followed one another without end. A copy: applied is the
+// record's.
+func asStored(applied *unstructured.Unstructured) *unstructured.Unstructured {
+	plain, found, _ := unstructured.NestedMap(applied.Object, "stringData")
+	if !found || applied.GetKind() != "Secret" || applied.GroupVersionKind().Group != "" {
+		return applied
+	}
+	stored := applied.DeepCopy()
+	unstructured.RemoveNestedField(stored.Object, "stringData")
+	data, _, _ := unstructured.NestedMap(stored.Object, "data")
+	if data == nil {
+		data = map[string]any{}
+	}
+	for k, v := range plain {
+		data[k] = base64.StdEncoding.EncodeToString([]byte(fmt.Sprint(v)))
+	}
+	stored.Object["data"] = data
+	return stored
 }
 
 // serverField says whether path is one the API server sets (never drift).

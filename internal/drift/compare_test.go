@@ -87,6 +87,17 @@ spec:
 			fields: []string{"spec.hosts[1]"}},
 		{name: "a server field is never drift", applied: "{kind: X, metadata: {name: x, resourceVersion: \"1\"}, status: {a: 1}}", live: "{kind: X, metadata: {name: x, resourceVersion: \"2\"}, status: {a: 2}}"},
 		{name: "missing", applied: deployment, missing: true},
+		// "cHc=" is "pw", "dXNlcg==" "user", "b3RoZXI=" "other".
+		{name: "a Secret's stringData as the server keeps it, in data", applied: "{apiVersion: v1, kind: Secret, metadata: {name: s}, stringData: {password: pw}, data: {user: dXNlcg==}}",
+			live: "{apiVersion: v1, kind: Secret, metadata: {name: s}, data: {password: cHc=, user: dXNlcg==}, type: Opaque}"},
+		{name: "stringData wins over data, as on the server", applied: "{apiVersion: v1, kind: Secret, metadata: {name: s}, stringData: {password: pw}, data: {password: b3RoZXI=}}",
+			live: "{apiVersion: v1, kind: Secret, metadata: {name: s}, data: {password: cHc=}}"},
+		{name: "a Secret's value changed", applied: "{apiVersion: v1, kind: Secret, metadata: {name: s}, stringData: {password: pw}}",
+			live: "{apiVersion: v1, kind: Secret, metadata: {name: s}, data: {password: b3RoZXI=}}", fields: []string{"data.password"}},
+		{name: "a Secret's key removed", applied: "{apiVersion: v1, kind: Secret, metadata: {name: s}, stringData: {password: pw}}",
+			live: "{apiVersion: v1, kind: Secret, metadata: {name: s}, data: {}}", fields: []string{"data.password"}},
+		{name: "another kind's stringData is compared as it is", applied: "{apiVersion: example.com/v1, kind: Secret, metadata: {name: s}, stringData: {a: b}}",
+			live: "{apiVersion: example.com/v1, kind: Secret, metadata: {name: s}, data: {a: Yg==}}", fields: []string{"stringData"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
