@@ -96,11 +96,13 @@ func TestChartUpgradeUnderLoad(t *testing.T) {
 
 	failed, crossed := taskFailures(t, s, s.Namespace)
 	assert.Empty(t, failed, "workflow tasks failed")
+	waiting := waitingTypes(t, testenv.ReleaseSource(earlierBin))
 	var logged []string
 	for _, p := range append(k.pods, k.gone...) {
-		logged = append(logged, failedTaskLines(p.name, p.log.String())...)
+		logged = append(logged, failedTaskLines(p.name, p.log.String(), waiting)...)
 	}
 	assert.Empty(t, logged, "pods logged failed workflow tasks")
+	checkWaiting(t, s, waiting)
 	t.Logf("longest stall: upgrade %s, rollback %s; runs that crossed both: %s", stalls["up"].Round(time.Millisecond),
 		stalls["down"].Round(time.Millisecond), crossed)
 }
