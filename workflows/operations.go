@@ -360,10 +360,12 @@ func Register(r sdkworker.WorkflowRegistry) {
 		runs.MassUpdateType:         MassUpdate,
 		runs.CredentialRotationType: CredentialRotation,
 		runs.DriftChecksType:        DriftChecks,
-		runs.RepairType:             Repair,
 	} {
 		r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: name, VersioningBehavior: workflow.VersioningBehaviorAutoUpgrade})
 	}
+	// A repair ends soon, as an operation does: pinned, it drains on the
+	// build that started it, and a release rolled back to never sees it.
+	r.RegisterWorkflowWithOptions(Repair, workflow.RegisterOptions{Name: runs.RepairType})
 	for op, wf := range map[lifecycle.Operation]any{
 		lifecycle.OpProvision:   Provision,
 		lifecycle.OpUpdate:      Update,
