@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/retry"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -25,24 +24,24 @@ import (
 )
 
 // Drift holds the activities of the drift checks: a loop's pass over its
-// shard of the instances, and the steps of a Repair run. A check only
-// reads, unless it finds drift.
+// shard of the instances and their bindings, and the steps of a Repair
+// run. A check only reads, unless it finds drift.
 type Drift struct {
 	Ops *Operations
-	// Instances lists the SFServiceInstances from a cache (nil: through
-	// Ops.Client).
+	// Instances lists the SFServiceInstances and SFServiceBindings from a
+	// cache (nil: through Ops.Client).
 	Instances ctrlclient.Reader
 	// Temporal starts Repair runs.
 	Temporal client.Client
-	// Events records drift and repairs on the instance.
+	// Events records drift and repairs on the instance or binding.
 	Events record.EventRecorder
 	// Versioned: the worker is versioned, so runs it starts are not
 	// started eagerly (as MassUpdates).
 	Versioned bool
 }
 
-// DriftPass asks for one pass over a shard's instances: those whose check
-// falls in (From, To].
+// DriftPass asks for one pass over a shard's instances and their
+// bindings: those whose check falls in (From, To].
 type DriftPass struct {
 	Shard int       `json:"shard"`
 	From  time.Time `json:"from"`
@@ -51,19 +50,22 @@ type DriftPass struct {
 
 // DriftPassed is what a pass did, for the run's history and details.
 type DriftPassed struct {
-	// Instances counts the shard's instances whose plan asks for checks.
+	// Instances counts the shard's instances whose plan asks for checks,
+	// and Bindings their bindings whose plan does.
 	Instances int `json:"instances"`
-	Checked   int `json:"checked"`
-	// Drifted names the instances found drifted ("shop/kv-1: Service
-	// shop/kv-1: deleted"), the first maxChanges; MoreDrifted counts the
-	// rest.
+	Bindings  int `json:"bindings,omitempty"`
+	// Checked counts the instances and bindings compared.
+	Checked int `json:"checked"`
+	// Drifted names the instances and bindings found drifted ("shop/kv-1:
+	// Service shop/kv-1: deleted"), the first maxChanges; MoreDrifted
+	// counts the rest.
 	Drifted     []string `json:"drifted,omitempty"`
 	MoreDrifted int      `json:"moreDrifted,omitempty"`
 	// Repairs counts the Repair runs the pass started.
 	Repairs int `json:"repairs,omitempty"`
-	// Failed says which instances could not be checked, and why (the
-	// first maxChanges): the pass goes on without them, as the next
-	// pass's window does not cover this one's again.
+	// Failed says which could not be checked, and why (the first
+	// maxChanges): the pass goes on without them, as the next pass's
+	// window does not cover this one's again.
 	Failed     []string `json:"failed,omitempty"`
 	MoreFailed int      `json:"moreFailed,omitempty"`
 	// Tick is how long the loop waits before its next pass.
@@ -83,65 +85,126 @@ const (
 // asking for checks is served within it.
 const driftTickMax = time.Minute
 
-// driftConcurrency bounds the instances of one pass compared at once.
+// driftConcurrency bounds the instances and bindings of one pass compared
+// at once.
 const driftConcurrency = 16
 
-// CheckInstances runs one pass: it compares each due instance's objects
-// with what its last operation applied, and records what drifted (report)
-// or starts its Repair run (repair). An instance that did not drift costs
-// reads alone. Only a pass that could not list the instances fails.
+// driftPass is one pass under way: what it found so far, and the checks
+// it runs at once.
+type driftPass struct {
+	d   *Drift
+	out DriftPassed
+	mu  sync.Mutex
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+// CheckInstances runs one pass: it compares each due instance's objects,
+// then each due binding's, with what its last operation applied, and
+// records what drifted (report) or starts its Repair run (repair). One
+// that did not drift costs reads alone, and a shard with no instance
+// whose plan asks for checks reads no bindings. Only a pass that could not
+// list the instances or bindings fails.
 func (d *Drift) CheckInstances(ctx context.Context, p DriftPass) (DriftPassed, error) {
 	var list osbv1alpha1.SFServiceInstanceList
 	if err := d.reader().List(ctx, &list, ctrlclient.UnsafeDisableDeepCopy); err != nil {
 		return DriftPassed{}, fmt.Errorf("listing SFServiceInstances: %w", err)
 	}
-	var (
-		out = DriftPassed{Tick: driftTickMax}
-		mu  sync.Mutex
-		sem = make(chan struct{}, driftConcurrency)
-		wg  sync.WaitGroup
-	)
+	pass := &driftPass{d: d, out: DriftPassed{Tick: driftTickMax}, sem: make(chan struct{}, driftConcurrency)}
+	// The shard's instances whose plan asks for checks, by namespace/name:
+	// their bindings are the shard's too.
+	withChecks := map[ctrlclient.ObjectKey]*osbv1alpha1.SFServiceInstance{}
 	for i := range list.Items {
 		inst := &list.Items[i]
 		if drift.Shard(inst.Namespace, inst.Name) != p.Shard {
 			continue
 		}
-		plan, err := d.Ops.Offerings.PlanFor(ctx, inst.Spec.PlanID, inst.Namespace)
-		if err != nil {
-			continue // an unknown plan: the instance's operations say so
-		}
-		s, ok := drift.Of(plan, d.Ops.Catalog.Trusted(plan.Namespace))
+		plan, s, ok := d.settings(ctx, inst.Spec.PlanID, inst.Namespace)
 		if !ok {
 			continue
 		}
-		out.Instances++
-		out.Tick = min(out.Tick, s.Every)
-		if !drift.AtRest(inst) || !drift.Due(string(inst.UID), s, p.From, p.To) {
-			continue
+		withChecks[ctrlclient.ObjectKeyFromObject(inst)] = inst
+		pass.out.Instances++
+		pass.out.Tick = min(pass.out.Tick, s.Every)
+		if drift.AtRest(inst) && drift.Due(string(inst.UID), s, p.From, p.To) {
+			pass.check(ctx, &target{Target: lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: inst.Namespace, Name: inst.Name},
+				instance: inst.DeepCopy(), plan: plan}, s) // inst is the cache's
 		}
-		own := inst.DeepCopy() // inst is the cache's
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			found, repair, err := d.checkOne(ctx, own, plan, s)
-			mu.Lock()
-			defer mu.Unlock()
-			out.Checked++
-			if err != nil {
-				out.Failed = append(out.Failed, fmt.Sprintf("%s/%s: %v", own.Namespace, own.Name, err))
-			}
-			if found != "" {
-				out.Drifted = append(out.Drifted, own.Namespace+"/"+own.Name+": "+found)
-			}
-			if repair {
-				out.Repairs++
-			}
-		})
 	}
-	wg.Wait()
+	if len(withChecks) > 0 {
+		if err := pass.bindings(ctx, p, withChecks); err != nil {
+			pass.wg.Wait()
+			return DriftPassed{}, err
+		}
+	}
+	pass.wg.Wait()
+	out := pass.out
 	out.MoreDrifted, out.Drifted = bounded(out.Drifted)
 	out.MoreFailed, out.Failed = bounded(out.Failed)
 	return out, nil
+}
+
+// bindings checks the due bindings of the shard's instances that are
+// checked.
+func (p *driftPass) bindings(ctx context.Context, pass DriftPass, instances map[ctrlclient.ObjectKey]*osbv1alpha1.SFServiceInstance) error {
+	var list osbv1alpha1.SFServiceBindingList
+	if err := p.d.reader().List(ctx, &list, ctrlclient.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing SFServiceBindings: %w", err)
+	}
+	for i := range list.Items {
+		b := &list.Items[i]
+		inst, ok := instances[ctrlclient.ObjectKey{Namespace: b.Namespace, Name: b.Spec.InstanceID}]
+		if !ok {
+			continue
+		}
+		plan, s, ok := p.d.settings(ctx, b.Spec.PlanID, b.Namespace)
+		if !ok {
+			continue
+		}
+		p.mu.Lock()
+		p.out.Bindings++
+		p.out.Tick = min(p.out.Tick, s.Every)
+		p.mu.Unlock()
+		if drift.AtRest(b) && drift.Due(string(b.UID), s, pass.From, pass.To) {
+			p.check(ctx, &target{Target: lifecycle.Target{Kind: lifecycle.KindBinding, Namespace: b.Namespace, Name: b.Name},
+				instance: inst.DeepCopy(), binding: b.DeepCopy(), plan: plan}, s)
+		}
+	}
+	return nil
+}
+
+// check compares t on a goroutine of its own, at most driftConcurrency at
+// once, and counts what it found.
+func (p *driftPass) check(ctx context.Context, t *target, s drift.Settings) {
+	p.sem <- struct{}{}
+	p.wg.Go(func() {
+		defer func() { <-p.sem }()
+		found, repair, err := p.d.checkOne(ctx, t, s)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.out.Checked++
+		if err != nil {
+			p.out.Failed = append(p.out.Failed, fmt.Sprintf("%s/%s: %v", t.Namespace, t.Name, err))
+		}
+		if found != "" {
+			p.out.Drifted = append(p.out.Drifted, t.Namespace+"/"+t.Name+": "+found)
+		}
+		if repair {
+			p.out.Repairs++
+		}
+	})
+}
+
+// settings are the drift settings of the plan planID as namespace sees
+// it, and false when it asks for no checks (or is unknown: the
+// operations say so).
+func (d *Drift) settings(ctx context.Context, planID, namespace string) (*osbv1alpha1.SFPlan, drift.Settings, bool) {
+	plan, err := d.Ops.Offerings.PlanFor(ctx, planID, namespace)
+	if err != nil {
+		return nil, drift.Settings{}, false
+	}
+	s, ok := drift.Of(plan, d.Ops.Catalog.Trusted(plan.Namespace))
+	return plan, s, ok
 }
 
 // bounded sorts list and keeps its first maxChanges, with how many more.
@@ -160,51 +223,78 @@ func (d *Drift) reader() ctrlclient.Reader {
 	return d.Ops.Client
 }
 
-// checkOne compares one instance and acts on what it finds: it returns the
-// drift found ("" for none) and whether it started a Repair run.
-func (d *Drift) checkOne(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, plan *osbv1alpha1.SFPlan, s drift.Settings) (string, bool, error) {
-	findings, measured, err := d.compare(ctx, inst, plan)
+// checkOne compares one instance or binding and acts on what it finds: it
+// returns the drift found ("" for none) and whether it started a Repair
+// run.
+func (d *Drift) checkOne(ctx context.Context, t *target, s drift.Settings) (string, bool, error) {
+	findings, measured, err := d.compare(ctx, t)
 	if err != nil || !measured {
 		return "", false, err
 	}
-	was := meta.FindStatusCondition(inst.Status.Conditions, osbv1alpha1.ConditionDrifted)
+	obj := t.object()
+	was := meta.FindStatusCondition(*conditionsOf(obj), osbv1alpha1.ConditionDrifted)
 	if len(findings) == 0 {
 		if was == nil || was.Status != metav1.ConditionTrue {
 			return "", false, nil // nothing to write
 		}
-		return "", false, d.setCondition(ctx, inst, metav1.ConditionFalse, ReasonNoDrift, "no drift found at "+time.Now().UTC().Format(time.RFC3339))
+		return "", false, d.setCondition(ctx, obj, metav1.ConditionFalse, ReasonNoDrift, "no drift found at "+time.Now().UTC().Format(time.RFC3339))
 	}
 	found := drift.Describe(findings)
-	if s.Action == osbv1alpha1.DriftReport {
-		if was != nil && was.Status == metav1.ConditionTrue && was.Message == found {
+	report := found
+	if s.Action == osbv1alpha1.DriftRepair {
+		why, err := d.unrepairable(ctx, t)
+		if err != nil {
+			return found, false, err
+		}
+		if why != "" {
+			report = found + "; not repaired: " + why
+		}
+	}
+	if s.Action == osbv1alpha1.DriftReport || report != found {
+		if was != nil && was.Status == metav1.ConditionTrue && was.Message == report {
 			return found, false, nil // reported already
 		}
-		metrics.DriftFound(string(s.Action))
-		d.event(inst, corev1.EventTypeWarning, ReasonDrifted, found)
-		return found, false, d.setCondition(ctx, inst, metav1.ConditionTrue, ReasonDrifted, found)
+		metrics.DriftFound(string(osbv1alpha1.DriftReport))
+		d.event(obj, corev1.EventTypeWarning, ReasonDrifted, report)
+		return found, false, d.setCondition(ctx, obj, metav1.ConditionTrue, ReasonDrifted, report)
 	}
-	runID, err := d.startRepair(ctx, inst, found)
+	runID, err := d.startRepair(ctx, t, found)
 	if err != nil || runID == "" {
 		return found, false, err
 	}
 	metrics.DriftFound(string(s.Action))
 	msg := fmt.Sprintf("%s; repair run %s", found, runID)
-	d.event(inst, corev1.EventTypeWarning, ReasonRepairing, msg)
-	return found, true, d.setCondition(ctx, inst, metav1.ConditionTrue, ReasonRepairing, msg)
+	d.event(obj, corev1.EventTypeWarning, ReasonRepairing, msg)
+	return found, true, d.setCondition(ctx, obj, metav1.ConditionTrue, ReasonRepairing, msg)
 }
 
-// compare reads the record of what inst's last operation applied and the
+// unrepairable says why t's drift cannot be repaired ("": it can). A
+// repair renders the templates again, and a binding that rotated from a
+// predecessor rendered with it: once the predecessor is gone, a render
+// would not be the one the binding applied.
+func (d *Drift) unrepairable(ctx context.Context, t *target) (string, error) {
+	if !t.rotates() {
+		return "", nil
+	}
+	pred, err := d.Ops.readPredecessor(ctx, t)
+	if err != nil || pred != nil {
+		return "", err
+	}
+	return fmt.Sprintf("it rotated from binding %s, which is gone, and its templates would not render what they applied then", t.binding.Spec.PredecessorBinding), nil
+}
+
+// compare reads the record of what t's last operation applied and the
 // live objects, and returns what drifted: nothing when there is no record
-// of its current render (turned on since, or an operation that did not
-// record), which no check can measure (measured false).
+// of its current render (turned on since, a plan changed since a binding
+// was bound, or an operation that did not record), which no check can
+// measure (measured false).
 //
-// The record sits in the instance's namespace, where its users may write.
-// So a check reads only what the record lists and the instance owns (the
-// stamp of its registry, read from the API server) or lists in its status,
-// with the plan's own rights (actAs); and a repair never applies the
-// record, but renders again.
-func (d *Drift) compare(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, plan *osbv1alpha1.SFPlan) (findings []drift.Finding, measured bool, err error) {
-	t := &target{Target: lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: inst.Namespace, Name: inst.Name}, instance: inst, plan: plan}
+// The record sits in the namespace, where its users may write. So a check
+// reads only what the record lists and t owns (the stamp of its registry,
+// read from the API server) or lists in its status, with the plan's own
+// rights (actAs); and a repair never applies the record, but renders
+// again.
+func (d *Drift) compare(ctx context.Context, t *target) (findings []drift.Finding, measured bool, err error) {
 	if err := d.Ops.reach(ctx, t); err != nil {
 		return nil, false, err
 	}
@@ -212,7 +302,7 @@ func (d *Drift) compare(ctx context.Context, inst *osbv1alpha1.SFServiceInstance
 		return nil, false, err
 	}
 	var secret corev1.Secret
-	err = t.kube.Get(ctx, ctrlclient.ObjectKey{Namespace: inst.Namespace, Name: drift.SecretName(inst.Name)}, &secret)
+	err = t.kube.Get(ctx, ctrlclient.ObjectKey{Namespace: t.Namespace, Name: drift.SecretName(t.Kind, t.Name)}, &secret)
 	if apierrors.IsNotFound(err) {
 		return nil, false, nil
 	}
@@ -220,11 +310,11 @@ func (d *Drift) compare(ctx context.Context, inst *osbv1alpha1.SFServiceInstance
 		return nil, false, fmt.Errorf("reading the record of what it applied: %w", err)
 	}
 	rec, err := drift.Decode(secret.Data)
-	if err != nil || !rec.Current(inst.Generation, plan.Generation) {
+	if err != nil || !rec.Current(t.object().GetGeneration(), t.plan.Generation) {
 		return nil, false, nil
 	}
-	// The owner whose stamp makes an object the instance's is its registry
-	// as the API server has it, never what the record says.
+	// The owner whose stamp makes an object t's is its registry as the API
+	// server has it, never what the record says.
 	reg := &metav1.PartialObjectMetadata{}
 	reg.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	key := t.registryKey()
@@ -242,7 +332,7 @@ func (d *Drift) compare(ctx context.Context, inst *osbv1alpha1.SFServiceInstance
 		err := t.applier.Get(ctx, ctrlclient.ObjectKeyFromObject(applied), live)
 		switch {
 		case apierrors.IsNotFound(err):
-			if listed(inst, applied) {
+			if slices.Contains(t.resources(), apply.RefOf(applied)) {
 				f, _ := drift.Compare(applied, nil)
 				findings = append(findings, f)
 			}
@@ -250,69 +340,11 @@ func (d *Drift) compare(ctx context.Context, inst *osbv1alpha1.SFServiceInstance
 		case err != nil:
 			return nil, false, fmt.Errorf("reading %s: %w", drift.Name(applied), err)
 		case !apply.Ours(live, owner):
-			continue // not the instance's: no check of its
+			continue // not t's: no check of its
 		}
 		if f, drifted := drift.Compare(applied, live); drifted {
 			findings = append(findings, f)
 		}
 	}
 	return findings, true, nil
-}
-
-// listed says whether inst's status lists obj among what it applied.
-func listed(inst *osbv1alpha1.SFServiceInstance, obj *unstructured.Unstructured) bool {
-	return slices.Contains(inst.Status.Resources, apply.RefOf(obj))
-}
-
-// setCondition writes condition Drifted on inst, unless an operation
-// changed the status since inst was read: the next pass sees it anew.
-func (d *Drift) setCondition(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, status metav1.ConditionStatus, reason, msg string) error {
-	err := d.patchCondition(ctx, inst, status, reason, msg)
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
-// recordOutcome writes a Repair run's outcome into condition Drifted.
-// Unlike a check's write, which yields to any write it did not see, the
-// outcome is the last word: a check that compared while the run applied
-// may have written NoDrift in between, and the outcome (which names the
-// run and what it repaired) would otherwise be lost. On a conflict it
-// reads the instance again and writes anew.
-func (d *Drift) recordOutcome(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, status metav1.ConditionStatus, reason, msg string) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		err := d.patchCondition(ctx, inst, status, reason, msg)
-		if apierrors.IsConflict(err) {
-			fresh := &osbv1alpha1.SFServiceInstance{}
-			if err := d.Ops.Client.Get(ctx, ctrlclient.ObjectKeyFromObject(inst), fresh); err != nil {
-				return err
-			}
-			*inst = *fresh
-		}
-		return err
-	})
-	if apierrors.IsNotFound(err) {
-		return nil // gone: nothing to record on
-	}
-	return err
-}
-
-// patchCondition sets condition Drifted on inst, if inst is still the
-// version it was read at.
-func (d *Drift) patchCondition(ctx context.Context, inst *osbv1alpha1.SFServiceInstance, status metav1.ConditionStatus, reason, msg string) error {
-	base := inst.DeepCopy()
-	meta.SetStatusCondition(&inst.Status.Conditions, metav1.Condition{Type: osbv1alpha1.ConditionDrifted, Status: status,
-		Reason: reason, Message: msg, ObservedGeneration: inst.Generation})
-	err := d.Ops.Client.Status().Patch(ctx, inst, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
-	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("writing condition %s: %w", osbv1alpha1.ConditionDrifted, err)
-	}
-	return err
-}
-
-func (d *Drift) event(inst *osbv1alpha1.SFServiceInstance, kind, reason, msg string) {
-	if d.Events != nil {
-		d.Events.Event(inst, kind, reason, msg)
-	}
 }

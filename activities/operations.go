@@ -188,7 +188,7 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	if err != nil {
 		return nil, classifyApply(ctx, tg, err)
 	}
-	if err := a.recordApplied(ctx, t, secret, objs); err != nil {
+	if err := a.recordApplied(ctx, t, op, secret, objs); err != nil {
 		return nil, err
 	}
 	// Finish records the plan generation rendered here; the run's cache

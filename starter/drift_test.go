@@ -48,7 +48,7 @@ func TestDriftRepairedAndReported(t *testing.T) {
 	for _, name := range []string{"r-1", "p-1", "q-1"} {
 		s.WaitInstance(name, "provisioned", testenv.Succeeded(1))
 		var record corev1.Secret
-		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: drift.SecretName(name)}, &record))
+		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: drift.SecretName(lifecycle.KindInstance, name)}, &record))
 		assert.Equal(t, drift.SecretType, record.Type)
 		rec, err := drift.Decode(record.Data)
 		require.NoError(t, err)
@@ -82,7 +82,7 @@ func TestDriftRepairedAndReported(t *testing.T) {
 	var result workflows.RepairResult
 	require.NoError(t, s.Temporal.GetWorkflow(ctx, id, repairRun).Get(ctx, &result))
 	assert.Equal(t, osbv1alpha1.StateSucceeded, result.State)
-	repaired := strings.Join(eventMessages(t, s, "r-1", "Repaired"), "\n")
+	repaired := strings.Join(eventMessages(t, s, "SFServiceInstance", "r-1", "Repaired"), "\n")
 	assert.Contains(t, repaired, "Service "+s.Namespace+"/r-1: deleted", "the Event names the deleted object")
 	assert.Contains(t, repaired, "Deployment "+s.Namespace+"/r-1: spec.replicas changed", "and the changed field")
 	assert.Contains(t, repaired, "repaired by run ", "and the run")
@@ -96,7 +96,7 @@ func TestDriftRepairedAndReported(t *testing.T) {
 		assert.Equal(c, "Drifted", cond.Reason)
 		assert.Equal(c, "Deployment "+s.Namespace+"/p-1: spec.replicas changed; Service "+s.Namespace+"/p-1: deleted", cond.Message)
 	}, 3*driftEvery+20*time.Second, 100*time.Millisecond, "p-1 reported")
-	assert.Contains(t, eventMessages(t, s, "p-1", "Drifted"), "Deployment "+s.Namespace+"/p-1: spec.replicas changed; Service "+s.Namespace+"/p-1: deleted")
+	assert.Contains(t, eventMessages(t, s, "SFServiceInstance", "p-1", "Drifted"), "Deployment "+s.Namespace+"/p-1: spec.replicas changed; Service "+s.Namespace+"/p-1: deleted")
 	assert.Never(t, func() bool {
 		var d appsv1.Deployment
 		err := s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "p-1"}, &d)
@@ -166,7 +166,7 @@ func resourceVersions(t *testing.T, s *testenv.System, name string) map[string]s
 		out[kind] = obj.GetResourceVersion()
 	}
 	var record, creds corev1.Secret
-	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: drift.SecretName(name)}, &record))
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: drift.SecretName(lifecycle.KindInstance, name)}, &record))
 	out["record"] = record.ResourceVersion
 	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name + "-creds"}, &creds))
 	out["secret"] = creds.ResourceVersion
@@ -182,10 +182,10 @@ func driftCondition(c *assert.CollectT, s *testenv.System, name string) *metav1.
 	return meta.FindStatusCondition(inst.Status.Conditions, osbv1alpha1.ConditionDrifted)
 }
 
-// eventMessages are the messages of the Events of reason on the instance
-// name, once there is one (the recorder writes them on a goroutine of its
-// own, after the status).
-func eventMessages(t *testing.T, s *testenv.System, name, reason string) []string {
+// eventMessages are the messages of the Events of reason on the object
+// kind/name (an instance or binding), once there is one (the recorder
+// writes them on a goroutine of its own, after the status).
+func eventMessages(t *testing.T, s *testenv.System, kind, name, reason string) []string {
 	t.Helper()
 	list := func() []string {
 		var events corev1.EventList
@@ -194,7 +194,7 @@ func eventMessages(t *testing.T, s *testenv.System, name, reason string) []strin
 		}
 		var out []string
 		for _, e := range events.Items {
-			if e.InvolvedObject.Kind == "SFServiceInstance" && e.InvolvedObject.Name == name && e.Reason == reason {
+			if e.InvolvedObject.Kind == kind && e.InvolvedObject.Name == name && e.Reason == reason {
 				out = append(out, e.Message)
 			}
 		}
@@ -222,7 +222,7 @@ func TestDriftRecordIsTrustedForNothing(t *testing.T) {
 	}
 	record := func(name string) (*corev1.Secret, drift.Record) {
 		var secret corev1.Secret
-		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: drift.SecretName(name)}, &secret))
+		require.NoError(t, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: drift.SecretName(lifecycle.KindInstance, name)}, &secret))
 		rec, err := drift.Decode(secret.Data)
 		require.NoError(t, err)
 		return &secret, rec

@@ -19,9 +19,9 @@ import (
 //
 //  1. wait for the next tick (the shortest period its instances' plans
 //     ask for, a minute at most);
-//  2. pass over the shard: compare each instance whose instant has come
-//     with what its last operation applied; report what drifted, or start
-//     its Repair run;
+//  2. pass over the shard: compare each instance, and each binding of
+//     one, whose instant has come with what its last operation applied;
+//     report what drifted, or start its Repair run;
 //  3. continue as new now and then, so that the history stays small.
 //
 // The settings live in the plans and the findings in the instances'
@@ -59,8 +59,8 @@ func DriftChecks(ctx workflow.Context, in runs.DriftChecksInput) error {
 		}
 		in.Last, in.Tick = now, done.Tick
 		in.Recent = noteDrift(in.Recent, now, done)
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("last pass at %s: %d instances checked of %d, %d drifted, %d repairs started, %d could not be checked\n\n%s",
-			now.UTC().Format(time.RFC3339), done.Checked, done.Instances, len(done.Drifted)+done.MoreDrifted, done.Repairs,
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("last pass at %s: %d checked of %d instances and %d bindings, %d drifted, %d repairs started, %d could not be checked\n\n%s",
+			now.UTC().Format(time.RFC3339), done.Checked, done.Instances, done.Bindings, len(done.Drifted)+done.MoreDrifted, done.Repairs,
 			len(done.Failed)+done.MoreFailed, recentDrift(in.Recent)))
 	}
 	return workflow.NewContinueAsNewError(ctx, DriftChecks, in)
@@ -86,7 +86,7 @@ func noteDrift(recent []string, now time.Time, done activities.DriftPassed) []st
 
 func recentDrift(recent []string) string {
 	if len(recent) == 0 {
-		return "no instance has drifted lately"
+		return "nothing has drifted lately"
 	}
 	return "latest findings (UTC):\n" + strings.Join(recent, "\n")
 }
@@ -101,15 +101,16 @@ type RepairResult struct {
 	Outcome string `json:"outcome,omitempty"`
 }
 
-// Repair applies a drifted instance's objects again, under the
-// instance's workflow ID, so never beside one of its operations:
+// Repair applies a drifted instance's or binding's objects again, under
+// its workflow ID, so never beside one of its operations:
 //
-//  1. read the instance anew and compare it again: nothing to do if the
-//     drift went, or an operation changed the instance since the check;
+//  1. read it anew and compare it again: nothing to do if the drift went,
+//     or an operation changed it since the check;
 //  2. render its templates and apply them, as an update of the same spec
-//     and plan (the same objects its last operation applied);
-//  3. compare once more and record the outcome on the instance (condition
-//     Drifted, an Event).
+//     and plan (for a binding, its bind again: the same objects, and the
+//     same generated passwords, which its registry keeps);
+//  3. compare once more and record the outcome on it (condition Drifted,
+//     an Event).
 func Repair(ctx workflow.Context, t lifecycle.Target) (RepairResult, error) {
 	ctx = withPatientRetries(ctx)
 	var d *activities.Drift
@@ -123,8 +124,14 @@ func Repair(ctx workflow.Context, t lifecycle.Target) (RepairResult, error) {
 		return RepairResult{State: osbv1alpha1.StateSucceeded, Skipped: scope.Skipped}, nil
 	}
 	workflow.SetCurrentDetails(ctx, "applying again what drifted: "+scope.Found)
+	// A binding's objects come from its bind template; an instance's from
+	// its provision template, applied as an update.
+	op := lifecycle.OpUpdate
+	if t.Kind == lifecycle.KindBinding {
+		op = lifecycle.OpBind
+	}
 	var refs []osbv1alpha1.Source
-	applyErr := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, lifecycle.OpUpdate).Get(ctx, &refs)
+	applyErr := workflow.ExecuteLocalActivity(ctx, a.ApplyTemplates, t, op).Get(ctx, &refs)
 	failure := ""
 	if applyErr != nil {
 		failure = activities.FailureText(applyErr)

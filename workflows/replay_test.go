@@ -52,6 +52,7 @@ var histories = []string{
 	"credential-rotation",          // a binding's rotations: three scheduled, their predecessors retired, one forced, one failed
 	"drift-checks",                 // a drift-check loop: passes that found an instance drifted and started its repair, and one reported
 	"repair",                       // a Repair run: the drift compared anew, the templates applied again, the outcome recorded
+	"repair-binding",               // a binding's Repair run: its bind template applied again, under the binding's workflow ID
 }
 
 // frozen are histories recorded by earlier code, kept as they are (never

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/quartermaster/qm/internal/kubenames"
+	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 // SecretType is the type of the Secrets that record what an instance's
@@ -16,24 +17,32 @@ import (
 // credentials (a generated password in a StatefulSet's env, say).
 const SecretType corev1.SecretType = "quartermaster.io/applied"
 
-// Label marks the record Secrets, with their instance's name as its value:
-// the watcher's cache of Secrets leaves them out by it, as it leaves out
-// the registries.
+// Label marks the record Secrets, with their instance's or binding's name
+// as its value: the watcher's cache of Secrets leaves them out by it, as it
+// leaves out the registries.
 const Label = "quartermaster.io/applied"
 
 // DataKey is the key of the record in its Secret.
 const DataKey = "applied.json"
 
-// SecretName is the name of the record of the instance name:
-// qm-applied-<name>.
-func SecretName(name string) string { return kubenames.Bounded("qm-applied-", name) }
+// SecretName is the name of the record of the instance or binding name:
+// qm-applied-<name> for an instance, qm-bind-applied-<name> for a binding
+// (an instance and a binding of the same name share a namespace, and no
+// prefix of Quartermaster's Secrets is another's).
+func SecretName(kind lifecycle.Kind, name string) string {
+	if kind == lifecycle.KindBinding {
+		return kubenames.Bounded("qm-bind-applied-", name)
+	}
+	return kubenames.Bounded("qm-applied-", name)
+}
 
-// Record is what one operation applied: the objects as it sent them to
+// Record is what one operation (a provision, an update, a bind) applied:
+// the objects as it sent them to
 // the API server (its apply configuration, so exactly the fields its
 // field manager owns), and the generations it rendered.
 type Record struct {
-	// Generation and PlanGeneration are the instance's and the plan's
-	// generations the objects were rendered from.
+	// Generation and PlanGeneration are the instance's (or binding's) and
+	// the plan's generations the objects were rendered from.
 	Generation     int64                       `json:"generation"`
 	PlanGeneration int64                       `json:"planGeneration"`
 	Objects        []unstructured.Unstructured `json:"objects"`
@@ -61,9 +70,9 @@ func NewRecord(generation, planGeneration int64, objs []*unstructured.Unstructur
 	return r
 }
 
-// Current says whether the record is of the render of the instance's
-// generation from its plan's generation: a record of an older one (an
-// update whose record was not written, a plan changed since) is no
+// Current says whether the record is of the render of the instance's (or
+// binding's) generation from its plan's generation: a record of an older
+// one (an update whose record was not written, a plan changed since) is no
 // measure of drift.
 func (r Record) Current(generation, planGeneration int64) bool {
 	return r.Generation == generation && r.PlanGeneration == planGeneration
@@ -87,16 +96,16 @@ func Decode(data map[string][]byte) (Record, error) {
 	return r, nil
 }
 
-// Secret is the record's Secret for the instance namespace/name, owned by
-// owner (the instance's registry Secret, so that it goes with the
-// registry).
-func Secret(namespace, name string, owner metav1.OwnerReference, r Record) (*corev1.Secret, error) {
+// Secret is the record's Secret for the instance or binding
+// namespace/name, owned by owner (its registry Secret, so that it goes
+// with the registry).
+func Secret(kind lifecycle.Kind, namespace, name string, owner metav1.OwnerReference, r Record) (*corev1.Secret, error) {
 	data, err := r.Encode()
 	if err != nil {
 		return nil, err
 	}
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: SecretName(name), Namespace: namespace, OwnerReferences: []metav1.OwnerReference{owner}},
+		ObjectMeta: metav1.ObjectMeta{Name: SecretName(kind, name), Namespace: namespace, OwnerReferences: []metav1.OwnerReference{owner}},
 		Type:       SecretType,
 		Data:       data,
 	}

@@ -1,12 +1,14 @@
-// Package drift decides whether the objects an instance's last operation
-// applied still hold what it applied: which instances a check pass looks
-// at, when each falls due, how the applied objects are recorded, and how
+// Package drift decides whether the objects an instance's (or a
+// binding's) last operation applied still hold what it applied: which
+// instances and bindings a check pass looks at, when each falls due, how the applied objects are recorded, and how
 // a live object is compared with its record. It reads nothing itself; the
 // drift activities (activities/drift.go) read, and write what follows.
 package drift
 
 import (
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/healthcheck"
@@ -56,7 +58,9 @@ func Of(plan *osbv1alpha1.SFPlan, trusted bool) (Settings, bool) {
 	return s, true
 }
 
-// Shard is the loop of the instance namespace/name.
+// Shard is the loop of the instance namespace/name, and of its bindings:
+// a pass reads a binding's instance with it, and a shard with no instance
+// whose plan asks for checks reads no bindings.
 func Shard(namespace, name string) int { return healthcheck.ShardOf(namespace, name, Shards) }
 
 // Due says whether a check of the instance with uid, every s.Every, falls
@@ -66,12 +70,21 @@ func Due(uid string, s Settings, from, to time.Time) bool {
 	return healthcheck.Due(uid, s.Every, from, to)
 }
 
-// AtRest says whether inst is one a check compares: its last operation
-// succeeded for its current spec, and nothing runs or is asked for that
-// would apply its objects anyway. (Whether the record is of that
-// operation's render is Record.Current's to say.)
-func AtRest(inst *osbv1alpha1.SFServiceInstance) bool {
-	return inst.DeletionTimestamp.IsZero() &&
-		inst.Status.State == osbv1alpha1.StateSucceeded &&
-		inst.Status.ObservedGeneration == inst.Generation
+// AtRest says whether obj (an SFServiceInstance or an SFServiceBinding)
+// is one a check compares: its last operation succeeded for its current
+// spec, and nothing runs or is asked for that would apply its objects
+// anyway. (Whether the record is of that operation's render is
+// Record.Current's to say.)
+func AtRest(obj client.Object) bool {
+	var state osbv1alpha1.OperationState
+	var observed int64
+	switch o := obj.(type) {
+	case *osbv1alpha1.SFServiceInstance:
+		state, observed = o.Status.State, o.Status.ObservedGeneration
+	case *osbv1alpha1.SFServiceBinding:
+		state, observed = o.Status.State, o.Status.ObservedGeneration
+	default:
+		return false
+	}
+	return obj.GetDeletionTimestamp().IsZero() && state == osbv1alpha1.StateSucceeded && observed == obj.GetGeneration()
 }

@@ -6,10 +6,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
+	"github.com/quartermaster/qm/internal/lifecycle"
 )
 
 func TestOf(t *testing.T) {
@@ -45,19 +48,48 @@ func TestOf(t *testing.T) {
 }
 
 func TestAtRest(t *testing.T) {
-	inst := func(state osbv1alpha1.OperationState, gen, observed int64, deleting bool) *osbv1alpha1.SFServiceInstance {
-		i := &osbv1alpha1.SFServiceInstance{ObjectMeta: metav1.ObjectMeta{Generation: gen}}
-		i.Status.State, i.Status.ObservedGeneration = state, observed
+	meta := func(gen int64, deleting bool) metav1.ObjectMeta {
+		m := metav1.ObjectMeta{Generation: gen}
 		if deleting {
-			i.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+			m.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
 		}
+		return m
+	}
+	inst := func(state osbv1alpha1.OperationState, gen, observed int64, deleting bool) client.Object {
+		i := &osbv1alpha1.SFServiceInstance{ObjectMeta: meta(gen, deleting)}
+		i.Status.State, i.Status.ObservedGeneration = state, observed
 		return i
 	}
-	assert.True(t, AtRest(inst(osbv1alpha1.StateSucceeded, 2, 2, false)))
-	assert.False(t, AtRest(inst(osbv1alpha1.StateSucceeded, 3, 2, false)), "an update is asked for")
-	assert.False(t, AtRest(inst(osbv1alpha1.StateInProgress, 2, 2, false)), "an operation runs")
-	assert.False(t, AtRest(inst(osbv1alpha1.StateFailed, 2, 2, false)), "the last operation failed")
-	assert.False(t, AtRest(inst(osbv1alpha1.StateSucceeded, 2, 2, true)), "being deleted")
+	binding := func(state osbv1alpha1.OperationState, gen, observed int64, deleting bool) client.Object {
+		b := &osbv1alpha1.SFServiceBinding{ObjectMeta: meta(gen, deleting)}
+		b.Status.State, b.Status.ObservedGeneration = state, observed
+		return b
+	}
+	for kind, of := range map[string]func(osbv1alpha1.OperationState, int64, int64, bool) client.Object{"instance": inst, "binding": binding} {
+		for _, c := range []struct {
+			name             string
+			state            osbv1alpha1.OperationState
+			gen, observed    int64
+			deleting, atRest bool
+		}{
+			{"succeeded", osbv1alpha1.StateSucceeded, 2, 2, false, true},
+			{"an update is asked for", osbv1alpha1.StateSucceeded, 3, 2, false, false},
+			{"an operation runs", osbv1alpha1.StateInProgress, 2, 2, false, false},
+			{"the last operation failed", osbv1alpha1.StateFailed, 2, 2, false, false},
+			{"being deleted", osbv1alpha1.StateSucceeded, 2, 2, true, false},
+		} {
+			t.Run(kind+"/"+c.name, func(t *testing.T) {
+				assert.Equal(t, c.atRest, AtRest(of(c.state, c.gen, c.observed, c.deleting)))
+			})
+		}
+	}
+	assert.False(t, AtRest(&corev1.Secret{}), "only instances and bindings are checked")
+}
+
+func TestSecretName(t *testing.T) {
+	assert.Equal(t, "qm-applied-db", SecretName(lifecycle.KindInstance, "db"))
+	assert.Equal(t, "qm-bind-applied-db", SecretName(lifecycle.KindBinding, "db"), "a binding named as an instance has a record of its own")
+	assert.NotEqual(t, SecretName(lifecycle.KindInstance, "bind-applied-x"), SecretName(lifecycle.KindBinding, "x"))
 }
 
 func TestRecord(t *testing.T) {

@@ -181,8 +181,10 @@ func (s *System) start(ctx, stopping context.Context, g *errgroup.Group, o Optio
 			return err
 		}
 		// The scheduler counts the instances of every cluster for each
-		// decision; each drift-check pass lists its shard's instances.
-		instances, err := startCache(ctx, g, o.Kube, o.Namespaces, "the scheduler and the drift checks", &osbv1alpha1.SFServiceInstance{})
+		// decision; each drift-check pass lists its shard's instances, and
+		// their bindings.
+		instances, err := startCache(ctx, g, o.Kube, o.Namespaces, "the scheduler and the drift checks",
+			&osbv1alpha1.SFServiceInstance{}, &osbv1alpha1.SFServiceBinding{})
 		if err != nil {
 			return err
 		}
