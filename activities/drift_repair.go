@@ -54,7 +54,11 @@ func (d *Drift) startRepair(ctx context.Context, t *target, found string) (strin
 func (d *Drift) RepairScope(ctx context.Context, tg lifecycle.Target) (RepairScope, error) {
 	t, err := d.fresh(ctx, tg)
 	if err != nil || t == nil {
-		return RepairScope{Skipped: "the " + noun(tg) + " is gone"}, err
+		gone := "the instance is gone"
+		if tg.Kind == lifecycle.KindBinding {
+			gone = "the binding or its instance is gone"
+		}
+		return RepairScope{Skipped: gone}, err
 	}
 	if !drift.AtRest(t.object()) {
 		return RepairScope{Skipped: "an operation changed the " + noun(tg) + " since the check"}, nil
