@@ -187,7 +187,7 @@ func ownServer(t testing.TB, opts devserver.Options) *devserver.Server {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	opts.Path = requireTool(t, "temporal")
-	srv, err := devserver.Start(ctx, opts)
+	srv, err := startDevServer(ctx, opts)
 	if err != nil {
 		t.Fatalf("starting a Temporal dev server of the test's own: %v", err)
 	}

@@ -66,7 +66,7 @@ func Temporal(t testing.TB) client.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var srv *devserver.Server
-		if srv, temporalErr = devserver.Start(ctx, devserver.Options{Path: path, Namespaces: pooledNamespaces()}); temporalErr == nil {
+		if srv, temporalErr = startDevServer(ctx, devserver.Options{Path: path, Namespaces: pooledNamespaces()}); temporalErr == nil {
 			temporalSrv = devTemporal{srv}
 		}
 	})
@@ -253,7 +253,7 @@ func (l *LosableTemporal) start() {
 	l.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := devserver.Start(ctx, l.opts)
+	srv, err := startDevServer(ctx, l.opts)
 	require.NoError(l.t, err, "starting a dev server of the test's own")
 	if l.srv != nil {
 		// Only the first server's client is used.

@@ -1,0 +1,42 @@
+package testenv
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quartermaster/qm/internal/devserver"
+)
+
+// The servers start through the test binary (internal/childproc).
+func TestMain(m *testing.M) { Main(m) }
+
+// TestDevServerWhosePortIsTakenIsStartedAgain: a dev server whose port is
+// taken as it starts is started again, and after the last attempt the
+// error says so and quotes the server.
+func TestDevServerWhosePortIsTakenIsStartedAgain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = startDevServer(ctx, devserver.Options{Path: requireTool(t, "temporal"), Address: ln.Addr().String(), RunDir: t.TempDir()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "exited as it started")
+	assert.Contains(t, err.Error(), "address already in use", "the server's own words")
+	assert.Contains(t, err.Error(), "a port taken as it started, 3 times")
+}
+
+func TestHeadBufferKeepsTheStart(t *testing.T) {
+	h := &headBuffer{max: 5}
+	for _, s := range []string{"abc", "defg", "hij"} {
+		n, err := h.Write([]byte(s))
+		require.NoError(t, err)
+		assert.Equal(t, len(s), n, "every write is taken")
+	}
+	assert.Equal(t, "abcde", h.String())
+}
