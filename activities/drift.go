@@ -232,7 +232,7 @@ func (d *Drift) checkOne(ctx context.Context, t *target, s drift.Settings) (stri
 		return "", false, err
 	}
 	obj := t.object()
-	was := meta.FindStatusCondition(*conditionsOf(obj), osbv1alpha1.ConditionDrifted)
+	was := meta.FindStatusCondition(*osbv1alpha1.ConditionsOf(obj), osbv1alpha1.ConditionDrifted)
 	if len(findings) == 0 {
 		if was == nil || was.Status != metav1.ConditionTrue {
 			return "", false, nil // nothing to write

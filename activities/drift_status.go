@@ -13,19 +13,8 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
 
-// conditionsOf are the conditions of an instance or binding, and emptyLike
-// a new object of its kind to read it anew into: the drift checks write
-// the same condition on both.
-func conditionsOf(obj ctrlclient.Object) *[]metav1.Condition {
-	switch o := obj.(type) {
-	case *osbv1alpha1.SFServiceInstance:
-		return &o.Status.Conditions
-	case *osbv1alpha1.SFServiceBinding:
-		return &o.Status.Conditions
-	}
-	panic(fmt.Sprintf("drift: %T is neither an instance nor a binding", obj))
-}
-
+// emptyLike is a new object of obj's kind (an instance or binding), to
+// read it anew into.
 func emptyLike(obj ctrlclient.Object) ctrlclient.Object {
 	if _, ok := obj.(*osbv1alpha1.SFServiceBinding); ok {
 		return &osbv1alpha1.SFServiceBinding{}
@@ -73,7 +62,7 @@ func (d *Drift) recordOutcome(ctx context.Context, obj ctrlclient.Object, status
 // version it was read at.
 func (d *Drift) patchCondition(ctx context.Context, obj ctrlclient.Object, status metav1.ConditionStatus, reason, msg string) error {
 	base := obj.DeepCopyObject().(ctrlclient.Object)
-	meta.SetStatusCondition(conditionsOf(obj), metav1.Condition{Type: osbv1alpha1.ConditionDrifted, Status: status,
+	meta.SetStatusCondition(osbv1alpha1.ConditionsOf(obj), metav1.Condition{Type: osbv1alpha1.ConditionDrifted, Status: status,
 		Reason: reason, Message: msg, ObservedGeneration: obj.GetGeneration()})
 	err := d.Ops.Client.Status().Patch(ctx, obj, ctrlclient.MergeFromWithOptions(base, ctrlclient.MergeFromWithOptimisticLock{}))
 	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {

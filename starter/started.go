@@ -25,17 +25,6 @@ const (
 	reasonStartRefused      = "StartRefused"
 )
 
-// conditionsOf is the conditions of an instance or a binding.
-func conditionsOf(obj ctrlclient.Object) *[]metav1.Condition {
-	switch o := obj.(type) {
-	case *osbv1alpha1.SFServiceInstance:
-		return &o.Status.Conditions
-	case *osbv1alpha1.SFServiceBinding:
-		return &o.Status.Conditions
-	}
-	return nil
-}
-
 // notStarted records on the resource why its operation's run cannot start
 // (the workflow engine is unreachable, or refused it): the condition
 // Started=False, written when it changes, not on each retry, so that
@@ -52,7 +41,7 @@ func (s *Starter) notStarted(ctx context.Context, obj ctrlclient.Object, op life
 // answers, before the run starts (the run's own status writes come after
 // it): what waited no longer does, and `kubectl get` shows no reason.
 func (s *Starter) engineBack(ctx context.Context, obj ctrlclient.Object) {
-	conds := conditionsOf(obj)
+	conds := osbv1alpha1.ConditionsOf(obj)
 	if conds == nil {
 		return
 	}
@@ -71,7 +60,7 @@ func (s *Starter) engineBack(ctx context.Context, obj ctrlclient.Object) {
 }
 
 func (s *Starter) setNotStarted(ctx context.Context, obj ctrlclient.Object, reason, msg string) {
-	conds := conditionsOf(obj)
+	conds := osbv1alpha1.ConditionsOf(obj)
 	if conds == nil {
 		return
 	}

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // OperationState is the state of the operation last requested on an
 // SFServiceInstance or SFServiceBinding. The strings are the Service Fabrik
 // inter-operator's, so clients written for it read them unchanged.
@@ -43,6 +45,18 @@ const CredentialsBindingLabel = "quartermaster.io/binding"
 // Terminal reports whether no workflow is working on the operation any more.
 func (s OperationState) Terminal() bool {
 	return s == StateSucceeded || s == StateFailed
+}
+
+// ConditionsOf are the status conditions of an instance or a binding, for
+// code that writes a condition on either alike; nil for another object.
+func ConditionsOf(obj any) *[]metav1.Condition {
+	switch o := obj.(type) {
+	case *SFServiceInstance:
+		return &o.Status.Conditions
+	case *SFServiceBinding:
+		return &o.Status.Conditions
+	}
+	return nil
 }
 
 // Source names one Kubernetes object that an instance or binding created or
