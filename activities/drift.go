@@ -57,8 +57,8 @@ type DriftPassed struct {
 	// Checked counts the instances and bindings compared.
 	Checked int `json:"checked"`
 	// Drifted names the instances and bindings found drifted ("shop/kv-1:
-	// Service shop/kv-1: deleted"), the first maxChanges; MoreDrifted
-	// counts the rest.
+	// Service shop/kv-1: deleted", "binding shop/app: …"), the first
+	// maxChanges; MoreDrifted counts the rest.
 	Drifted     []string `json:"drifted,omitempty"`
 	MoreDrifted int      `json:"moreDrifted,omitempty"`
 	// Repairs counts the Repair runs the pass started.
@@ -180,14 +180,19 @@ func (p *driftPass) check(ctx context.Context, t *target, s drift.Settings) {
 	p.wg.Go(func() {
 		defer func() { <-p.sem }()
 		found, repair, err := p.d.checkOne(ctx, t, s)
+		// A binding may have its instance's name: the findings say which.
+		name := t.Namespace + "/" + t.Name
+		if t.binding != nil {
+			name = "binding " + name
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.out.Checked++
 		if err != nil {
-			p.out.Failed = append(p.out.Failed, fmt.Sprintf("%s/%s: %v", t.Namespace, t.Name, err))
+			p.out.Failed = append(p.out.Failed, fmt.Sprintf("%s: %v", name, err))
 		}
 		if found != "" {
-			p.out.Drifted = append(p.out.Drifted, t.Namespace+"/"+t.Name+": "+found)
+			p.out.Drifted = append(p.out.Drifted, name+": "+found)
 		}
 		if repair {
 			p.out.Repairs++

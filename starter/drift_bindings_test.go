@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,6 +91,13 @@ func TestDriftOfBindings(t *testing.T) {
 	}, 2*driftEvery, 50*time.Millisecond, "a report repairs nothing")
 	assert.Equal(t, 1, s.Runs(t, runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindBinding, Namespace: s.Namespace, Name: "bp"})),
 		"bp's bind alone: no Repair run")
+
+	// The loop of the binding's instance shows what it found, in the UI.
+	v, err := s.Temporal.QueryWorkflow(ctx, runs.DriftChecksID(drift.Shard(s.Namespace, "bi-p")), "", "__temporal_workflow_metadata")
+	require.NoError(t, err)
+	var md sdkpb.WorkflowMetadata
+	require.NoError(t, v.Get(&md))
+	assert.Contains(t, md.GetCurrentDetails(), "binding "+s.Namespace+"/bp: ConfigMap "+s.Namespace+"/bp-login: data.password changed")
 }
 
 // TestDriftOfARotatedBindingIsReported: a binding that rotated from a
