@@ -108,9 +108,12 @@ func Promote(ctx context.Context, c client.Client, v Versioning, log *slog.Logge
 		return nil
 	}
 	if v.Revision > 0 {
-		if _, err := h.UpdateVersionMetadata(ctx, client.WorkerDeploymentUpdateVersionMetadataOptions{
-			Version:        sdkworker.WorkerDeploymentVersion{DeploymentName: v.Deployment, BuildID: v.BuildID},
-			MetadataUpdate: client.WorkerDeploymentMetadataUpdate{UpsertEntries: map[string]any{versioning.MetadataRevision: v.Revision}},
+		if err := retryBusy(ctx, func() error {
+			_, err := h.UpdateVersionMetadata(ctx, client.WorkerDeploymentUpdateVersionMetadataOptions{
+				Version:        sdkworker.WorkerDeploymentVersion{DeploymentName: v.Deployment, BuildID: v.BuildID},
+				MetadataUpdate: client.WorkerDeploymentMetadataUpdate{UpsertEntries: map[string]any{versioning.MetadataRevision: v.Revision}},
+			})
+			return err
 		}); err != nil {
 			return fmt.Errorf("recording revision %d on build %s: %w", v.Revision, v.BuildID, err)
 		}
@@ -134,8 +137,11 @@ func MakeCurrent(ctx context.Context, c client.Client, v Versioning) error {
 }
 
 func setCurrent(ctx context.Context, c client.Client, v Versioning) error {
-	if _, err := c.WorkerDeploymentClient().GetHandle(v.Deployment).SetCurrentVersion(ctx,
-		client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v.BuildID}); err != nil {
+	if err := retryBusy(ctx, func() error {
+		_, err := c.WorkerDeploymentClient().GetHandle(v.Deployment).SetCurrentVersion(ctx,
+			client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v.BuildID})
+		return err
+	}); err != nil {
 		return fmt.Errorf("making build %s the current version of %s: %w", v.BuildID, v.Deployment, err)
 	}
 	return AwaitRouted(ctx, c, v)
@@ -145,8 +151,12 @@ func setCurrent(ctx context.Context, c client.Client, v Versioning) error {
 // Temporal hands a routing change to the task queues after it answers, and
 // until they have it a new run may still start on the build before.
 func propagated(ctx context.Context, c client.Client, v Versioning) (bool, error) {
-	resp, err := c.WorkflowService().DescribeWorkerDeployment(ctx, &workflowservice.DescribeWorkerDeploymentRequest{
-		Namespace: cmp.Or(v.Namespace, "default"), DeploymentName: v.Deployment})
+	var resp *workflowservice.DescribeWorkerDeploymentResponse
+	err := retryBusy(ctx, func() (err error) {
+		resp, err = c.WorkflowService().DescribeWorkerDeployment(ctx, &workflowservice.DescribeWorkerDeploymentRequest{
+			Namespace: cmp.Or(v.Namespace, "default"), DeploymentName: v.Deployment})
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("describing the worker deployment %s: %w", v.Deployment, err)
 	}
@@ -240,12 +250,12 @@ func awaitVersion(ctx context.Context, h client.WorkerDeploymentHandle, build st
 	for {
 		d, err := h.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
 		var notFound *serviceerror.NotFound
-		if err != nil && !errors.As(err, &notFound) {
+		if err != nil && !errors.As(err, &notFound) && !busy(err) {
 			return d, fmt.Errorf("describing the worker deployment: %w", err)
 		}
 		if err == nil && slices.ContainsFunc(d.Info.VersionSummaries, func(s client.WorkerDeploymentVersionSummary) bool { return s.Version.BuildID == build }) {
 			v, err := h.DescribeVersion(ctx, client.WorkerDeploymentDescribeVersionOptions{BuildID: build})
-			if err != nil && !errors.As(err, &notFound) {
+			if err != nil && !errors.As(err, &notFound) && !busy(err) {
 				return d, fmt.Errorf("describing build %s: %w", build, err)
 			}
 			if err == nil && polls(v.Info.TaskQueuesInfos, client.TaskQueueTypeWorkflow) && polls(v.Info.TaskQueuesInfos, client.TaskQueueTypeActivity) {
@@ -268,7 +278,11 @@ func polls(infos []client.WorkerDeploymentTaskQueueInfo, typ client.TaskQueueTyp
 // appendRevision appends the revision recorded on build, if any, read with
 // dc (nil: the default converter), the converter of the client that wrote it.
 func appendRevision(ctx context.Context, h client.WorkerDeploymentHandle, build string, to []int, dc converter.DataConverter) ([]int, error) {
-	d, err := h.DescribeVersion(ctx, client.WorkerDeploymentDescribeVersionOptions{BuildID: build})
+	var d client.WorkerDeploymentVersionDescription
+	err := retryBusy(ctx, func() (err error) {
+		d, err = h.DescribeVersion(ctx, client.WorkerDeploymentDescribeVersionOptions{BuildID: build})
+		return err
+	})
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		// Listed by the deployment a moment before its own record exists:
