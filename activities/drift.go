@@ -90,7 +90,9 @@ const driftTickMax = time.Minute
 const driftConcurrency = 16
 
 // driftPass is one pass under way: what it found so far, and the checks
-// it runs at once.
+// it runs at once. The counts of what there is to check (Instances,
+// Bindings, Tick) are the pass's own goroutine's; mu guards what the
+// checks' goroutines add (Checked, Drifted, Failed, Repairs).
 type driftPass struct {
 	d   *Drift
 	out DriftPassed
@@ -161,10 +163,8 @@ func (p *driftPass) bindings(ctx context.Context, pass DriftPass, instances map[
 		if !ok {
 			continue
 		}
-		p.mu.Lock()
 		p.out.Bindings++
 		p.out.Tick = min(p.out.Tick, s.Every)
-		p.mu.Unlock()
 		if drift.AtRest(b) && drift.Due(string(b.UID), s, pass.From, pass.To) {
 			p.check(ctx, &target{Target: lifecycle.Target{Kind: lifecycle.KindBinding, Namespace: b.Namespace, Name: b.Name},
 				instance: inst.DeepCopy(), binding: b.DeepCopy(), plan: plan}, s)
@@ -245,17 +245,17 @@ func (d *Drift) checkOne(ctx context.Context, t *target, s drift.Settings) (stri
 		return "", false, d.setCondition(ctx, obj, metav1.ConditionFalse, ReasonNoDrift, "no drift found at "+time.Now().UTC().Format(time.RFC3339))
 	}
 	found := drift.Describe(findings)
-	report := found
+	var why string // why a repair cannot be done
 	if s.Action == osbv1alpha1.DriftRepair {
-		why, err := d.unrepairable(ctx, t)
-		if err != nil {
+		if why, err = d.unrepairable(ctx, t); err != nil {
 			return found, false, err
 		}
-		if why != "" {
-			report = found + "; not repaired: " + why
-		}
 	}
-	if s.Action == osbv1alpha1.DriftReport || report != found {
+	if s.Action == osbv1alpha1.DriftReport || why != "" {
+		report := found
+		if why != "" {
+			report += "; not repaired: " + why
+		}
 		if was != nil && was.Status == metav1.ConditionTrue && was.Message == report {
 			return found, false, nil // reported already
 		}
