@@ -252,8 +252,11 @@ func BenchVerdict(what string, figure, target float64, unit string, lowerIsBette
 	return fmt.Sprintf("  target: %s %s %g %s; this run %.3g %s: %s\n", what, cmp, target, unit, figure, unit, verdict)
 }
 
-// SyncBuffer collects the output of goroutines that a test reads.
+// SyncBuffer collects the output of goroutines that a test reads. With
+// Max set, it keeps the first Max bytes and takes the rest without keeping
+// it (the start of a server that runs on).
 type SyncBuffer struct {
+	Max int
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
@@ -261,6 +264,10 @@ type SyncBuffer struct {
 func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.Max > 0 {
+		b.buf.Write(p[:min(max(b.Max-b.buf.Len(), 0), len(p))])
+		return len(p), nil
+	}
 	return b.buf.Write(p)
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 
 	"github.com/quartermaster/qm/internal/devserver"
 )
@@ -28,7 +27,7 @@ func startDevServer(ctx context.Context, opts devserver.Options) (*devserver.Ser
 	var err error
 	var said string
 	for range devServerAttempts {
-		out := &headBuffer{max: startOutput}
+		out := &SyncBuffer{Max: startOutput}
 		o := opts
 		o.Out = out
 		if opts.Out != nil {
@@ -45,27 +44,4 @@ func startDevServer(ctx context.Context, opts devserver.Options) (*devserver.Ser
 		}
 	}
 	return nil, fmt.Errorf("%w (a port taken as it started, %d times); it said: %s", err, devServerAttempts, said)
-}
-
-// headBuffer keeps the first max bytes written to it, and takes the rest
-// without keeping it.
-type headBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (h *headBuffer) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if room := h.max - len(h.b); room > 0 {
-		h.b = append(h.b, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (h *headBuffer) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return string(h.b)
 }

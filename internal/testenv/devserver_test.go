@@ -31,8 +31,8 @@ func TestDevServerWhosePortIsTakenIsStartedAgain(t *testing.T) {
 	assert.Contains(t, err.Error(), "a port taken as it started, 3 times")
 }
 
-func TestHeadBufferKeepsTheStart(t *testing.T) {
-	h := &headBuffer{max: 5}
+func TestSyncBufferKeepsItsMax(t *testing.T) {
+	h := &SyncBuffer{Max: 5}
 	for _, s := range []string{"abc", "defg", "hij"} {
 		n, err := h.Write([]byte(s))
 		require.NoError(t, err)
