@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	sdkpb "go.temporal.io/api/sdk/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -60,7 +59,7 @@ func TestDriftOfBindings(t *testing.T) {
 		var cm corev1.ConfigMap
 		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "br-login"}, &cm), "the login is back")
 		assert.Equal(c, bound.Data, cm.Data, "with the user and password it was bound with")
-		cond := bindingDriftCondition(c, s, "br")
+		cond := driftCondition(c, s, &osbv1alpha1.SFServiceBinding{}, "br")
 		require.NotNil(c, cond)
 		assert.Equal(c, metav1.ConditionFalse, cond.Status)
 		assert.Equal(c, "Repaired", cond.Reason)
@@ -77,7 +76,7 @@ func TestDriftOfBindings(t *testing.T) {
 	recorded(t, s.History(id, repairRun), "repair-binding")
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		cond := bindingDriftCondition(c, s, "bp")
+		cond := driftCondition(c, s, &osbv1alpha1.SFServiceBinding{}, "bp")
 		require.NotNil(c, cond)
 		assert.Equal(c, metav1.ConditionTrue, cond.Status)
 		assert.Equal(c, "Drifted", cond.Reason)
@@ -125,7 +124,7 @@ func TestDriftOfARotatedBindingIsReported(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: "next-login"}}))
 	want := "ConfigMap " + s.Namespace + "/next-login: deleted; not repaired: it rotated from binding old, which is gone, and its templates would not render what they applied then"
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		cond := bindingDriftCondition(c, s, "next")
+		cond := driftCondition(c, s, &osbv1alpha1.SFServiceBinding{}, "next")
 		require.NotNil(c, cond)
 		assert.Equal(c, metav1.ConditionTrue, cond.Status)
 		assert.Equal(c, "Drifted", cond.Reason)
@@ -156,12 +155,4 @@ func secretVersion(t *testing.T, s *testenv.System, name string) string {
 	var secret corev1.Secret
 	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &secret))
 	return secret.ResourceVersion
-}
-
-// bindingDriftCondition is the binding's condition Drifted (nil: none, or
-// the binding could not be read, which c records).
-func bindingDriftCondition(c *assert.CollectT, s *testenv.System, name string) *metav1.Condition {
-	var b osbv1alpha1.SFServiceBinding
-	require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &b))
-	return meta.FindStatusCondition(b.Status.Conditions, osbv1alpha1.ConditionDrifted)
 }

@@ -72,7 +72,7 @@ func TestDriftRepairedAndReported(t *testing.T) {
 		var d appsv1.Deployment
 		require.NoError(c, s.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "r-1"}, &d))
 		assert.Equal(c, ptr.To[int32](2), d.Spec.Replicas, "the replicas are back")
-		cond := driftCondition(c, s, "r-1")
+		cond := driftCondition(c, s, &osbv1alpha1.SFServiceInstance{}, "r-1")
 		require.NotNil(c, cond)
 		assert.Equal(c, metav1.ConditionFalse, cond.Status)
 		assert.Equal(c, "Repaired", cond.Reason)
@@ -90,7 +90,7 @@ func TestDriftRepairedAndReported(t *testing.T) {
 
 	// Reported, and left as it is for a whole period and more.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		cond := driftCondition(c, s, "p-1")
+		cond := driftCondition(c, s, &osbv1alpha1.SFServiceInstance{}, "p-1")
 		require.NotNil(c, cond)
 		assert.Equal(c, metav1.ConditionTrue, cond.Status)
 		assert.Equal(c, "Drifted", cond.Reason)
@@ -176,13 +176,12 @@ func resourceVersions(t *testing.T, s *testenv.System, name string) map[string]s
 	return out
 }
 
-// driftCondition is the instance's condition Drifted (nil: none, or the
-// instance could not be read, which c records).
-func driftCondition(c *assert.CollectT, s *testenv.System, name string) *metav1.Condition {
-	var inst osbv1alpha1.SFServiceInstance
-	err := s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, &inst)
-	require.NoError(c, err)
-	return meta.FindStatusCondition(inst.Status.Conditions, osbv1alpha1.ConditionDrifted)
+// driftCondition is the condition Drifted of obj (an instance or binding,
+// a new object of its kind) named name (nil: none, or it could not be
+// read, which c records).
+func driftCondition(c *assert.CollectT, s *testenv.System, obj ctrlclient.Object, name string) *metav1.Condition {
+	require.NoError(c, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: name}, obj))
+	return meta.FindStatusCondition(*osbv1alpha1.ConditionsOf(obj), osbv1alpha1.ConditionDrifted)
 }
 
 // eventCount is how many times the Events of reason on the object
@@ -271,7 +270,7 @@ func TestDriftRecordIsTrustedForNothing(t *testing.T) {
 	// repaired, and nothing else is named.
 	require.NoError(t, s.Kube.Client.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: "forger"}}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		cond := driftCondition(c, s, "forger")
+		cond := driftCondition(c, s, &osbv1alpha1.SFServiceInstance{}, "forger")
 		require.NotNil(c, cond)
 		assert.Equal(c, "Repaired", cond.Reason)
 		assert.Contains(c, cond.Message, ": Service "+s.Namespace+"/forger: deleted")
