@@ -52,6 +52,12 @@ type BindingUsages struct {
 	Temporal client.Client
 	// WorkerServiceAccount is WatcherOptions'.
 	WorkerServiceAccount string
+	// Partial: the watcher watches some namespaces only
+	// (WatcherOptions.Namespaces), so it cannot count a cluster-wide
+	// UsageKind's usages: it leaves their count and the kind's protection
+	// to a watcher that sees them all, instead of undoing what that one
+	// wrote with a count of its own.
+	Partial bool
 
 	cache     cache.Cache
 	usages    controller.Controller
@@ -60,8 +66,8 @@ type BindingUsages struct {
 }
 
 // setupBindingUsages registers the usages' controller and the UsageKinds'.
-func setupBindingUsages(mgr ctrl.Manager, secrets *bindingSecrets, tc client.Client, copts reconcilerOptions, workerServiceAccount string, keep *Loops) error {
-	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, WorkerServiceAccount: workerServiceAccount, cache: mgr.GetCache(),
+func setupBindingUsages(mgr ctrl.Manager, secrets *bindingSecrets, tc client.Client, copts reconcilerOptions, opts WatcherOptions, keep *Loops) error {
+	u := &BindingUsages{Client: mgr.GetClient(), Temporal: tc, WorkerServiceAccount: opts.WorkerServiceAccount, Partial: len(opts.Namespaces) > 0, cache: mgr.GetCache(),
 		workloads: kindWatches{of: "the ServiceBindingUsages"}, secrets: secrets}
 	keep.add(runKind{name: loops.BindingUsage, workflowType: runs.BindingUsageType,
 		wants: func(ctx context.Context) ([]loops.Want, error) {

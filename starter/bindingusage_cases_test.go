@@ -39,7 +39,7 @@ func getKind(c require.TestingT, s *testenv.System, name string) *sc.UsageKind {
 // injected as soon as that thing appears. A kind that is not served, or a
 // path that is not a pod template, says so.
 func TestUsageWaitsForWhatIsMissing(t *testing.T) {
-	s, _ := usageSystem(t)
+	s, _ := usageSystem(t, false)
 	kind := s.Namespace + "-deployment"
 
 	createUsage(t, s, "web-db", kind, "web", "{name: db}", "")
@@ -86,9 +86,18 @@ func TestUsageWaitsForWhatIsMissing(t *testing.T) {
 // TestKymaDeletionScenario runs the deletion scenario of Kyma's design,
 // steps 1 to 8: a UsageKind deleted while a usage names it stays until
 // that usage is gone, and the usage removes its injection first.
+//
+// A second Quartermaster runs beside it, watching another namespace only
+// (docs/install.md, "Two Quartermasters on one cluster"): it sees none of
+// the kind's usages, and leaves the kind's count and protection to the
+// first, which sees them all.
 func TestKymaDeletionScenario(t *testing.T) {
-	s, _ := usageSystem(t)
+	s, _ := usageSystem(t, false)
 	ctx := context.Background()
+	other, err := system.Start(ctx, system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: testenv.Temporal(t),
+		Watcher: &starter.WatcherOptions{Namespaces: []string{s.Namespace + "-other"}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, other.Stop()) })
 	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	original := getDeployment(t, s, "web").Spec.Template
 
@@ -124,7 +133,7 @@ func TestKymaDeletionScenario(t *testing.T) {
 // TestUsageOfAClaimsSecret injects a ServiceClaim's binding Secret, the
 // registry's half of the product, the same way.
 func TestUsageOfAClaimsSecret(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true, HealthCheckMinute: checkMinute})
 	s.Create(fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-credentials", "namespace": %q}, "stringData": {"password": "pw"}}`, s.Namespace))
 	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	kind := usageKind(t, s, "deployment", deploymentKind)
@@ -209,7 +218,7 @@ subjects: [{kind: User, name: %q}]`, role, role, user))
 // TestUsageMovedToAnotherWorkload: a usage that names another workload
 // leaves the first as its user wrote it.
 func TestUsageMovedToAnotherWorkload(t *testing.T) {
-	s, secret := usageSystem(t)
+	s, secret := usageSystem(t, true)
 	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	s.Kube.Kubectl(t, strings.ReplaceAll(testenv.WebManifest(s.Namespace), "web", "api"), "apply", "-f", "-")
 	original := getDeployment(t, s, "web").Spec.Template

@@ -25,7 +25,7 @@ import (
 // Function whose pod template lies deeper, mounted as a servicebinding.io
 // volume; removing each usage restores the user's object.
 func TestUsageInjectsIntoOtherKinds(t *testing.T) {
-	s, secret := usageSystem(t)
+	s, secret := usageSystem(t, true)
 	ctx := context.Background()
 	s.InstallCRD("function")
 

@@ -22,10 +22,14 @@ import (
 )
 
 // usageSystem runs Quartermaster with a succeeded binding "db" whose
-// credentials Secret holds user=u, and returns the Secret's name.
-func usageSystem(t *testing.T) (*testenv.System, string) {
+// credentials Secret holds user=u, and returns the Secret's name. With
+// parallel, beside the package's other parallel tests: its watcher then
+// watches its namespace only and writes no UsageKind's count of usages or
+// protection, which a test of those needs (serial, watching every
+// namespace).
+func usageSystem(t *testing.T, parallel bool) (*testenv.System, string) {
 	t.Helper()
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: parallel, Worker: true, Watcher: true})
 	plan := s.Plan("instant", "", testenv.Templates("instant"))
 	s.Instance("db", plan, "")
 	s.WaitInstance("db", "provisioned", testenv.Succeeded(1))
@@ -121,7 +125,7 @@ func injected(c assert.TestingT, tpl corev1.PodTemplateSpec, usage, secret strin
 // rolls out again; removing the usage restores exactly the user's
 // template.
 func TestUsageInjectsIntoADeployment(t *testing.T) {
-	s, secret := usageSystem(t)
+	s, secret := usageSystem(t, true)
 	ctx := context.Background()
 	s.Kube.Kubectl(t, testenv.WebManifest(s.Namespace), "apply", "-f", "-")
 	var original corev1.PodTemplateSpec
@@ -228,7 +232,7 @@ func TestUsageInjectsIntoADeployment(t *testing.T) {
 // TestUsageNeverOverwritesTheUsersVariable: a variable of the same name
 // that the user set is a conflict, not an overwrite.
 func TestUsageNeverOverwritesTheUsersVariable(t *testing.T) {
-	s, _ := usageSystem(t)
+	s, _ := usageSystem(t, true)
 	s.Kube.Kubectl(t, strings.Replace(testenv.WebManifest(s.Namespace), "{name: MODE, value: prod}", "{name: DB_user, value: mine}", 1), "apply", "-f", "-")
 	kind := usageKind(t, s, "deployment", deploymentKind)
 	createUsage(t, s, "web-db", kind, "web", "{name: db}", "{envPrefix: {name: DB_}}")

@@ -165,7 +165,7 @@ spec:
 // own SERVICE_BINDING_ROOT is where the binding goes, and a user's volume
 // of the projection's name is never overwritten.
 func TestServiceBindingToProvisionedServices(t *testing.T) {
-	s, credentials := usageSystem(t)
+	s, credentials := usageSystem(t, true)
 	var osbBinding osbv1alpha1.SFServiceBinding
 	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "db"}, &osbBinding))
 	assert.Equal(t, &osbv1alpha1.SecretReference{Name: credentials}, osbBinding.Status.Binding, "an SFServiceBinding is a Provisioned Service")
@@ -314,7 +314,7 @@ func projectedSecrets(tpl corev1.PodTemplateSpec, binding string) []string {
 // where a CRD workload (a kubeless Function) keeps its containers; the
 // projection goes there, and only there, and comes back out on deletion.
 func TestServiceBindingWithAMapping(t *testing.T) {
-	s, credentials := usageSystem(t)
+	s, credentials := usageSystem(t, true)
 	ctx := context.Background()
 	s.InstallCRD("function")
 	s.Create(fmt.Sprintf(`

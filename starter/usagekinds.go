@@ -57,7 +57,8 @@ func setupUsageKinds(mgr ctrl.Manager, u *BindingUsages, copts reconcilerOptions
 // ReconcileKind keeps a UsageKind's status (does its resource resolve, may
 // Quartermaster work on it) and its protection finalizer (held while a
 // usage names it, as in Kyma), and starts the watch of its workloads once
-// it is Ready.
+// it is Ready. A Partial watcher writes neither the count of usages nor the
+// protection: it sees only its namespaces' usages.
 func (u *BindingUsages) ReconcileKind(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var kind sc.UsageKind
 	if err := u.Client.Get(ctx, req.NamespacedName, &kind); err != nil {
@@ -68,7 +69,8 @@ func (u *BindingUsages) ReconcileKind(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, fmt.Errorf("listing the usages of UsageKind %s: %w", kind.Name, err)
 	}
 	inUse := len(usages.Items) > 0
-	if inUse != controllerutil.ContainsFinalizer(&kind, sc.UsageKindProtection) && (!inUse || kind.DeletionTimestamp.IsZero()) {
+	flip := !u.Partial && inUse != controllerutil.ContainsFinalizer(&kind, sc.UsageKindProtection)
+	if flip && (!inUse || kind.DeletionTimestamp.IsZero()) {
 		patch := ctrlclient.MergeFromWithOptions(kind.DeepCopy(), ctrlclient.MergeFromWithOptimisticLock{})
 		if inUse {
 			controllerutil.AddFinalizer(&kind, sc.UsageKindProtection)
@@ -83,7 +85,10 @@ func (u *BindingUsages) ReconcileKind(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, nil
 	}
 	base := kind.DeepCopy()
-	kind.Status.ObservedGeneration, kind.Status.Usages = kind.Generation, len(usages.Items)
+	kind.Status.ObservedGeneration = kind.Generation
+	if !u.Partial {
+		kind.Status.Usages = len(usages.Items)
+	}
 	ready := metav1.Condition{Type: sc.UsageKindReady, Status: metav1.ConditionFalse, ObservedGeneration: kind.Generation}
 	result := ctrl.Result{}
 	mapping, err := bindingusage.Resolve(u.Client.RESTMapper(), kind.Spec.Resource)

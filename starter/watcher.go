@@ -244,7 +244,7 @@ func setupFirstShard(mgr ctrl.Manager, tc client.Client, opts WatcherOptions, co
 		func() error { return setupServiceClasses(mgr, classes, copts) },
 		func() error { return setupCatalogs(mgr, copts) },
 		func() error { return setupClaims(mgr, secrets, tc, copts, keep) },
-		func() error { return setupBindingUsages(mgr, secrets, tc, copts, opts.WorkerServiceAccount, keep) },
+		func() error { return setupBindingUsages(mgr, secrets, tc, copts, opts, keep) },
 		func() error { return setupServiceBindings(mgr, secrets, tc, copts, keep) },
 		func() error { return setupAutoUpdates(mgr, tc, copts, keep, true) },
 		func() error { return setupClusters(mgr, opts.Shard, opts.ClusterProbePeriod, opts.Catalog, copts) },
