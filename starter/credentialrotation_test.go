@@ -37,7 +37,7 @@ import (
 // working, and the binding's condition says why; a plan whose bindings do
 // not rotate refuses the policy; the unbind takes every successor away.
 func TestCredentialsRotateOnSchedule(t *testing.T) {
-	s := testenv.Start(t, testenv.Parts{Worker: true, Watcher: true})
+	s := testenv.Start(t, testenv.Parts{Parallel: true, Worker: true, Watcher: true})
 	ctx := context.Background()
 	plan := s.Plan("rotating", "  bindingRotatable: true", testenv.Templates("rotating"))
 	fixed := s.Plan("fixed", "", testenv.Templates("rotating"))
