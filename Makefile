@@ -206,7 +206,7 @@ lint: $(BIN)/testlint ## Check the tests: testifylint, and no test handle off th
 	$(BIN)/testlint ./...
 
 .PHONY: test
-test: ## Run every test (race detector on) against the real API server and Temporal, then every benchmark once at a tiny N beside the fuzz tests; prints the wall time.
+test: ## Run every test against the real API server and Temporal (the race detector on but for starter's, the chart's and the CRDs'), and every benchmark once at a tiny N beside the fuzz tests; prints the wall time.
 	@start=$$(date +%s); \
 	if $(MAKE) --no-print-directory test-steps; then \
 	  echo "make test: passed in $$(( $$(date +%s) - start )) s"; \
@@ -214,22 +214,54 @@ test: ## Run every test (race detector on) against the real API server and Tempo
 	  echo "make test: FAILED after $$(( $$(date +%s) - start )) s" >&2; exit 1; \
 	fi
 
-# go test runs two packages' tests at a time, in the order it is given them:
-# starter and test/e2e, the longest, go first so that the others run beside
-# them. The benchmarks then run once each in smoke mode (QM_BENCH_SMOKE:
-# N=20, short windows), so that a benchmark that breaks fails here; their
-# figures come from `make bench`. They are a step of their own because with
-# -bench go test runs its packages one after the other, tests included
-# (that alone took make test past its bound), and only in the packages that
-# have benchmarks, because each test binary costs a link.
-TEST_PKG  = $(if $(filter ./...,$(PKG)),./starter ./test/e2e) $(PKG)
-BENCH_PKG = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git grep -l '^func Benchmark' -- '*_test.go' ':!hack')))),$(PKG))
+# Three runs side by side, as they mostly wait on servers and timers:
+#  - every package but starter, with the race detector (test-main); go test
+#    runs two of them at a time, test/e2e, the longest, first;
+#  - starter's tests without it (test-starter), the longest package by far;
+#    make test-race runs them with it (CI does: .ci/run), as under it they
+#    took 662 CPU-seconds against 412, and make test could not end inside
+#    its 12 minutes on two cores with them;
+#  - once starter's are done, the smoke runs (test-late): every benchmark
+#    once (QM_BENCH_SMOKE: N=20, short windows), so that a benchmark that
+#    breaks fails here (the figures come from `make bench`), beside the
+#    tests that need no race detector, the hack module's, and the fuzzing.
+# With -bench go test runs its packages one after the other, tests
+# included, and only the packages that have benchmarks need the link.
+#
+# The chart's and the CRDs' tests run none of Quartermaster's concurrency
+# that starter's and the API's tests do not run already: helm's rendering
+# and installs, the API server's validation. The race detector only slowed
+# them (deploy/chart: 192 s under it, 47 s without), so they run beside the
+# smoke benchmarks, without it.
+MODULE     = github.com/quartermaster/qm
+NORACE_PKG = ./deploy/chart ./crds
+MAIN_PKG   = ./test/e2e $(filter-out $(MODULE)/starter $(NORACE_PKG:./%=$(MODULE)/%),$(shell go list ./...))
+BENCH_PKG  = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git grep -l '^func Benchmark' -- '*_test.go' ':!hack')))),$(PKG))
+GO_TEST    = QM_BIN_DIR=$(BIN) go test $(TEST_LDFLAGS) -count=1 -timeout 30m -parallel $(TEST_PARALLEL) -skip '^($(APART))$$' $(TEST_FLAGS)
 
-.PHONY: test-steps
+.PHONY: test-steps test-main test-starter test-late
+ifeq ($(PKG),./...)
 test-steps: tools check-generated check-tidy vet lint
-	QM_BIN_DIR=$(BIN) go test -race $(TEST_LDFLAGS) -count=1 -timeout 30m -parallel $(TEST_PARALLEL) -skip '^(TestChartPods|TestUpgradeUnderLoad|TestChartUpgradeUnderLoad|$(ALONE))$$' $(TEST_FLAGS) $(TEST_PKG)
-	$(if $(filter ./...,$(PKG)),QM_BIN_DIR=$(BIN) go test $(TEST_LDFLAGS) -count=1 -timeout 10m -run '^($(ALONE))$$' $(TEST_FLAGS) ./test/e2e)
+	$(MAKE) --no-print-directory -j2 test-main test-late
+else
+test-steps: tools check-generated check-tidy vet lint
+	$(GO_TEST) -race $(PKG)
+endif
+
+test-main: tools
+	$(GO_TEST) -race $(MAIN_PKG)
+
+test-starter: tools
+	$(GO_TEST) ./starter
+
+test-late: test-starter
 	$(MAKE) --no-print-directory -j4 test-smoke test-beside
+
+# starter's tests with the race detector: CI runs them after make test
+# (.ci/run), which runs them without it; about seven minutes alone.
+.PHONY: test-race
+test-race: tools ## Run starter's tests with the race detector (make test runs every other package's with it).
+	$(GO_TEST) -race ./starter
 
 # The test binaries are linked without DWARF: stack traces and the race
 # detector's reports read the runtime's own tables, and linking some forty
@@ -243,16 +275,14 @@ TEST_LDFLAGS = -ldflags=-w
 # go test's default, the number of cores, would leave two cores idle.
 TEST_PARALLEL = 4
 
-# Tests that run alone, after the others: TestRollingUpdateUnderLoad bounds
-# how much longer provisions take while the components restart, and with
-# another package's tests beside it on two cores it measured their load
-# instead (three failures of the full suite in two sessions, the provisions'
-# median at 6.5 to 7.1 s during the restarts against under 1 s before).
-# Without the race detector, as make test-upgrade runs its timed tests: it
-# builds the qm processes it restarts with -race too, and their starts
-# under it were what the bound measured (a 15.4 s stall against 15 s, with
-# no workflow task lost; the code it runs is raced in the step before).
-ALONE = TestRollingUpdateUnderLoad
+# Tests CI runs in steps of their own (.ci/run), each needing the machine
+# to itself or an image: the chart's pods (make test-pods), and the
+# rolling update and the upgrades under load (make test-upgrade), which
+# bound how much longer provisions take while every process is replaced
+# and so measured the other packages' load when they ran beside them.
+# make test keeps the short versions of their rules: TestHighAvailability
+# (processes killed under load lose nothing) and the upgrade replay tests.
+APART = TestChartPods|TestRollingUpdateUnderLoad|TestUpgradeUnderLoad|TestChartUpgradeUnderLoad
 
 # The smoke runs are built without the race detector: they check that
 # each benchmark still runs, over code the tests before them ran under
@@ -267,7 +297,11 @@ ALONE = TestRollingUpdateUnderLoad
 SMOKE_PKG = $(patsubst ./%,%,$(patsubst %/,%,$(BENCH_PKG)))
 
 .PHONY: test-smoke
-test-smoke: $(addprefix smoke/,$(SMOKE_PKG))
+test-smoke: $(addprefix smoke/,$(SMOKE_PKG)) test-norace
+
+.PHONY: test-norace
+test-norace: tools
+	QM_BIN_DIR=$(BIN) go test $(TEST_LDFLAGS) -count=1 -timeout 30m $(TEST_FLAGS) $(NORACE_PKG)
 
 smoke/%: tools
 	QM_BIN_DIR=$(BIN) QM_BENCH_SMOKE=1 go test $(TEST_LDFLAGS) -count=1 -timeout 30m -run '^$$' -bench . -benchtime 1x $(TEST_FLAGS) ./$*
@@ -299,6 +333,7 @@ UPGRADE_FROM ?= fc4a9f8
 
 .PHONY: test-upgrade
 test-upgrade: tools image ## Upgrade the earlier release to this one under load, as processes and as the chart's pods on a Temporal cluster, then roll back (UPGRADE_FROM: a commit); checks nothing is lost, stuck, done twice or non-deterministic.
+	QM_BIN_DIR=$(BIN) go test -count=1 -v -run '^TestRollingUpdateUnderLoad$$' -timeout 10m ./test/e2e
 	QM_BIN_DIR=$(BIN) QM_UPGRADE_FROM=$(UPGRADE_FROM) go test -count=1 -v -run '^TestUpgradeUnderLoad$$' -timeout 20m ./test/e2e
 	QM_BIN_DIR=$(BIN) QM_UPGRADE_FROM=$(UPGRADE_FROM) QM_TEMPORAL=cluster go test -count=1 -v -run '^TestChartUpgradeUnderLoad$$' -timeout 25m ./test/e2e
 
