@@ -37,7 +37,7 @@ func serve(in io.Reader, out io.Writer) {
 		if err := dec.Decode(&job); err != nil {
 			return
 		}
-		stop := watchHeap(heapBytes() + heapFactor*job.Bounds.MaxMemory)
+		stop := watchHeap(heldBytes() + heapFactor*job.Bounds.MaxMemory)
 		res, err := plan.Run(job)
 		stop()
 		var r reply
@@ -53,8 +53,13 @@ func serve(in io.Reader, out io.Writer) {
 	}
 }
 
-// watchHeap stops the process once its heap passes limit, until stop is
-// called: only while a render runs, so that an idle process costs nothing.
+// watchHeap stops the process once the memory it holds passes limit,
+// until stop is called: only while a render runs, so that an idle process
+// costs nothing. It looks every watchEvery, and a gigabyte made and dropped
+// between two looks (or while a loaded machine keeps the watcher from
+// running) would pass unseen by a look at the heap's objects; but the
+// runtime gives freed memory back to the system only slowly, so stop looks
+// once more at what the process holds before the render's answer.
 func watchHeap(limit int64) (stop func()) {
 	done := make(chan struct{})
 	go func() {
@@ -65,19 +70,25 @@ func watchHeap(limit int64) (stop func()) {
 			case <-done:
 				return
 			case <-tick.C:
-				if heapBytes() > limit {
+				if heldBytes() > limit {
 					os.Exit(exitMemory)
 				}
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() {
+		close(done)
+		if heldBytes() > limit {
+			os.Exit(exitMemory)
+		}
+	}
 }
 
-// heapBytes is the memory the heap's objects hold, live or not yet
-// collected.
-func heapBytes() int64 {
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+// heldBytes is the memory the process holds from the system: the heap's
+// objects, live or not yet collected, and what the runtime keeps after
+// collecting them until it gives it back.
+func heldBytes() int64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
 	metrics.Read(sample)
-	return int64(sample[0].Value.Uint64())
+	return int64(sample[0].Value.Uint64()) - int64(sample[1].Value.Uint64())
 }
