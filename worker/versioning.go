@@ -247,14 +247,23 @@ func gone(ctx context.Context, c client.Client, v Versioning, build string) (boo
 // Temporal refuses to make current a build that polls fewer task queues
 // than the current one.
 func awaitVersion(ctx context.Context, h client.WorkerDeploymentHandle, build string) (client.WorkerDeploymentDescribeResponse, error) {
+	waited := func() error {
+		return fmt.Errorf("waiting for Temporal to know build %s and its task queues: %w", build, context.Cause(ctx))
+	}
 	for {
 		d, err := h.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+		if ctx.Err() != nil { // the wait ran out, perhaps inside the call
+			return d, waited()
+		}
 		var notFound *serviceerror.NotFound
 		if err != nil && !errors.As(err, &notFound) && !busy(err) {
 			return d, fmt.Errorf("describing the worker deployment: %w", err)
 		}
 		if err == nil && slices.ContainsFunc(d.Info.VersionSummaries, func(s client.WorkerDeploymentVersionSummary) bool { return s.Version.BuildID == build }) {
 			v, err := h.DescribeVersion(ctx, client.WorkerDeploymentDescribeVersionOptions{BuildID: build})
+			if ctx.Err() != nil {
+				return d, waited()
+			}
 			if err != nil && !errors.As(err, &notFound) && !busy(err) {
 				return d, fmt.Errorf("describing build %s: %w", build, err)
 			}
@@ -264,7 +273,7 @@ func awaitVersion(ctx context.Context, h client.WorkerDeploymentHandle, build st
 		}
 		select {
 		case <-ctx.Done():
-			return d, fmt.Errorf("waiting for Temporal to know build %s and its task queues: %w", build, context.Cause(ctx))
+			return d, waited()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
