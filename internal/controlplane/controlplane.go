@@ -60,6 +60,10 @@ type Options struct {
 	// who asked for which verb on which resource, and the answer's code.
 	// Requests of other users are not recorded.
 	Audit bool
+	// NoFsync has etcd write without fsync: for clusters whose data need
+	// not outlive the machine's power (the tests'), whose every write then
+	// waits on no disk.
+	NoFsync bool
 }
 
 // auditPolicy records the metadata of service accounts' requests once
@@ -120,6 +124,9 @@ func Start(opts Options) (*ControlPlane, error) {
 		return nil, fmt.Errorf("creating %s: %w", clusterDir, err)
 	}
 	etcd := &envtest.Etcd{Out: opts.Out, Err: opts.Out, DataDir: filepath.Join(dataDir, "etcd")}
+	if opts.NoFsync {
+		etcd.Configure().Set("unsafe-no-fsync", "true")
+	}
 	apiServer := &envtest.APIServer{Out: opts.Out, Err: opts.Out}
 	if opts.Port != 0 {
 		apiServer.SecureServing.Address = "127.0.0.1"

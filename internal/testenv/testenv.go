@@ -173,7 +173,7 @@ func (c *sharedCluster) get(t testing.TB, bare bool) *Cluster {
 	requireTool(t, "kube-apiserver")
 	requireTool(t, "etcd")
 	c.once.Do(func() {
-		c.cp, c.err = controlplane.Start(controlplane.Options{BinDir: BinDir(), Bare: bare, Audit: !bare})
+		c.cp, c.err = controlplane.Start(controlplane.Options{BinDir: BinDir(), Bare: bare, Audit: !bare, NoFsync: true})
 		if c.err != nil {
 			return
 		}
