@@ -206,7 +206,7 @@ lint: $(BIN)/testlint ## Check the tests: testifylint, and no test handle off th
 	$(BIN)/testlint ./...
 
 .PHONY: test
-test: ## Run every test against the real API server and Temporal (the race detector on but for starter's, the chart's and the CRDs'), and every benchmark once at a tiny N beside the fuzz tests; prints the wall time.
+test: ## Run every test against the real API server and Temporal (the race detector on but for starter's, test/e2e's, the chart's and the CRDs'), and every benchmark once at a tiny N beside the fuzz tests; prints the wall time.
 	@start=$$(date +%s); \
 	if $(MAKE) --no-print-directory test-steps; then \
 	  echo "make test: passed in $$(( $$(date +%s) - start )) s"; \
@@ -215,18 +215,20 @@ test: ## Run every test against the real API server and Temporal (the race detec
 	fi
 
 # Three runs side by side, as they mostly wait on servers and timers:
-#  - every package but starter, with the race detector (test-main); go test
-#    runs two of them at a time, test/e2e, the longest, first;
-#  - starter's tests without it (test-starter), the longest package by far;
-#    make test-race runs them with it (CI does: .ci/run), as under it they
-#    took 662 CPU-seconds against 412, and make test could not end inside
-#    its 12 minutes on two cores with them;
-#  - once starter's are done, the smoke runs (test-late): every benchmark
-#    once (QM_BENCH_SMOKE: N=20, short windows), so that a benchmark that
-#    breaks fails here (the figures come from `make bench`), beside the
-#    tests that need no race detector, the hack module's, and the fuzzing.
-# With -bench go test runs its packages one after the other, tests
-# included, and only the packages that have benchmarks need the link.
+#  - every package but starter and test/e2e with the race detector
+#    (test-main), one at a time, so that three packages run at once;
+#  - starter's and test/e2e's tests without it (test-starter), the two
+#    longest packages by far; make test-race runs them with it (CI does:
+#    .ci/run). Under it starter's took 662 CPU-seconds against 412, and
+#    test/e2e's, which time qm processes (leases, recoveries), measured the
+#    race detector's slowness on a machine make test keeps busy: two cores
+#    could not hold the suite in 12 minutes with them;
+#  - once those are done, the smoke runs (test-late): every benchmark once
+#    (QM_BENCH_SMOKE: N=20, short windows), so that a benchmark that breaks
+#    fails here (the figures come from `make bench`), beside the tests that
+#    need no race detector, the hack module's, and the fuzzing. With -bench
+#    go test runs its packages one after the other, tests included, and
+#    only the packages that have benchmarks need the link.
 #
 # The chart's and the CRDs' tests run none of Quartermaster's concurrency
 # that starter's and the API's tests do not run already: helm's rendering
@@ -235,7 +237,8 @@ test: ## Run every test against the real API server and Temporal (the race detec
 # smoke benchmarks, without it.
 MODULE     = github.com/quartermaster/qm
 NORACE_PKG = ./deploy/chart ./crds
-MAIN_PKG   = ./test/e2e $(filter-out $(MODULE)/starter $(NORACE_PKG:./%=$(MODULE)/%),$(shell go list ./...))
+LONG_PKG   = ./starter ./test/e2e
+MAIN_PKG   = $(filter-out $(LONG_PKG:./%=$(MODULE)/%) $(NORACE_PKG:./%=$(MODULE)/%),$(shell go list ./...))
 BENCH_PKG  = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git grep -l '^func Benchmark' -- '*_test.go' ':!hack')))),$(PKG))
 GO_TEST    = QM_BIN_DIR=$(BIN) go test $(TEST_LDFLAGS) -count=1 -timeout 30m -parallel $(TEST_PARALLEL) -skip '^($(APART))$$' $(TEST_FLAGS)
 
@@ -249,19 +252,20 @@ test-steps: tools check-generated check-tidy vet lint
 endif
 
 test-main: tools
-	$(GO_TEST) -race $(MAIN_PKG)
+	$(GO_TEST) -race -p 1 $(MAIN_PKG)
 
 test-starter: tools
-	$(GO_TEST) ./starter
+	$(GO_TEST) $(LONG_PKG)
 
 test-late: test-starter
 	$(MAKE) --no-print-directory -j4 test-smoke test-beside
 
-# starter's tests with the race detector: CI runs them after make test
-# (.ci/run), which runs them without it; about seven minutes alone.
+# starter's and test/e2e's tests with the race detector: CI runs them
+# after make test (.ci/run), which runs them without it; about nine
+# minutes.
 .PHONY: test-race
-test-race: tools ## Run starter's tests with the race detector (make test runs every other package's with it).
-	$(GO_TEST) -race ./starter
+test-race: tools ## Run starter's and test/e2e's tests with the race detector (make test runs every other package's with it).
+	$(GO_TEST) -race $(LONG_PKG)
 
 # The test binaries are linked without DWARF: stack traces and the race
 # detector's reports read the runtime's own tables, and linking some forty
