@@ -17,9 +17,11 @@ import (
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/cli"
+	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/serviceclass"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/internal/trace"
+	"github.com/quartermaster/qm/workflows/runs"
 )
 
 // traceTemplates provision a ConfigMap, or fail with a message of two
@@ -76,9 +78,12 @@ spec:
 	base := inst.DeepCopy()
 	inst.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(`{"fail": true}`)}
 	require.NoError(t, s.Kube.Client.Patch(ctx, &inst, ctrlclient.MergeFrom(base)))
-	s.WaitInstance("db", "update failed", func(i *osbv1alpha1.SFServiceInstance) bool {
+	failed := s.WaitInstance("db", "update failed", func(i *osbv1alpha1.SFServiceInstance) bool {
 		return i.Status.State == osbv1alpha1.StateFailed && i.Status.ObservedGeneration == 2
 	})
+	// The run's last activity writes the status a moment before the run
+	// closes with its failure, which is what a trace shows of it.
+	s.ClosedRun(runs.WorkflowID(lifecycle.InstanceTarget(failed)), runs.WorkflowType(lifecycle.OpUpdate))
 
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, s.Kube.Kubeconfig, 0o600))
