@@ -216,7 +216,7 @@ test: ## Run every test against the real API server and Temporal (the race detec
 
 # Three runs side by side, as they mostly wait on servers and timers:
 #  - every package but starter and test/e2e with the race detector
-#    (test-main), one at a time, so that three packages run at once;
+#    (test-main); go test runs two of them at a time;
 #  - starter's and test/e2e's tests without it (test-starter), the two
 #    longest packages by far; make test-race runs them with it (CI does:
 #    .ci/run). Under it starter's took 662 CPU-seconds against 412, and
@@ -243,16 +243,16 @@ BENCH_PKG  = $(if $(filter ./...,$(PKG)),$(addprefix ./,$(sort $(dir $(shell git
 GO_TEST    = QM_BIN_DIR=$(BIN) go test $(TEST_LDFLAGS) -count=1 -timeout 30m -parallel $(TEST_PARALLEL) -skip '^($(APART))$$' $(TEST_FLAGS)
 
 .PHONY: test-steps test-main test-starter test-late
+test-steps: tools check-generated check-tidy
+	$(MAKE) --no-print-directory -j2 vet lint
 ifeq ($(PKG),./...)
-test-steps: tools check-generated check-tidy vet lint
 	$(MAKE) --no-print-directory -j2 test-main test-late
 else
-test-steps: tools check-generated check-tidy vet lint
 	$(GO_TEST) -race $(PKG)
 endif
 
 test-main: tools
-	$(GO_TEST) -race -p 1 $(MAIN_PKG)
+	$(GO_TEST) -race $(MAIN_PKG)
 
 test-starter: tools
 	$(GO_TEST) $(LONG_PKG)
