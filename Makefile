@@ -219,10 +219,10 @@ test: ## Run every test against the real API server and Temporal (the race detec
 #    (test-main); go test runs two of them at a time;
 #  - starter's and test/e2e's tests without it (test-starter), the two
 #    longest packages by far; make test-race runs them with it (CI does:
-#    .ci/run). Under it starter's took 662 CPU-seconds against 412, and
-#    test/e2e's, which time qm processes (leases, recoveries), measured the
-#    race detector's slowness on a machine make test keeps busy: two cores
-#    could not hold the suite in 12 minutes with them;
+#    .ci/run). Under it starter's took 662 CPU-seconds against 412, the
+#    suite's largest share, and test/e2e's, which time qm processes
+#    (leases, recoveries), failed on the machine make test keeps busy
+#    (TestShardedWatchers, TestShardsChangeUnderLoad);
 #  - once those are done, the smoke runs (test-late): every benchmark once
 #    (QM_BENCH_SMOKE: N=20, short windows), so that a benchmark that breaks
 #    fails here (the figures come from `make bench`), beside the tests that
@@ -261,8 +261,8 @@ test-late: test-starter
 	$(MAKE) --no-print-directory -j4 test-smoke test-beside
 
 # starter's and test/e2e's tests with the race detector: CI runs them
-# after make test (.ci/run), which runs them without it; about nine
-# minutes.
+# after make test (.ci/run), which runs them without it; 500 s on two
+# cores.
 .PHONY: test-race
 test-race: tools ## Run starter's and test/e2e's tests with the race detector (make test runs every other package's with it).
 	$(GO_TEST) -race $(LONG_PKG)
