@@ -154,7 +154,9 @@ func TestHealthChecksTCPAndHTTP(t *testing.T) {
 	// Agreeing checks write nothing: over the next checks of all three
 	// services, the status stays as it was.
 	before, hits := http.ResourceVersion, l.hits.Load()
-	require.Eventually(t, func() bool { return l.hits.Load() >= hits+9 }, 5*checkMinute, 50*time.Millisecond,
+	// Three rounds of three checks; how soon is flipWithin's margin, as
+	// each round waits on the worker like a flip does.
+	require.Eventually(t, func() bool { return l.hits.Load() >= hits+9 }, 2*checkMinute+flipWithin, 50*time.Millisecond,
 		"three more rounds of checks reach the listener")
 	http = waitService(t, s, "http", primazav1alpha1.ServiceAvailable, time.Second)
 	assert.Equal(t, before, http.ResourceVersion, "checks that agree leave the service untouched")
