@@ -40,6 +40,8 @@ const (
 type child struct {
 	Binary  string `json:"binary"`
 	PidFile string `json:"pidFile"`
+	// Env is added to the environment the binary runs with.
+	Env []string `json:"env,omitempty"`
 }
 
 // mu serializes Links, which reads and writes the process's environment.
@@ -58,9 +60,10 @@ func children() map[string]child {
 
 // Links creates linkDir/<name> for each name, leading to the running
 // executable, and sets this process's environment so that a child started
-// through one runs binDir/<name> and records its pid in pidDir/<name>.pid.
-// It returns linkDir, to give a library as the binaries' directory.
-func Links(linkDir, binDir, pidDir string, names ...string) (string, error) {
+// through one runs binDir/<name>, with env added to its environment, and
+// records its pid in pidDir/<name>.pid. It returns linkDir, to give a
+// library as the binaries' directory.
+func Links(linkDir, binDir, pidDir string, env []string, names ...string) (string, error) {
 	if !wired.Load() {
 		return "", errors.New("childproc.Run must be called first in main (or TestMain: testenv.Main) before servers start through links")
 	}
@@ -83,7 +86,7 @@ func Links(linkDir, binDir, pidDir string, names ...string) (string, error) {
 	defer mu.Unlock()
 	links := children()
 	for _, name := range names {
-		links[name] = child{Binary: filepath.Join(binDir, name), PidFile: filepath.Join(pidDir, name+".pid")}
+		links[name] = child{Binary: filepath.Join(binDir, name), PidFile: filepath.Join(pidDir, name+".pid"), Env: env}
 		link := filepath.Join(linkDir, name)
 		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return "", err
@@ -131,6 +134,7 @@ func Run() {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "QM_CHILD_")
 	})
+	env = append(env, c.Env...)
 	fail(syscall.Exec(c.Binary, append([]string{c.Binary}, os.Args[1:]...), env))
 }
 

@@ -46,7 +46,7 @@ func TestCleanup(t *testing.T) {
 // TestLinksNeedRun: links without Run wired into main would start the
 // program itself instead of the server; Links refuses.
 func TestLinksNeedRun(t *testing.T) {
-	_, err := childproc.Links(t.TempDir(), "/usr/bin", t.TempDir(), "etcd")
+	_, err := childproc.Links(t.TempDir(), "/usr/bin", t.TempDir(), nil, "etcd")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "childproc.Run must be called first")
 }

@@ -210,6 +210,7 @@ func (c *ControlPlane) componentKubeconfig(dir string) (string, error) {
 func (c *ControlPlane) startComponent(opts Options, name string, args []string) error {
 	path := filepath.Join(opts.BinDir, name)
 	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), opts.Env...)
 	out := opts.Out
 	if out == nil {
 		out = io.Discard

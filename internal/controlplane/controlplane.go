@@ -64,6 +64,9 @@ type Options struct {
 	// not outlive the machine's power (the tests'), whose every write then
 	// waits on no disk.
 	NoFsync bool
+	// Env is added to the environment of each of the cluster's processes:
+	// the tests tune the Go runtime's garbage collector there (GOGC).
+	Env []string
 }
 
 // auditPolicy records the metadata of service accounts' requests once
@@ -96,6 +99,8 @@ type ControlPlane struct {
 
 	clusterDir string
 	out        io.Writer
+	// procEnv is Options.Env.
+	procEnv []string
 }
 
 // Start starts etcd and kube-apiserver, waits until they serve, installs
@@ -107,7 +112,7 @@ func Start(opts Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{out: opts.Out}
+	cp := &ControlPlane{out: opts.Out, procEnv: opts.Env}
 	dataDir := opts.DataDir
 	if dataDir == "" {
 		if dataDir, err = os.MkdirTemp("", "qm-cluster-"); err != nil {
@@ -177,7 +182,7 @@ func Start(opts Options) (*ControlPlane, error) {
 	if len(killed) > 0 && opts.Out != nil {
 		fmt.Fprintf(opts.Out, "stopped what an earlier run left running: %s\n", strings.Join(killed, ", "))
 	}
-	binDir, err := childproc.Links(filepath.Join(clusterDir, "bin"), opts.BinDir, pidDir, "etcd", "kube-apiserver")
+	binDir, err := childproc.Links(filepath.Join(clusterDir, "bin"), opts.BinDir, pidDir, opts.Env, "etcd", "kube-apiserver")
 	if err != nil {
 		return nil, err
 	}

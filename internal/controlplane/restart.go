@@ -52,6 +52,7 @@ func (c *ControlPlane) RestartAPIServer(down time.Duration) error {
 		out = io.Discard
 	}
 	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(os.Environ(), c.procEnv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting kube-apiserver again: %w", err)

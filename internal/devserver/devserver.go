@@ -55,6 +55,9 @@ type Options struct {
 	// DynamicConfig sets dynamic config values of the server, such as
 	// limit.historyCount.suggestContinueAsNew.
 	DynamicConfig map[string]string
+	// Env is added to the server's environment: the tests tune the Go
+	// runtime's garbage collector there (GOGC).
+	Env []string
 }
 
 // Server is a running dev server. Its Stop always waits for the process,
@@ -118,7 +121,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if _, err := Cleanup(runDir, opts.Path); err != nil {
 		return nil, err
 	}
-	linkDir, err := childproc.Links(filepath.Join(runDir, "bin"), filepath.Dir(opts.Path), filepath.Join(runDir, "pids"), filepath.Base(opts.Path))
+	linkDir, err := childproc.Links(filepath.Join(runDir, "bin"), filepath.Dir(opts.Path), filepath.Join(runDir, "pids"), opts.Env, filepath.Base(opts.Path))
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ type Sister struct {
 // simulated nodes.
 func StartSister(t testing.TB, nodes int) *Sister {
 	t.Helper()
-	return startSister(t, controlplane.Options{BinDir: BinDir(), Bare: nodes == 0, Nodes: nodes, NoFsync: true})
+	return startSister(t, controlplane.Options{BinDir: BinDir(), Bare: nodes == 0, Nodes: nodes, NoFsync: true, Env: ServerEnv})
 }
 
 // StartUncachedSister starts a bare sister whose API server has no watch
@@ -36,7 +36,7 @@ func StartSister(t testing.TB, nodes int) *Sister {
 // any API server once its cache has moved past the token.
 func StartUncachedSister(t testing.TB) *Sister {
 	t.Helper()
-	return startSister(t, controlplane.Options{BinDir: BinDir(), Bare: true, NoWatchCache: true, NoFsync: true})
+	return startSister(t, controlplane.Options{BinDir: BinDir(), Bare: true, NoWatchCache: true, NoFsync: true, Env: ServerEnv})
 }
 
 func startSister(t testing.TB, opts controlplane.Options) *Sister {

@@ -176,7 +176,7 @@ func Start(t testing.TB, parts Parts) *System {
 	case parts.FileTemporal:
 		s.Temporal = FileTemporal(t)
 	case parts.SuggestContinueAsNewAt > 0:
-		s.Temporal = ownTemporal(t, devserver.Options{DynamicConfig: map[string]string{
+		s.Temporal = ownTemporal(t, devserver.Options{Env: ServerEnv, DynamicConfig: map[string]string{
 			"limit.historyCount.suggestContinueAsNew": strconv.Itoa(parts.SuggestContinueAsNewAt)}})
 	case parts.Parallel && (parts.Worker || parts.Watcher):
 		s.Temporal, _ = OwnTemporalNamespace(t)

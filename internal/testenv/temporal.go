@@ -66,7 +66,7 @@ func Temporal(t testing.TB) client.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var srv *devserver.Server
-		if srv, temporalErr = startDevServer(ctx, devserver.Options{Path: path, Namespaces: pooledNamespaces()}); temporalErr == nil {
+		if srv, temporalErr = startDevServer(ctx, devserver.Options{Path: path, Namespaces: pooledNamespaces(), Env: ServerEnv}); temporalErr == nil {
 			temporalSrv = devTemporal{srv}
 		}
 	})
@@ -219,7 +219,7 @@ func NewLosableTemporal(t testing.TB) *LosableTemporal {
 	t.Helper()
 	dir := t.TempDir()
 	l := &LosableTemporal{t: t, opts: devserver.Options{Path: requireTool(t, "temporal"), Address: FreeAddr(t),
-		DBFile: filepath.Join(dir, "temporal.db"), RunDir: filepath.Join(dir, "run")}}
+		DBFile: filepath.Join(dir, "temporal.db"), RunDir: filepath.Join(dir, "run"), Env: ServerEnv}}
 	l.start()
 	l.client = l.srv.Client()
 	t.Cleanup(func() {
