@@ -9,6 +9,8 @@ package controlplane
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -140,6 +142,11 @@ func Start(opts Options) (*ControlPlane, error) {
 	if opts.NoWatchCache {
 		apiServer.Configure().Set("watch-cache", "false")
 	}
+	adminToken, tokenFile, err := adminTokenFile(clusterDir)
+	if err != nil {
+		return nil, err
+	}
+	apiServer.Configure().Set("token-auth-file", tokenFile)
 	if !opts.Bare {
 		key, err := serviceAccountKey(clusterDir)
 		if err != nil {
@@ -200,7 +207,8 @@ func Start(opts Options) (*ControlPlane, error) {
 		_ = cp.Stop()
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", opts.BinDir, err)
 	}
-	cp.Config, cp.Kubeconfig, cp.EtcdURL = cfg, env.KubeConfig, etcd.URL.String()
+	cp.Config, cp.Kubeconfig, cp.EtcdURL = withToken(cfg, adminToken), env.KubeConfig, etcd.URL.String()
+	cfg = cp.Config
 	if err := InstallAdmissionPolicies(cfg); err != nil {
 		_ = cp.Stop()
 		return nil, err
@@ -298,4 +306,30 @@ func InstallAdmissionPolicies(cfg *rest.Config) error {
 		}
 	}
 	return nil
+}
+
+// adminTokenFile writes the API server's token file: one token, of an
+// administrator (system:masters). Config presents it instead of envtest's
+// client certificate: the API server verifies a certificate's chain on
+// every request, a sixteenth of its CPU under the tests, and looks a token
+// up in a map.
+func adminTokenFile(dir string) (token, path string, err error) {
+	raw := make([]byte, 24)
+	if _, err := rand.Read(raw); err != nil {
+		return "", "", err
+	}
+	token = hex.EncodeToString(raw)
+	path = filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(path, []byte(token+",qm-admin,qm-admin,system:masters\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("writing the API server's token file: %w", err)
+	}
+	return token, path, nil
+}
+
+// withToken is cfg presenting token, and no client certificate.
+func withToken(cfg *rest.Config, token string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.CertData, c.KeyData, c.CertFile, c.KeyFile = nil, nil, "", ""
+	c.BearerToken = token
+	return c
 }
