@@ -108,9 +108,10 @@ func benchProvision(b *testing.B, bare, temporalCluster bool) provisionFigures {
 	profiled()
 	throughput := burst.throughput
 
-	// 3. A steady 20 creates/s for 10 seconds.
-	steadyNames := make([]string, 200)
-	steadyCreated := make(map[string]time.Time, 200)
+	// 3. A steady 20 creates/s for 10 seconds (a smoke run's window: 1 s).
+	steadyCount := int(testenv.BenchWindow(10*time.Second) / (50 * time.Millisecond))
+	steadyNames := make([]string, steadyCount)
+	steadyCreated := make(map[string]time.Time, steadyCount)
 	tick := time.NewTicker(50 * time.Millisecond)
 	var wg sync.WaitGroup
 	var failed atomic.Int32
