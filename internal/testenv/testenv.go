@@ -16,6 +16,7 @@ package testenv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -80,11 +81,15 @@ func Main(m *testing.M, cleanups ...func()) {
 	// The servers start through the test binary itself (internal/childproc),
 	// so that they die with it.
 	childproc.Run()
-	// The test process runs Quartermaster's worker and watcher for every
-	// test at once: its collector runs at ServerEnv's setting, for the same
-	// reason. (A render process never gets here: renderproc serves from
-	// its init, and takes GOGC from the environment.)
-	debug.SetGCPercent(serverGCPercent)
+	flag.Parse()
+	if b := flag.Lookup("test.bench"); b == nil || b.Value.String() == "" || BenchSmoke() {
+		// The test process runs Quartermaster's worker and watcher for
+		// every test at once: its collector runs as the servers' does. (A
+		// render process never gets here: renderproc serves from its
+		// init, and takes GOGC from the environment.)
+		ServerEnv = []string{"GOGC=" + strconv.Itoa(testsGCPercent)}
+		debug.SetGCPercent(testsGCPercent)
+	}
 	// The workers the tests run as processes (qm worker) inherit it.
 	_ = os.Setenv("QM_DEADLOCK_TIMEOUT", DeadlockTimeout.String())
 	// The APIs the tests run as processes, several at once, serve their
@@ -126,16 +131,18 @@ const DeadlockTimeout = runs.WorkflowTaskTimeout
 
 // ServerEnv is added to the environment of the servers the tests start
 // (kube-apiserver, etcd, the cluster's controllers and kwok, Temporal's dev
-// server): their garbage collector runs once the heap has grown to five
-// times what is live, not twice (GOGC=400). The tests' servers are the suite's largest CPU cost
+// server). Main sets it for tests and smoke runs: their garbage collector
+// runs once the heap has grown to five times what is live, not twice
+// (GOGC=400). The tests' servers are the suite's largest CPU cost
 // (kube-apiserver's about 30 %, a fifth of which collecting garbage), and
 // the machine's memory is what they may spend instead: a run of the api
 // package's tests took 12 % less CPU with it (36.9 against 42.0 CPU-s;
-// kube-apiserver's 12.4 against 15.2). The benchmarks' own servers keep
-// the default, as `qm dev` runs them.
-var ServerEnv = []string{"GOGC=" + strconv.Itoa(serverGCPercent)}
+// kube-apiserver's 12.4 against 15.2). Benchmarks measure what `qm dev`
+// runs: with -bench (but for a smoke run) it stays empty, and the test
+// process's collector keeps the default too.
+var ServerEnv []string
 
-const serverGCPercent = 400
+const testsGCPercent = 400
 
 // BinDir is where `make tools` puts kube-apiserver, etcd and temporal:
 // $QM_BIN_DIR, or bin/ at the root of the module.
