@@ -91,9 +91,16 @@ func TestInstanceLimits(t *testing.T) {
 	s.Expect(http.MethodPut, "/v2/service_instances/o-3", provision("o-3", open, shop), http.StatusCreated, `{}`)
 	refused("/v2/service_instances/o-4", provision("o-4", open, shop), `organization \"shop\" allows at most 1 instance`)
 
-	// A namespace's annotation.
+	// A namespace's annotation. The quota counts every instance the API
+	// server holds, one being deleted too (p-1's may still be going): the
+	// limit is set once none is.
 	var list osbv1alpha1.SFServiceInstanceList
-	require.NoError(t, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
+		for _, i := range list.Items {
+			assert.Nil(c, i.DeletionTimestamp, "instance %s is being deleted", i.Name)
+		}
+	}, time.Minute, 50*time.Millisecond, "no instance is being deleted")
 	limit := len(list.Items) + 1
 	annotate(t, s, fmt.Sprint(limit))
 	quota := waitQuota(t, s, limit)
