@@ -208,8 +208,7 @@ func Start(opts Options) (*ControlPlane, error) {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", opts.BinDir, err)
 	}
 	cp.Config, cp.Kubeconfig, cp.EtcdURL = withToken(cfg, adminToken), env.KubeConfig, etcd.URL.String()
-	cfg = cp.Config
-	if err := InstallAdmissionPolicies(cfg); err != nil {
+	if err := InstallAdmissionPolicies(cp.Config); err != nil {
 		_ = cp.Stop()
 		return nil, err
 	}
