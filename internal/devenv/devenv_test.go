@@ -266,10 +266,10 @@ func start(t *testing.T, opts devenv.Options) (func(), *testenv.SyncBuffer) {
 		select {
 		case err := <-done:
 			cancel()
-			t.Fatalf("qm dev returned before it was ready: %v\n%s", err, out.String())
+			t.Fatalf("qm dev returned before it was ready: %v\n%s%s", err, out.String(), logTails(opts.DataDir))
 		case <-deadline:
 			cancel()
-			t.Fatalf("qm dev was not ready within 3 minutes:\n%s", out.String())
+			t.Fatalf("qm dev was not ready within 3 minutes:\n%s%s", out.String(), logTails(opts.DataDir))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -285,6 +285,22 @@ func start(t *testing.T, opts devenv.Options) (func(), *testenv.SyncBuffer) {
 			}
 		})
 	}, out
+}
+
+// logTails are the last lines of each server's log under dataDir/logs:
+// what a failed start's error points at, which CI keeps no copy of.
+func logTails(dataDir string) string {
+	files, _ := filepath.Glob(filepath.Join(dataDir, "logs", "*.log"))
+	var b strings.Builder
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+		fmt.Fprintf(&b, "\n--- the end of %s:\n%s\n", file, strings.Join(lines[max(0, len(lines)-15):], "\n"))
+	}
+	return b.String()
 }
 
 func client(t *testing.T, kubeconfig string) ctrlclient.Client {

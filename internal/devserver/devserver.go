@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/quartermaster/qm/internal/childproc"
+	"github.com/quartermaster/qm/internal/freeport"
 	"github.com/quartermaster/qm/workflows/runs"
 )
 
@@ -38,7 +39,8 @@ type Options struct {
 	RunDir string
 	// DBFile keeps history in SQLite across restarts; empty keeps it in memory.
 	DBFile string
-	// Address is the frontend's host:port; empty picks a free port on localhost.
+	// Address is the frontend's host:port; empty picks a free loopback port
+	// below the ephemeral range (internal/freeport).
 	Address string
 	// UIPort serves the Web UI; 0 runs headless.
 	UIPort int
@@ -76,6 +78,13 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Address == "" {
+		port, err := freeport.Loopback(1)
+		if err != nil {
+			return nil, fmt.Errorf("starting the Temporal dev server: %w", err)
+		}
+		opts.Address = "127.0.0.1:" + strconv.Itoa(port[0])
 	}
 	var attrs []temporal.SearchAttributeUpdate
 	for _, key := range runs.SearchAttributeKeys() {

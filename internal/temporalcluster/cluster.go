@@ -32,6 +32,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quartermaster/qm/internal/freeport"
 )
 
 // Options configure a cluster.
@@ -97,7 +99,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	free, err := freePorts(1 + 2*len(Services) + 1)
+	// Below the ephemeral range: Temporal's SQL schema keeps a member's
+	// membership port in a smallint, which a port the kernel picks does not fit.
+	free, err := freeport.Loopback(1 + 2*len(Services) + 1)
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,6 @@ package temporalcluster
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -104,30 +102,4 @@ func writeYAML(dir, name string, v any) (string, error) {
 		return "", fmt.Errorf("writing %s: %w", path, err)
 	}
 	return path, nil
-}
-
-// freePorts finds n free loopback ports below 32768: Temporal's SQL
-// schema keeps a member's membership port in a smallint, and a port the
-// kernel picks (32768 and up) does not fit. Each is checked by listening.
-func freePorts(n int) ([]int, error) {
-	var out []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for tries := 0; len(out) < n; tries++ {
-		if tries > 1000 {
-			return nil, fmt.Errorf("no %d free ports between 20000 and 32767", n)
-		}
-		port := 20000 + rand.IntN(32768-20000)
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		lns = append(lns, ln)
-		out = append(out, port)
-	}
-	return out, nil
 }

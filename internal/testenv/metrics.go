@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 	"testing"
@@ -16,6 +15,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/quartermaster/qm/internal/freeport"
 )
 
 // Metrics are the metric families of one scrape, by name.
@@ -28,20 +29,13 @@ func FreeAddr(t testing.TB) string {
 	return "127.0.0.1:" + strconv.Itoa(FreePorts(t, 1)[0])
 }
 
-// FreePorts are n distinct loopback ports no one listens on now: each is
-// held until all are found, so that no two are the same.
+// FreePorts are n distinct loopback ports no one listens on now, below
+// the ephemeral range (internal/freeport): a test that hands them to a
+// server started seconds later must not find one taken by a connection.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	ports := make([]int, n)
-	lns := make([]net.Listener, n)
-	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns[i], ports[i] = ln, ln.Addr().(*net.TCPAddr).Port
-	}
-	for _, ln := range lns {
-		require.NoError(t, ln.Close())
-	}
+	ports, err := freeport.Loopback(n)
+	require.NoError(t, err)
 	return ports
 }
 
