@@ -118,7 +118,11 @@ func TestMassUpdateSurvivesAWorkerRestart(t *testing.T) {
 	newVersion(t, s, "2")
 	name := s.Namespace + "/restart"
 	admin(t, s, http.MethodPost, "/admin/mass-updates", fmt.Sprintf(`{"name": %q, "plans": [%q], "concurrency": 4}`, name, planID), http.StatusAccepted, nil)
-	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.GreaterOrEqual(c, updatedCount(c, s), 20) }, time.Minute, 20*time.Millisecond)
+	// Its progress is part of the message: where a run stood when it did
+	// not get this far (once, under the race detector, on a loaded machine).
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.GreaterOrEqual(c, updatedCount(c, s), 20, "the run's progress: %+v", runProgress(c, s, name))
+	}, time.Minute, 100*time.Millisecond)
 	s.StopWorker()
 	stopped := updatedCount(t, s)
 	s.StartWorker()
