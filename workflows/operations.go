@@ -26,7 +26,13 @@ type Result struct {
 	State       osbv1alpha1.OperationState `json:"state"`
 	Description string                     `json:"description,omitempty"`
 	Generation  int64                      `json:"generation,omitempty"`
-	Resources   []osbv1alpha1.Source       `json:"resources,omitempty"`
+	// FoundDone is the generation a run found carried out already when it
+	// began (Generation is then 0): most often by its own first workflow
+	// task, which applied it and wrote the status, and whose completion
+	// was lost with its worker. A run that did nothing for another reason
+	// (its resource deleted or gone) leaves it 0.
+	FoundDone int64                `json:"foundDone,omitempty"`
+	Resources []osbv1alpha1.Source `json:"resources,omitempty"`
 	// Warnings are what the plan's author should hear of its output (the
 	// same as the Warning Events on the resource).
 	Warnings []string `json:"warnings,omitempty"`
@@ -205,7 +211,10 @@ func begin(ctx workflow.Context, t lifecycle.Target, op lifecycle.Operation) (be
 		res, err := endEarly(ctx, t, op, err)
 		return begun, false, res, err
 	}
-	return begun, !begun.Done, Result{}, nil
+	if begun.Done {
+		return begun, false, Result{FoundDone: begun.Generation}, nil
+	}
+	return begun, true, Result{}, nil
 }
 
 // poll evaluates the status template until it reports a terminal state or

@@ -154,11 +154,24 @@ func TestProvision(t *testing.T) {
 		assert.Equal(t, 2*time.Minute, env.Now().Sub(start))
 	})
 
-	t.Run("a repeated start of a finished provision does nothing", func(t *testing.T) {
+	t.Run("a repeated start of a finished provision does nothing, and says which generation it found done", func(t *testing.T) {
 		env := opsEnv(t)
-		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).Return(activities.Begun{Done: true}, nil).Once()
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpProvision).Return(activities.Begun{Done: true, Generation: 2}, nil).Once()
 		env.ExecuteWorkflow(workflows.Provision, instance)
 		require.NoError(t, env.GetWorkflowError())
+		var res workflows.Result
+		require.NoError(t, env.GetWorkflowResult(&res))
+		assert.Equal(t, workflows.Result{FoundDone: 2}, res, "nothing applied by this start (Generation 0)")
+	})
+
+	t.Run("an update of an instance deleted since does nothing, and found nothing done", func(t *testing.T) {
+		env := opsEnv(t)
+		env.OnActivity(ops.Begin, mock.Anything, instance, lifecycle.OpUpdate).Return(activities.Begun{Done: true}, nil).Once()
+		env.ExecuteWorkflow(workflows.Update, instance)
+		require.NoError(t, env.GetWorkflowError())
+		var res workflows.Result
+		require.NoError(t, env.GetWorkflowResult(&res))
+		assert.Equal(t, workflows.Result{}, res)
 	})
 
 	t.Run("an instance deleted before it began ends quietly", func(t *testing.T) {

@@ -10,8 +10,12 @@ import (
 type Run struct {
 	Operation string
 	// Generation is the generation of the resource the run worked on; 0
-	// for a run that found its resource gone and did nothing.
+	// for a run that did nothing.
 	Generation int64
+	// FoundDone is, for a run that did nothing, the generation it found
+	// carried out when it began (workflows.Result.FoundDone); 0 when it
+	// found its resource deleted or gone.
+	FoundDone int64
 }
 
 // Expected is what the workload asked of one resource.
@@ -39,9 +43,13 @@ func ExactlyOnce(runs []Run, want Expected) []string {
 	count := map[string]int{}
 	var applied []int64      // the generations the create and update runs applied
 	idle := map[string]int{} // runs that ended finding nothing to do
+	var found []int64        // the generations idle create and update runs found done
 	for _, r := range runs {
 		if r.Generation == 0 {
 			idle[r.Operation]++
+			if r.FoundDone != 0 && (r.Operation == want.Creates || r.Operation == "update") {
+				found = append(found, r.FoundDone)
+			}
 			continue
 		}
 		count[r.Operation]++
@@ -60,6 +68,14 @@ func ExactlyOnce(runs []Run, want Expected) []string {
 	for _, op := range []string{want.Creates, removal[want.Creates]} {
 		if count[op] == 0 && idle[op] > 0 {
 			count[op] = 1
+		}
+	}
+	// Likewise an update: its replay found its generation done, and no
+	// completed run says it applied it, so the lost task did, once. A
+	// generation some run applied and a replay found done is not twice.
+	for _, g := range found {
+		if !slices.Contains(applied, g) {
+			applied = append(applied, g)
 		}
 	}
 	expect(want.Creates, 1)

@@ -322,7 +322,7 @@ func checkRuns(t *testing.T, c *cluster, exps []*expectation, passwords map[stri
 					if done.GetResult() != nil {
 						require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(done.GetResult(), &res))
 					}
-					completed[ex.Execution.WorkflowId] = append(completed[ex.Execution.WorkflowId], chaos.Run{Operation: op, Generation: res.Generation})
+					completed[ex.Execution.WorkflowId] = append(completed[ex.Execution.WorkflowId], chaos.Run{Operation: op, Generation: res.Generation, FoundDone: res.FoundDone})
 				}
 			}
 		}
