@@ -84,8 +84,16 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 	if !op.Removes() && t.object().GetDeletionTimestamp() != nil {
 		// Deleted since the request: its removal follows, and nothing is
 		// applied before it. The deletion raised the generation, so an
-		// update begun now would apply a generation nobody asked for.
-		return Begun{Done: true}, nil
+		// update begun now would apply a generation nobody asked for. What
+		// the status says was carried out last is what the run found done:
+		// a replay of a run whose first task applied it, and whose
+		// completion was lost, before the deletion (the removal's run, under
+		// the same workflow ID, cannot have begun yet).
+		found := int64(0)
+		if state, observed, _ := t.status(); state.Terminal() {
+			found = observed
+		}
+		return Begun{Done: true, Generation: found}, nil
 	}
 	if err := a.checkParameters(t, op); err != nil {
 		return Begun{}, err

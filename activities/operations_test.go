@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -194,6 +195,23 @@ func TestActivityErrors(t *testing.T) {
 		assert.Equal(t, activities.Begun{Done: true}, begun, "nothing to apply: the removal follows")
 	})
 
+	t.Run("an update replayed after its instance's deletion, its work done before it", func(t *testing.T) {
+		// The status a lost first task wrote: generation 2 succeeded.
+		inst := h.sys.Instance("deleted-2", h.plan("deleting-2", passwordPlan), "")
+		inst.Finalizers = []string{osbv1alpha1.InstanceFinalizer}
+		inst.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(`{"size": "m"}`)}
+		require.NoError(t, h.sys.Kube.Client.Update(context.Background(), inst))
+		require.EqualValues(t, 2, inst.Generation)
+		inst.Status.State, inst.Status.ObservedGeneration = osbv1alpha1.StateSucceeded, 2
+		require.NoError(t, h.sys.Kube.Client.Status().Update(context.Background(), inst))
+		require.NoError(t, h.sys.Kube.Client.Delete(context.Background(), inst))
+		val, err := h.run("Begin", lifecycle.InstanceTarget(inst), lifecycle.OpUpdate)
+		require.NoError(t, err)
+		var begun activities.Begun
+		require.NoError(t, val.Get(&begun))
+		assert.Equal(t, activities.Begun{Done: true, Generation: 2}, begun, "nothing to apply, and generation 2 found done")
+	})
+
 	t.Run("a target deleted meanwhile", func(t *testing.T) {
 		_, err := h.run("Begin", lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: h.sys.Namespace, Name: "never-was"}, lifecycle.OpProvision)
 		appErr := applicationError(t, err)
@@ -235,7 +253,7 @@ func TestObserveAndFinish(t *testing.T) {
 	require.NoError(t, err)
 	var begun activities.Begun
 	require.NoError(t, val.Get(&begun))
-	assert.True(t, begun.Done, "the same provision again has nothing to do")
+	assert.Equal(t, activities.Begun{Done: true, Generation: 1}, begun, "the same provision again has nothing to do, and says what it found done")
 
 	// A bind's credentials go to a Secret, not into the outcome.
 	b := &osbv1alpha1.SFServiceBinding{

@@ -11,9 +11,11 @@ import (
 // Begun is what the workflow learns when an operation starts.
 type Begun struct {
 	// Done is set when the operation has already been carried out for this
-	// generation (a repeated start): the workflow has nothing to do.
+	// generation (a repeated start), or has no more to do (its resource is
+	// being deleted): the workflow has nothing to do.
 	Done bool `json:"done,omitempty"`
-	// Generation is the spec generation the operation works on.
+	// Generation is the spec generation the operation works on; when Done,
+	// the one the status says was carried out (0: none).
 	Generation int64 `json:"generation"`
 	// MaxPolling is the plan's maximum_polling_duration.
 	MaxPolling time.Duration `json:"maxPolling"`
