@@ -79,7 +79,7 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 		return Begun{}, err
 	}
 	if t.done(op) {
-		return Begun{Done: true, Generation: t.object().GetGeneration()}, nil
+		return Begun{Done: true, Generation: t.carriedOut()}, nil
 	}
 	if !op.Removes() && t.object().GetDeletionTimestamp() != nil {
 		// Deleted since the request: its removal follows, and nothing is
@@ -89,11 +89,7 @@ func (a *Operations) Begin(ctx context.Context, tg lifecycle.Target, op lifecycl
 		// a replay of a run whose first task applied it, and whose
 		// completion was lost, before the deletion (the removal's run, under
 		// the same workflow ID, cannot have begun yet).
-		found := int64(0)
-		if state, observed, _ := t.status(); state.Terminal() {
-			found = observed
-		}
-		return Begun{Done: true, Generation: found}, nil
+		return Begun{Done: true, Generation: t.carriedOut()}, nil
 	}
 	if err := a.checkParameters(t, op); err != nil {
 		return Begun{}, err

@@ -71,6 +71,16 @@ func (t *target) status() (osbv1alpha1.OperationState, int64, string) {
 	return t.instance.Status.State, t.instance.Status.ObservedGeneration, t.instance.Status.Description
 }
 
+// carriedOut is the generation the status says an operation ended on
+// (succeeded or failed), or 0 while none has: for an operation that is
+// done, the target's current generation.
+func (t *target) carriedOut() int64 {
+	if state, observed, _ := t.status(); state.Terminal() {
+		return observed
+	}
+	return 0
+}
+
 // resources returns what the target's templates applied so far.
 func (t *target) resources() []osbv1alpha1.Source {
 	if t.binding != nil {
