@@ -74,7 +74,7 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 		if err := reg.Set(registry.KeyCredentials, creds); err != nil {
 			return err
 		}
-		if err := (registry.Store{Client: t.kube}).Save(ctx, regSecret, reg); err != nil {
+		if err := a.saveRegistry(ctx, t, reg, regSecret); err != nil {
 			return err
 		}
 	}

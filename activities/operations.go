@@ -219,9 +219,11 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 // what the status template sees and renders it (readStatus), decides what
 // that means (plan's Status.Decide, pure), and writes what follows
 // (recordObservation: a bind's credentials, the instance's metadata, the
-// progress shown). Without a status for the operation, applying is
-// success, and a removal succeeds once every applied object is gone
-// (defaultOutcome). It is one step because a bind's credentials, which the
+// progress shown). Only that last part writes: the registry is read as
+// stored, and created only if the observation stores credentials in it.
+// Without a status for the operation, applying is success, and a removal
+// succeeds once every applied object is gone (defaultOutcome). It is one
+// step because a bind's credentials, which the
 // status template renders, must never travel through Temporal to another.
 func (a *Operations) Observe(ctx context.Context, tg lifecycle.Target, op lifecycle.Operation) (Outcome, error) {
 	t, err := a.load(ctx, tg, op)
@@ -263,7 +265,7 @@ func (a *Operations) readStatus(ctx context.Context, t *target, op lifecycle.Ope
 	if !(&plan.Subject{Plan: t.plan}).HasStatus() {
 		return statusRead{}, nil
 	}
-	subject, regSecret, err := a.subject(ctx, t)
+	subject, regSecret, err := a.observedSubject(ctx, t)
 	if err != nil {
 		return statusRead{}, err
 	}
@@ -309,7 +311,7 @@ func stringOf(v any) string {
 func (a *Operations) defaultOutcome(ctx context.Context, t *target, op lifecycle.Operation) (Outcome, error) {
 	if !op.Removes() {
 		if op == lifecycle.OpBind {
-			subject, regSecret, err := a.subject(ctx, t)
+			subject, regSecret, err := a.observedSubject(ctx, t)
 			if err != nil {
 				return Outcome{}, err
 			}
@@ -341,12 +343,29 @@ func (a *Operations) showProgress(ctx context.Context, t *target, description st
 }
 
 // subject returns what the target's templates are rendered for, with its
-// registry, and the registry's Secret.
+// registry (created on first use), and the registry's Secret.
 func (a *Operations) subject(ctx context.Context, t *target) (*plan.Subject, *corev1.Secret, error) {
 	reg, secret, err := a.registry(ctx, t)
 	if err != nil {
 		return nil, nil, err
 	}
+	return a.subjectWith(ctx, t, reg, secret)
+}
+
+// observedSubject is subject for an observation, which writes nothing
+// until it has decided: the registry as stored (readRegistry), and no
+// Secret when there is none yet.
+func (a *Operations) observedSubject(ctx context.Context, t *target) (*plan.Subject, *corev1.Secret, error) {
+	reg, secret, err := a.readRegistry(ctx, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a.subjectWith(ctx, t, reg, secret)
+}
+
+// subjectWith is what the target's templates are rendered for, with reg.
+func (a *Operations) subjectWith(ctx context.Context, t *target, reg *registry.Registry, secret *corev1.Secret) (*plan.Subject, *corev1.Secret, error) {
+	var err error
 	subject := &plan.Subject{Service: t.service, Plan: t.plan, Instance: t.instance, Binding: t.binding, Registry: reg, Fetcher: a.Templates, Bounds: a.Bounds, Runner: a.Renderer,
 		Cluster: t.sfCluster()}
 	if t.rotates() {

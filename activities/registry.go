@@ -86,8 +86,7 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 	}
 	reg := registry.New(key.Kind, t.readOnlyKeys())
 	if t.binding != nil && t.instance != nil {
-		instance := &target{Target: lifecycle.InstanceTarget(t.instance), instance: t.instance, plan: t.plan, service: t.service, kube: t.kube, remote: t.remote}
-		inst, _, err := a.registry(ctx, instance)
+		inst, _, err := a.registry(ctx, t.instanceTarget())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -105,6 +104,56 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 		return nil, nil, err
 	}
 	return stored, secret, nil
+}
+
+// readRegistry returns the target's registry as stored, and its Secret,
+// and writes nothing: it is what an observation reads. A registry not
+// created yet, or one an earlier resource of the name left, reads as the
+// new one registry would create, with no Secret; saveRegistry creates it
+// if the observation stores anything in it.
+func (a *Operations) readRegistry(ctx context.Context, t *target) (*registry.Registry, *corev1.Secret, error) {
+	owner, err := a.registryOwner(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	reg, secret, err := (registry.Store{Client: t.kube}).Get(ctx, t.registryKey())
+	switch {
+	case err == nil && !ownedByEarlier(secret, owner):
+		return reg, secret, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, nil, err
+	}
+	reg = registry.New(t.registryKey().Kind, t.readOnlyKeys())
+	if t.binding != nil && t.instance != nil {
+		inst, _, err := a.readRegistry(ctx, t.instanceTarget())
+		if err != nil {
+			return nil, nil, err
+		}
+		reg.Inherit(inst)
+	}
+	return reg, nil, nil
+}
+
+// saveRegistry writes what was stored in reg since readRegistry or
+// registry returned it with secret; with no secret, it creates the
+// registry first (as registry does: owned, checked, an earlier one
+// replaced).
+func (a *Operations) saveRegistry(ctx context.Context, t *target, reg *registry.Registry, secret *corev1.Secret) error {
+	if !reg.Changed() {
+		return nil
+	}
+	if secret == nil {
+		var err error
+		if _, secret, err = a.registry(ctx, t); err != nil {
+			return err
+		}
+	}
+	return (registry.Store{Client: t.kube}).Save(ctx, secret, reg)
+}
+
+// instanceTarget is the instance of a binding's target, for its registry.
+func (t *target) instanceTarget() *target {
+	return &target{Target: lifecycle.InstanceTarget(t.instance), instance: t.instance, plan: t.plan, service: t.service, kube: t.kube, remote: t.remote}
 }
 
 // registryOwner is the owner reference of the target's registry: the

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -110,4 +111,43 @@ func TestARegistryOfAnEarlierResourceIsReplaced(t *testing.T) {
 	assert.Equal(t, reg.UID, cm.OwnerReferences[0].UID, "the new registry owns the ConfigMap")
 	assert.Equal(t, h.sys.RegistryValue("qm-instance-again-1", "password"), cm.Data["password"])
 	assert.NotEqual(t, string(earlierReg.Data["password"]), string(reg.Data["password"]), "the password is the new instance's own")
+}
+
+// TestAnObservationWritesNoRegistry: the removal of an instance that never
+// applied anything (its provision was refused before) is observed with the
+// plan's status template, which reads the registry. There is none, and the
+// observation creates none: it writes only what it decided to. A bind's
+// observation does create its registry, to keep the credentials in.
+func TestAnObservationWritesNoRegistry(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	planID := h.plan("pw", passwordPlan)
+	inst := h.sys.Instance("never-1", planID, "")
+	inst.Finalizers = []string{"test.quartermaster.io/hold"}
+	require.NoError(t, h.sys.Kube.Client.Update(ctx, inst))
+	require.NoError(t, h.sys.Kube.Client.Delete(ctx, inst))
+
+	val, err := h.run("Observe", lifecycle.InstanceTarget(inst), lifecycle.OpDeprovision)
+	require.NoError(t, err)
+	var outcome activities.Outcome
+	require.NoError(t, val.Get(&outcome))
+	assert.Equal(t, activities.Outcome{State: osbv1alpha1.StateSucceeded}, outcome, "nothing was applied, so nothing is left to wait for")
+	err = h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "qm-instance-never-1"}, &corev1.Secret{})
+	assert.True(t, apierrors.IsNotFound(err), "the observation created no registry: %v", err)
+
+	provisioned := h.sys.Instance("db-1", planID, "")
+	_, err = h.run("ApplyTemplates", lifecycle.InstanceTarget(provisioned), lifecycle.OpProvision)
+	require.NoError(t, err)
+	b := &osbv1alpha1.SFServiceBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-1", Namespace: h.sys.Namespace},
+		Spec:       osbv1alpha1.SFServiceBindingSpec{ID: "app-1", InstanceID: "db-1", ServiceID: h.sys.ServiceID, PlanID: planID},
+	}
+	require.NoError(t, h.sys.Kube.Client.Create(ctx, b))
+	_, err = h.run("Observe", lifecycle.BindingTarget(b), lifecycle.OpBind)
+	require.NoError(t, err)
+	var reg corev1.Secret
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "qm-binding-app-1"}, &reg), "the bind stored its credentials in a registry it created")
+	require.Len(t, reg.OwnerReferences, 1)
+	assert.Equal(t, b.UID, reg.OwnerReferences[0].UID, "the binding owns it")
+	assert.Equal(t, h.sys.RegistryValue("qm-instance-db-1", "password"), h.sys.RegistryValue("qm-binding-app-1", "credentials").(map[string]any)["password"], "with the credentials the status template rendered from the instance's registry")
 }
