@@ -194,6 +194,21 @@ func (c *Cluster) Stop() error {
 	return c.stop(true)
 }
 
+// OnlyKilled reports whether each of the errors Stop returned is a
+// process killed after its grace period (ErrKilled): the cluster is gone,
+// only not gracefully.
+func OnlyKilled(err error) bool {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if !OnlyKilled(e) {
+				return false
+			}
+		}
+		return len(joined.Unwrap()) > 0
+	}
+	return errors.Is(err, ErrKilled)
+}
+
 func (c *Cluster) stop(remove bool) error {
 	if c.client != nil {
 		c.client.Close()

@@ -11,6 +11,12 @@ import (
 	"time"
 )
 
+// ErrKilled is a process that did not stop within its grace period and
+// was killed: a stop that lost the process's own shutdown, not the
+// process. Matching, for one, holds its long polls (up to a minute) while
+// it drains.
+var ErrKilled = errors.New("killed after its grace period")
+
 // process is one server process of the cluster: PostgreSQL or one of
 // Temporal's services. It can be killed and started again with the same
 // command line, as a pod's container is.
@@ -92,7 +98,7 @@ func (p *process) signal(sig syscall.Signal, grace time.Duration) error {
 	_ = cmd.Process.Kill()
 	select {
 	case <-done:
-		return fmt.Errorf("%s did not stop within %s of %s and was killed", p.name, grace, sig)
+		return fmt.Errorf("%s did not stop within %s of %s: %w", p.name, grace, sig, ErrKilled)
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("%s did not exit after SIGKILL", p.name)
 	}

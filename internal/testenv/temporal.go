@@ -185,7 +185,14 @@ func TemporalCluster(t testing.TB) *temporalcluster.Cluster {
 		t.Fatalf("starting a Temporal cluster: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
+		// A service killed after its grace period still stopped: no test
+		// here is about the cluster's own shutdown (matching drains its
+		// long polls, which a lost namespace's hold for a minute).
+		switch err := c.Stop(); {
+		case err == nil:
+		case temporalcluster.OnlyKilled(err):
+			t.Logf("stopping the Temporal cluster: %v", err)
+		default:
 			t.Errorf("stopping the Temporal cluster: %v", err)
 		}
 	})
