@@ -112,6 +112,13 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 		newVersion(b, s, "2")
 	}
 
+	// With QM_BENCH_PROFILE, where the CPU goes while the burst holds the
+	// machine: this process (qm's API, watcher and worker) over the case,
+	// the API server over its first 30 s.
+	stopProfile := testenv.ProfileSelf(b, "fairness-"+burst+"-qm")
+	profiled := testenv.ProfileAPIServer(b, s.Kube, "fairness-"+burst+"-kube-apiserver", 30)
+	defer profiled()
+
 	// A's burst, in the background.
 	aNames := make([]string, n)
 	for i := range aNames {
@@ -155,6 +162,7 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 		trA.waitAll(b, aNames, 10*time.Minute)
 	}
 	f.burst = time.Since(began)
+	stopProfile()
 	return f
 }
 
