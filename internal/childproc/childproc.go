@@ -180,6 +180,11 @@ func ours(pid int, name, binDir string) bool {
 		return false
 	}
 	real, _ := filepath.Abs(filepath.Join(binDir, name))
+	// The kernel names the executable by its resolved path: a bin
+	// directory reached through a symbolic link must be resolved too.
+	if resolved, err := filepath.EvalSymlinks(real); err == nil {
+		real = resolved
+	}
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
 		return exe == real
 	}

@@ -43,6 +43,29 @@ func TestCleanup(t *testing.T) {
 	require.NoError(t, syscall.Kill(other.Process.Pid, 0), "the other process lives")
 }
 
+// TestCleanupThroughASymlinkedBinDir: a bin directory reached through a
+// symbolic link (a clone whose bin/ leads to another's) still names the
+// leftover's binary, which the kernel knows by its resolved path.
+func TestCleanupThroughASymlinkedBinDir(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	require.NoError(t, err)
+	sleep, err = filepath.EvalSymlinks(sleep)
+	require.NoError(t, err)
+	linked := filepath.Join(t.TempDir(), "bin")
+	require.NoError(t, os.Symlink(filepath.Dir(sleep), linked))
+	pids := t.TempDir()
+
+	left := exec.Command(filepath.Join(linked, filepath.Base(sleep)), "60")
+	require.NoError(t, left.Start())
+	defer left.Process.Kill()
+	require.NoError(t, os.WriteFile(filepath.Join(pids, filepath.Base(sleep)+".pid"), []byte(strconv.Itoa(left.Process.Pid)), 0o644))
+
+	killed, err := childproc.Cleanup(pids, linked)
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Base(sleep) + " (pid " + strconv.Itoa(left.Process.Pid) + ")"}, killed)
+	require.Error(t, left.Wait(), "the leftover was killed")
+}
+
 // TestLinksNeedRun: links without Run wired into main would start the
 // program itself instead of the server; Links refuses.
 func TestLinksNeedRun(t *testing.T) {

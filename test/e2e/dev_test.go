@@ -3,9 +3,11 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +39,12 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 	ports := freePorts(t, 5)
 	args := []string{"dev", "--bin-dir", binDir, "--data-dir", data, "--kube-port", ports[0], "--temporal-port", ports[1],
 		"--ui-port", ports[2], "--listen", "127.0.0.1:" + ports[3], "--admin-listen", "127.0.0.1:" + ports[4], "--api-metrics-listen", ""}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- the end of the control plane's log, and who holds etcd's data:\n%s\n%s",
+				tail(readFile(filepath.Join(data, "logs", "controlplane.log")), 30), holders(filepath.Join(data, "etcd")))
+		}
+	})
 	dev := start(t, qm, "qm-dev", nil, args...)
 	waitFor(t, dev, "Quartermaster is running.", 3*time.Minute)
 
@@ -122,6 +130,34 @@ func zombies(t *testing.T, parent int) []string {
 		}
 	}
 	return found
+}
+
+// readFile is a file's text, or what kept it from being read.
+func readFile(path string) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(raw)
+}
+
+// holders names the processes with a file under dir open (a killed
+// qm dev's etcd that outlived it would hold its database's lock, and the
+// next etcd would wait for it).
+func holders(dir string) string {
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	found := map[string]bool{}
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err == nil && strings.HasPrefix(target, dir+"/") {
+			pid := strings.Split(fd, "/")[2]
+			comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+			found["pid "+pid+" ("+strings.TrimSpace(string(comm))+")"] = true
+		}
+	}
+	if len(found) == 0 {
+		return "no process holds a file under " + dir
+	}
+	return "holding files under " + dir + ": " + strings.Join(slices.Sorted(maps.Keys(found)), ", ")
 }
 
 // waitFor waits until a process has written want.
