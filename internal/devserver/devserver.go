@@ -17,12 +17,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"golang.org/x/sys/unix"
 
 	"github.com/quartermaster/qm/internal/childproc"
 	"github.com/quartermaster/qm/internal/freeport"
@@ -202,6 +204,35 @@ func failOnExit(ctx context.Context, started <-chan struct{}, pidFile string, ca
 			return
 		}
 	}
+}
+
+// State says whether the server's process still runs: "running", or how
+// it is gone, for a test that can no longer reach it.
+func (s *Server) State() string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	switch {
+	case s.pid == 0:
+		return "of unknown pid"
+	case err != nil:
+		return fmt.Sprintf("gone (pid %d)", s.pid)
+	}
+	stat := string(raw)
+	if fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:]); len(fields) > 0 && fields[0] == "Z" {
+		// A zombie's wait status is field 52 of its stat (the 50th after
+		// the command): how it ended.
+		how := ""
+		if len(fields) >= 50 {
+			if code, err := strconv.Atoi(fields[49]); err == nil {
+				if ws := syscall.WaitStatus(code); ws.Signaled() {
+					how = ", killed by " + unix.SignalName(ws.Signal())
+				} else {
+					how = fmt.Sprintf(", exit status %d", ws.ExitStatus())
+				}
+			}
+		}
+		return fmt.Sprintf("exited (pid %d, not yet reaped%s)", s.pid, how)
+	}
+	return fmt.Sprintf("running (pid %d)", s.pid)
 }
 
 // Stop interrupts the server and waits until it has exited. A server that

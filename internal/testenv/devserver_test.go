@@ -40,3 +40,25 @@ func TestSyncBufferKeepsItsMax(t *testing.T) {
 	}
 	assert.Equal(t, "abcde", h.String())
 }
+
+func TestTailBufferKeepsTheEnd(t *testing.T) {
+	for name, tc := range map[string]struct {
+		writes []string
+		want   string
+	}{
+		"less than its max":  {[]string{"ab", "cd"}, "abcd"},
+		"exactly its max":    {[]string{"abc", "def"}, "abcdef"},
+		"past its max":       {[]string{"abcd", "efgh"}, "cdefgh"},
+		"one write past max": {[]string{"abcdefghij"}, "efghij"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := &tailBuffer{max: 6}
+			for _, w := range tc.writes {
+				n, err := b.Write([]byte(w))
+				require.NoError(t, err)
+				require.Equal(t, len(w), n)
+			}
+			assert.Equal(t, tc.want, b.String())
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,7 +67,8 @@ func Temporal(t testing.TB) client.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var srv *devserver.Server
-		if srv, temporalErr = startDevServer(ctx, devserver.Options{Path: path, Namespaces: pooledNamespaces(), Env: ServerEnv}); temporalErr == nil {
+		sharedOut = &tailBuffer{max: sharedOutput}
+		if srv, temporalErr = startDevServer(ctx, devserver.Options{Path: path, Namespaces: pooledNamespaces(), Env: ServerEnv, Out: sharedOut}); temporalErr == nil {
 			temporalSrv = devTemporal{srv}
 		}
 	})
@@ -74,6 +76,46 @@ func Temporal(t testing.TB) client.Client {
 		t.Fatalf("starting Temporal (%s): %v", TemporalKind(), temporalErr)
 	}
 	return temporalSrv.Client()
+}
+
+// sharedOutput is how much of the shared dev server's latest output is
+// kept, for a test that can no longer reach it.
+const sharedOutput = 16 << 10
+
+// sharedOut is the shared dev server's latest output.
+var sharedOut *tailBuffer
+
+// SharedTemporalState says whether the shared dev server still runs, with
+// the end of its output: what a test that could not reach it reports.
+func SharedTemporalState() string {
+	dev, ok := temporalSrv.(devTemporal)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("the shared Temporal dev server is %s; the end of its output:\n%s", dev.State(), sharedOut.String())
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
 
 // namespacePool holds the shared dev server's namespaces besides "default"
