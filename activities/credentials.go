@@ -71,10 +71,7 @@ func (a *Operations) storeCredentials(ctx context.Context, t *target, reg *regis
 		return fmt.Errorf("writing the credentials Secret %s/%s: %w", t.Namespace, secret.Name, err)
 	}
 	if creds != nil {
-		if err := reg.Set(registry.KeyCredentials, creds); err != nil {
-			return err
-		}
-		if err := a.saveRegistry(ctx, t, reg, regSecret); err != nil {
+		if err := a.setInRegistry(ctx, t, reg, regSecret, registry.KeyCredentials, creds); err != nil {
 			return err
 		}
 	}

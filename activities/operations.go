@@ -223,8 +223,8 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 // stored, and created only if the observation stores credentials in it.
 // Without a status for the operation, applying is success, and a removal
 // succeeds once every applied object is gone (defaultOutcome). It is one
-// step because a bind's credentials, which the
-// status template renders, must never travel through Temporal to another.
+// step because a bind's credentials, which the status template renders,
+// must never travel through Temporal to another.
 func (a *Operations) Observe(ctx context.Context, tg lifecycle.Target, op lifecycle.Operation) (Outcome, error) {
 	t, err := a.load(ctx, tg, op)
 	if err != nil {

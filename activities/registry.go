@@ -109,7 +109,7 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 // readRegistry returns the target's registry as stored, and its Secret,
 // and writes nothing: it is what an observation reads. A registry not
 // created yet, or one an earlier resource of the name left, reads as the
-// new one registry would create, with no Secret; saveRegistry creates it
+// new one registry would create, with no Secret; setInRegistry creates it
 // if the observation stores anything in it.
 func (a *Operations) readRegistry(ctx context.Context, t *target) (*registry.Registry, *corev1.Secret, error) {
 	owner, err := a.registryOwner(t)
@@ -134,19 +134,19 @@ func (a *Operations) readRegistry(ctx context.Context, t *target) (*registry.Reg
 	return reg, nil, nil
 }
 
-// saveRegistry writes what was stored in reg since readRegistry or
-// registry returned it with secret; with no secret, it creates the
-// registry first (as registry does: owned, checked, an earlier one
-// replaced).
-func (a *Operations) saveRegistry(ctx context.Context, t *target, reg *registry.Registry, secret *corev1.Secret) error {
-	if !reg.Changed() {
-		return nil
-	}
+// setInRegistry stores value under key in the target's registry: in reg,
+// as read with secret; or, where the observation found no registry (no
+// secret), in the one registry creates now or finds created meanwhile, so
+// that nothing another step stored is written over.
+func (a *Operations) setInRegistry(ctx context.Context, t *target, reg *registry.Registry, secret *corev1.Secret, key string, value any) error {
 	if secret == nil {
 		var err error
-		if _, secret, err = a.registry(ctx, t); err != nil {
+		if reg, secret, err = a.registry(ctx, t); err != nil {
 			return err
 		}
+	}
+	if err := reg.Set(key, value); err != nil {
+		return err
 	}
 	return (registry.Store{Client: t.kube}).Save(ctx, secret, reg)
 }

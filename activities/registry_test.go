@@ -126,6 +126,7 @@ func TestAnObservationWritesNoRegistry(t *testing.T) {
 	inst.Finalizers = []string{"test.quartermaster.io/hold"}
 	require.NoError(t, h.sys.Kube.Client.Update(ctx, inst))
 	require.NoError(t, h.sys.Kube.Client.Delete(ctx, inst))
+	t.Cleanup(func() { h.remove(inst) })
 
 	val, err := h.run("Observe", lifecycle.InstanceTarget(inst), lifecycle.OpDeprovision)
 	require.NoError(t, err)
@@ -149,5 +150,7 @@ func TestAnObservationWritesNoRegistry(t *testing.T) {
 	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "qm-binding-app-1"}, &reg), "the bind stored its credentials in a registry it created")
 	require.Len(t, reg.OwnerReferences, 1)
 	assert.Equal(t, b.UID, reg.OwnerReferences[0].UID, "the binding owns it")
-	assert.Equal(t, h.sys.RegistryValue("qm-instance-db-1", "password"), h.sys.RegistryValue("qm-binding-app-1", "credentials").(map[string]any)["password"], "with the credentials the status template rendered from the instance's registry")
+	creds, ok := h.sys.RegistryValue("qm-binding-app-1", "credentials").(map[string]any)
+	require.True(t, ok, "the binding's registry holds its credentials")
+	assert.Equal(t, h.sys.RegistryValue("qm-instance-db-1", "password"), creds["password"], "the credentials the status template rendered from the instance's registry")
 }
