@@ -62,3 +62,10 @@ func TestTailBufferKeepsTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedTemporalStateSaysItRuns: what a test that cannot reach the
+// shared dev server logs names its state.
+func TestSharedTemporalStateSaysItRuns(t *testing.T) {
+	Temporal(t)
+	assert.Contains(t, SharedTemporalState(), "the shared Temporal dev server is running (pid ")
+}

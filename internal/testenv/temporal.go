@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,6 +71,7 @@ func Temporal(t testing.TB) client.Client {
 		sharedOut = &tailBuffer{max: sharedOutput}
 		if srv, temporalErr = startDevServer(ctx, devserver.Options{Path: path, Namespaces: pooledNamespaces(), Env: ServerEnv, Out: sharedOut}); temporalErr == nil {
 			temporalSrv = devTemporal{srv}
+			sharedDev.Store(srv)
 		}
 	})
 	if temporalErr != nil {
@@ -82,14 +84,19 @@ func Temporal(t testing.TB) client.Client {
 // kept, for a test that can no longer reach it.
 const sharedOutput = 16 << 10
 
-// sharedOut is the shared dev server's latest output.
-var sharedOut *tailBuffer
+// sharedOut is the shared dev server's latest output, and sharedDev the
+// server once it runs: read by any test, whichever started it.
+var (
+	sharedOut *tailBuffer
+	sharedDev atomic.Pointer[devserver.Server]
+)
 
 // SharedTemporalState says whether the shared dev server still runs, with
-// the end of its output: what a test that could not reach it reports.
+// the end of its output: what a test that could not reach it reports ("",
+// if no test started it).
 func SharedTemporalState() string {
-	dev, ok := temporalSrv.(devTemporal)
-	if !ok {
+	dev := sharedDev.Load()
+	if dev == nil {
 		return ""
 	}
 	return fmt.Sprintf("the shared Temporal dev server is %s; the end of its output:\n%s", dev.State(), sharedOut.String())
