@@ -39,12 +39,6 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 	ports := freePorts(t, 5)
 	args := []string{"dev", "--bin-dir", binDir, "--data-dir", data, "--kube-port", ports[0], "--temporal-port", ports[1],
 		"--ui-port", ports[2], "--listen", "127.0.0.1:" + ports[3], "--admin-listen", "127.0.0.1:" + ports[4], "--api-metrics-listen", ""}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- the end of the control plane's log, and who holds etcd's data:\n%s\n%s",
-				tail(readFile(filepath.Join(data, "logs", "controlplane.log")), 30), holders(filepath.Join(data, "etcd")))
-		}
-	})
 	dev := start(t, qm, "qm-dev", nil, args...)
 	waitFor(t, dev, "Quartermaster is running.", 3*time.Minute)
 
@@ -102,6 +96,14 @@ func TestDevSurvivesItsChildrenAndItself(t *testing.T) {
 	}
 	dev.kill(t)
 	again := start(t, qm, "qm-dev-again", nil, args...)
+	t.Cleanup(func() {
+		// Before the new qm dev is stopped (cleanups run last first):
+		// what holds etcd's data then is what its etcd waited for.
+		if t.Failed() {
+			t.Logf("--- the end of the control plane's log, and who holds etcd's data:\n%s\n%s",
+				tail(readFile(filepath.Join(data, "logs", "controlplane.log")), 30), holders(filepath.Join(data, "etcd")))
+		}
+	})
 	waitFor(t, again, "Quartermaster is running.", 3*time.Minute)
 	for _, pid := range children {
 		assert.False(t, childproc.Alive(pid), "pid %d of the killed qm dev is gone", pid)
