@@ -209,30 +209,29 @@ func failOnExit(ctx context.Context, started <-chan struct{}, pidFile string, ca
 // State says whether the server's process still runs: "running", or how
 // it is gone, for a test that can no longer reach it.
 func (s *Server) State() string {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
-	switch {
-	case s.pid == 0:
+	if s.pid == 0 {
 		return "of unknown pid"
-	case err != nil:
-		return fmt.Sprintf("gone (pid %d)", s.pid)
 	}
-	stat := string(raw)
-	if fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:]); len(fields) > 0 && fields[0] == "Z" {
-		// A zombie's wait status is field 52 of its stat (the 50th after
-		// the command): how it ended.
-		how := ""
-		if len(fields) >= 50 {
-			if code, err := strconv.Atoi(fields[49]); err == nil {
-				if ws := syscall.WaitStatus(code); ws.Signaled() {
-					how = ", killed by " + unix.SignalName(ws.Signal())
-				} else {
-					how = fmt.Sprintf(", exit status %d", ws.ExitStatus())
-				}
+	fields, ok := statFields(s.pid)
+	switch {
+	case !ok:
+		return fmt.Sprintf("gone (pid %d)", s.pid)
+	case fields[0] != "Z":
+		return fmt.Sprintf("running (pid %d)", s.pid)
+	}
+	// A zombie's wait status is field 52 of its stat (the 50th after the
+	// command): how it ended.
+	how := ""
+	if len(fields) >= 50 {
+		if code, err := strconv.Atoi(fields[49]); err == nil {
+			if ws := syscall.WaitStatus(code); ws.Signaled() {
+				how = ", killed by " + unix.SignalName(ws.Signal())
+			} else {
+				how = fmt.Sprintf(", exit status %d", ws.ExitStatus())
 			}
 		}
-		return fmt.Sprintf("exited (pid %d, not yet reaped%s)", s.pid, how)
 	}
-	return fmt.Sprintf("running (pid %d)", s.pid)
+	return fmt.Sprintf("exited (pid %d, not yet reaped%s)", s.pid, how)
 }
 
 // Stop interrupts the server and waits until it has exited. A server that
@@ -267,13 +266,21 @@ func reap(pid int) {
 
 // childOfOurs tells whether this process is pid's parent.
 func childOfOurs(pid int) bool {
+	fields, ok := statFields(pid)
+	return ok && len(fields) >= 2 && fields[1] == strconv.Itoa(os.Getpid())
+}
+
+// statFields are the fields of pid's /proc stat after its command (which
+// may hold spaces): its state first, then its parent's pid. None if pid
+// is gone.
+func statFields(pid int) ([]string, bool) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return nil, false
 	}
 	stat := string(raw)
 	fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
-	return len(fields) >= 2 && fields[1] == strconv.Itoa(os.Getpid())
+	return fields, len(fields) > 0
 }
 
 func uiPort(p int) string {
