@@ -254,17 +254,24 @@ func BenchVerdict(what string, figure, target float64, unit string, lowerIsBette
 
 // SyncBuffer collects the output of goroutines that a test reads. With
 // Max set, it keeps the first Max bytes and takes the rest without keeping
-// it (the start of a server that runs on).
+// it (the start of a server that runs on); with Tail too, the last Max
+// bytes (what a server said before it went).
 type SyncBuffer struct {
-	Max int
-	mu  sync.Mutex
-	buf bytes.Buffer
+	Max  int
+	Tail bool
+	mu   sync.Mutex
+	buf  bytes.Buffer
 }
 
 func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.Max > 0 {
+	switch {
+	case b.Max > 0 && b.Tail:
+		b.buf.Write(p)
+		b.buf.Next(max(b.buf.Len()-b.Max, 0))
+		return len(p), nil
+	case b.Max > 0:
 		b.buf.Write(p[:min(max(b.Max-b.buf.Len(), 0), len(p))])
 		return len(p), nil
 	}

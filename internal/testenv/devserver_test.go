@@ -41,7 +41,7 @@ func TestSyncBufferKeepsItsMax(t *testing.T) {
 	assert.Equal(t, "abcde", h.String())
 }
 
-func TestTailBufferKeepsTheEnd(t *testing.T) {
+func TestSyncBufferWithTailKeepsTheEnd(t *testing.T) {
 	for name, tc := range map[string]struct {
 		writes []string
 		want   string
@@ -52,7 +52,7 @@ func TestTailBufferKeepsTheEnd(t *testing.T) {
 		"one write past max": {[]string{"abcdefghij"}, "efghij"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b := &tailBuffer{max: 6}
+			b := &SyncBuffer{Max: 6, Tail: true}
 			for _, w := range tc.writes {
 				n, err := b.Write([]byte(w))
 				require.NoError(t, err)

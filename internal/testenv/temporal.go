@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,7 +67,7 @@ func Temporal(t testing.TB) client.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var srv *devserver.Server
-		sharedOut = &tailBuffer{max: sharedOutput}
+		sharedOut = &SyncBuffer{Max: sharedOutput, Tail: true}
 		if srv, temporalErr = startDevServer(ctx, devserver.Options{Path: path, Namespaces: pooledNamespaces(), Env: ServerEnv, Out: sharedOut}); temporalErr == nil {
 			temporalSrv = devTemporal{srv}
 			sharedDev.Store(srv)
@@ -87,7 +86,7 @@ const sharedOutput = 16 << 10
 // sharedOut is the shared dev server's latest output, and sharedDev the
 // server once it runs: read by any test, whichever started it.
 var (
-	sharedOut *tailBuffer
+	sharedOut *SyncBuffer
 	sharedDev atomic.Pointer[devserver.Server]
 )
 
@@ -100,29 +99,6 @@ func SharedTemporalState() string {
 		return ""
 	}
 	return fmt.Sprintf("the shared Temporal dev server is %s; the end of its output:\n%s", dev.State(), sharedOut.String())
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	max int
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }
 
 // namespacePool holds the shared dev server's namespaces besides "default"
