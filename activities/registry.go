@@ -84,13 +84,9 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 			return reg, secret, err
 		}
 	}
-	reg := registry.New(key.Kind, t.readOnlyKeys())
-	if t.binding != nil && t.instance != nil {
-		inst, _, err := a.registry(ctx, t.instanceTarget())
-		if err != nil {
-			return nil, nil, err
-		}
-		reg.Inherit(inst)
+	reg, err := a.newRegistry(ctx, t, a.registry)
+	if err != nil {
+		return nil, nil, err
 	}
 	stored, secret, err := store.Create(ctx, key, reg, owner)
 	if apierrors.IsAlreadyExists(err) && t.fresh() {
@@ -123,15 +119,24 @@ func (a *Operations) readRegistry(ctx context.Context, t *target) (*registry.Reg
 	case err != nil && !apierrors.IsNotFound(err):
 		return nil, nil, err
 	}
-	reg = registry.New(t.registryKey().Kind, t.readOnlyKeys())
+	reg, err = a.newRegistry(ctx, t, a.readRegistry)
+	return reg, nil, err
+}
+
+// newRegistry is the target's registry as it is first created: the keys
+// Quartermaster sets, and for a binding its instance's, which instance
+// gets (registry, creating it if need be; or readRegistry).
+func (a *Operations) newRegistry(ctx context.Context, t *target,
+	instance func(context.Context, *target) (*registry.Registry, *corev1.Secret, error)) (*registry.Registry, error) {
+	reg := registry.New(t.registryKey().Kind, t.readOnlyKeys())
 	if t.binding != nil && t.instance != nil {
-		inst, _, err := a.readRegistry(ctx, t.instanceTarget())
+		inst, _, err := instance(ctx, t.instanceTarget())
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		reg.Inherit(inst)
 	}
-	return reg, nil, nil
+	return reg, nil
 }
 
 // setInRegistry stores value under key in the target's registry: in reg,
