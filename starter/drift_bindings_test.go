@@ -37,6 +37,7 @@ func TestDriftOfBindings(t *testing.T) {
 		s.Instance(name, plan, "")
 		s.WaitInstance(name, "provisioned", testenv.Succeeded(1))
 	}
+	waitLoopsCount(t, s, "bi-r", "bi-p")
 	repaired := s.Bind("br", "bi-r", repairs)
 	s.Bind("bp", "bi-p", reports)
 	var record corev1.Secret
@@ -121,6 +122,7 @@ func TestDriftOfARotatedBindingIsReported(t *testing.T) {
 	require.NoError(t, s.Kube.Client.Delete(ctx, old))
 	s.WaitGone(old)
 
+	waitLoopsCount(t, s, "bi-o")
 	require.NoError(t, s.Kube.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: "next-login"}}))
 	want := "ConfigMap " + s.Namespace + "/next-login: deleted; not repaired: it rotated from binding old, which is gone, and its templates would not render what they applied then"
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

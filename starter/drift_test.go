@@ -2,7 +2,10 @@ package starter_test
 
 import (
 	"context"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,6 +57,7 @@ func TestDriftRepairedAndReported(t *testing.T) {
 		require.NoError(t, err)
 		assert.Len(t, rec.Objects, 3, "the Deployment, the Service and the Secret are recorded")
 	}
+	waitLoopsCount(t, s, "r-1", "p-1", "q-1")
 	reportsBefore, repairsBefore := driftCount(t, "report"), driftCount(t, "repair")
 
 	// The quiet instance: nothing of it is written from here on.
@@ -184,6 +188,54 @@ func driftCondition(c *assert.CollectT, s *testenv.System, obj ctrlclient.Object
 	return meta.FindStatusCondition(*osbv1alpha1.ConditionsOf(obj), osbv1alpha1.ConditionDrifted)
 }
 
+// waitLoopsCount waits until the drift-check loop of each instance's
+// shard has made a pass that counted the shard's instances named here. A
+// loop whose last pass found nothing to check waits a minute before its
+// next (driftTickMax: a plan that starts asking for checks is served
+// within it), and one that started before the test's instances existed
+// may be in that wait. Once a pass has counted them, the loop passes every
+// period of their plan, which "within a few periods" below relies on.
+func waitLoopsCount(t *testing.T, s *testenv.System, instances ...string) {
+	t.Helper()
+	want := map[int]int{}
+	for _, name := range instances {
+		want[drift.Shard(s.Namespace, name)]++
+	}
+	counted := regexp.MustCompile(`checked of (\d+) instances`)
+	var last atomic.Pointer[string] // what a loop said last, for the failure
+	ok := assert.Eventually(t, func() bool {
+		for shard, n := range want {
+			v, err := s.Temporal.QueryWorkflow(context.Background(), runs.DriftChecksID(shard), "", "__temporal_workflow_metadata")
+			if err != nil {
+				msg := err.Error()
+				last.Store(&msg)
+				return false
+			}
+			var md sdkpb.WorkflowMetadata
+			if err := v.Get(&md); err != nil {
+				return false
+			}
+			details := md.GetCurrentDetails()
+			last.Store(&details)
+			m := counted.FindStringSubmatch(details)
+			if m == nil {
+				return false
+			}
+			if got, _ := strconv.Atoi(m[1]); got < n {
+				return false
+			}
+		}
+		return true
+	}, time.Minute+30*time.Second, 200*time.Millisecond)
+	if !ok {
+		said := "nothing"
+		if p := last.Load(); p != nil {
+			said = *p
+		}
+		t.Fatalf("no drift-check pass counted %v; a loop said: %s", instances, said)
+	}
+}
+
 // eventCount is how many times the Events of reason on the object
 // kind/name were recorded: a repeat of one is counted on it.
 func eventCount(t *testing.T, s *testenv.System, kind, name, reason string) int32 {
@@ -244,6 +296,7 @@ func TestDriftRecordIsTrustedForNothing(t *testing.T) {
 		require.NoError(t, err)
 		return &secret, rec
 	}
+	waitLoopsCount(t, s, "forger", "victim")
 	forged, rec := record("forger")
 	victimSecret, victim := record("victim")
 	for _, obj := range victim.Objects {
