@@ -3,6 +3,7 @@ package starter_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -63,6 +64,13 @@ func (tr *tracker) waitAll(b *testing.B, names []string, timeout time.Duration) 
 		}
 		return true
 	}, timeout, 10*time.Millisecond, "every instance succeeds")
+}
+
+// seen is when each instance was seen to succeed.
+func (tr *tracker) seen() map[string]time.Time {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return maps.Clone(tr.done)
 }
 
 // latencies are those of names, from created to succeeded, sorted.

@@ -32,10 +32,12 @@ var fairnessOff = map[string]string{
 }
 
 // fairnessFigures are one case's: B's times from request to succeeded,
-// sorted, and how long A's burst took.
+// sorted, how long A's burst took, and where B's time went.
 type fairnessFigures struct {
 	b     []time.Duration
 	burst time.Duration
+	// stages says where B's time went (summarize).
+	stages string
 }
 
 // BenchmarkFairness: tenant A provisions N instances (QM_BENCH_N, 1000) of
@@ -73,6 +75,9 @@ func BenchmarkFairness(b *testing.B) {
 				p := func(q float64) time.Duration { return f.b[int(q*float64(len(f.b)-1))].Round(10 * time.Millisecond) }
 				fmt.Fprintf(&report, "  %-11s fairness %-5v B p50 %6s  p99 %6s  max %6s  (A's %s took %s)\n",
 					burst, fair, p(0.5), p(0.99), f.b[len(f.b)-1].Round(10*time.Millisecond), burst, f.burst.Round(time.Second))
+				if f.stages != "" {
+					fmt.Fprintf(&report, "              B's stages: %s\n", f.stages)
+				}
 				if fair && burst != "floor" {
 					report.WriteString("  " + testenv.BenchVerdict(burst+": B's p99 with fairness", p(0.99).Seconds(), 2, "s", true))
 				}
@@ -149,14 +154,14 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 		}
 	}()
 
-	bNames, created := tenantB(b, bN, every, func(name string) error {
+	bNames, created, answered := tenantB(b, bN, every, func(name string) error {
 		if burst == "kubectl" {
 			return s.Kube.Client.Create(ctx, instance(nsB, name, plan))
 		}
 		return osbProvision(s, name, plan, "org-b")
 	})
 	tr.waitAll(b, bNames, 10*time.Minute)
-	f := fairnessFigures{b: tr.latencies(bNames, created)}
+	f := fairnessFigures{b: tr.latencies(bNames, created), stages: summarize(stagesOf(b, s, nsB, bNames, created, answered, tr.seen()))}
 	require.NoError(b, <-aDone)
 	if burst != "mass-update" {
 		trA.waitAll(b, aNames, 10*time.Minute)
@@ -167,10 +172,9 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 }
 
 // tenantB makes B's provisions, one every `every`, while A's burst runs:
-// their names and when each was asked for.
-func tenantB(b *testing.B, bN int, every time.Duration, provision func(name string) error) ([]string, map[string]time.Time) {
-	created := map[string]time.Time{}
-	var names []string
+// their names, when each was asked for and when it was answered.
+func tenantB(b *testing.B, bN int, every time.Duration, provision func(name string) error) (names []string, created, answered map[string]time.Time) {
+	created, answered = map[string]time.Time{}, map[string]time.Time{}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for i := range bN {
@@ -178,9 +182,10 @@ func tenantB(b *testing.B, bN int, every time.Duration, provision func(name stri
 		names = append(names, name)
 		created[name] = time.Now()
 		require.NoError(b, provision(name))
+		answered[name] = time.Now()
 		<-tick.C
 	}
-	return names, created
+	return names, created, answered
 }
 
 // tenantPlan registers the tenant-namespace sample's plan in the System's

@@ -68,7 +68,7 @@ func fairnessFloorCase(b *testing.B, n, bN int, every time.Duration) fairnessFig
 	began := time.Now()
 	aDone := make(chan error, 1)
 	go func() { aDone <- parallel(n, func(i int) error { return provision(aNames[i], "org-a") }) }()
-	bNames, created := tenantB(b, bN, every, func(name string) error { return provision(name, "org-b") })
+	bNames, created, _ := tenantB(b, bN, every, func(name string) error { return provision(name, "org-b") })
 	tr.waitAll(b, bNames, 10*time.Minute)
 	figures := fairnessFigures{b: tr.latencies(bNames, created)}
 	require.NoError(b, <-aDone)
