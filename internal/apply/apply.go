@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,39 +51,103 @@ func RefOf(obj client.Object) Ref {
 	return Ref{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: obj.GetName(), Namespace: obj.GetNamespace()}
 }
 
-// Objects applies objs in order. A namespaced object without a namespace
-// goes to defaultNamespace. An object in the owner's namespace gets an owner
+// Objects applies objs. A namespaced object without a namespace goes to
+// defaultNamespace. An object in the owner's namespace gets an owner
 // reference to it, so deleting the registry garbage-collects it; a
 // cluster-scoped or cross-namespace object cannot be owned and is only
 // listed in the returned refs, from which Delete removes it.
+//
 // Each write is fenced: nothing rendered at fence lands on an object that a
 // newer generation's apply wrote (Fence). Afterwards each of objs is what
 // was sent for it (its namespace, owner and stamp set), except a
 // singleton's, which is the live object it found or made.
+//
+// The objects go in the template's order, but not one at a time: the
+// objects between two of the kinds that the API server's admission of
+// others depends on (ordered: a Namespace, a CustomResourceDefinition, a
+// ServiceAccount, a LimitRange...) go at once. A provision's time is mostly
+// round trips to the API server, and on a busy one each takes a while.
+// Each object's own read and write stay in order, so each is fenced as
+// before. The first failure in the template's order is the one returned,
+// with the refs of the objects that were applied.
 func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, defaultNamespace string, objs []*unstructured.Unstructured) ([]Ref, error) {
-	refs := make([]Ref, 0, len(objs))
 	for _, obj := range objs {
 		namespaced, err := c.IsObjectNamespaced(obj)
 		if err != nil {
-			return refs, fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
+			return nil, fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 		if !namespaced {
 			obj.SetNamespace("")
 		} else if obj.GetNamespace() == "" {
 			obj.SetNamespace(defaultNamespace)
 		}
-		owned := namespaced && obj.GetNamespace() == owner.Namespace
-		if obj.GetAnnotations()[SingletonAnnotation] == "true" {
-			err = singleton(ctx, c, owner, owned, obj)
-		} else {
-			err = applyOne(ctx, c, owner, fence, owned, obj)
+	}
+	errs := make([]error, len(objs))
+	for _, wave := range waves(objs) {
+		var g errgroup.Group
+		g.SetLimit(applyConcurrency)
+		for _, i := range wave {
+			g.Go(func() error {
+				obj := objs[i]
+				owned := obj.GetNamespace() != "" && obj.GetNamespace() == owner.Namespace
+				if obj.GetAnnotations()[SingletonAnnotation] == "true" {
+					errs[i] = singleton(ctx, c, owner, owned, obj)
+				} else {
+					errs[i] = applyOne(ctx, c, owner, fence, owned, obj)
+				}
+				return nil
+			})
 		}
-		if err != nil {
-			return refs, err
+		_ = g.Wait()
+		if slices.ContainsFunc(wave, func(i int) bool { return errs[i] != nil }) {
+			break // what follows may depend on what failed
+		}
+	}
+	refs := make([]Ref, 0, len(objs))
+	for i, obj := range objs {
+		if errs[i] != nil {
+			return refs, errs[i]
 		}
 		refs = append(refs, RefOf(obj))
 	}
 	return refs, nil
+}
+
+// applyConcurrency bounds the objects of one wave applied at once.
+const applyConcurrency = 8
+
+// ordered are the kinds whose objects the API server's admission of other
+// objects reads: a namespace must exist before what goes in it, a custom
+// resource's definition before it, a pod's service account, limit range,
+// quota, priority class and runtime class before the pod. An object of
+// these kinds is applied alone, after what the template renders before
+// it, and before what it renders after it.
+var ordered = map[string]bool{
+	"Namespace": true, "CustomResourceDefinition": true, "ServiceAccount": true,
+	"LimitRange": true, "ResourceQuota": true, "PriorityClass": true, "RuntimeClass": true,
+}
+
+// waves splits objs (by index) into the groups applied one after the
+// other: each ordered object alone, and the runs of other objects between
+// them together.
+func waves(objs []*unstructured.Unstructured) [][]int {
+	var out [][]int
+	var run []int
+	for i, obj := range objs {
+		if !ordered[obj.GetKind()] {
+			run = append(run, i)
+			continue
+		}
+		if len(run) > 0 {
+			out = append(out, run)
+			run = nil
+		}
+		out = append(out, []int{i})
+	}
+	if len(run) > 0 {
+		out = append(out, run)
+	}
+	return out
 }
 
 // fencedTries bounds how often an apply reads an object again after a

@@ -288,3 +288,112 @@ func TestANewerWriteBetweenReadAndWriteWins(t *testing.T) {
 	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "config"}, &cm))
 	assert.Equal(t, "gen-3", cm.Data["size"])
 }
+
+// TestApplyKeepsWhatAdmissionReadsInOrder: objects go to the API server
+// several at once, but a namespace exists before what goes in it, and a
+// pod's service account and limit range before the pod, which the API
+// server's admission refuses without its service account and defaults
+// from the limit range. Each object is there, owned as before; a failure
+// is the first in the template's order, with the refs of what was applied.
+func TestApplyKeepsWhatAdmissionReadsInOrder(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns := kube.Namespace(t)
+	reg := owner(t, kube.Client, ns, "registry")
+	inner := ns + "-inner"
+	t.Cleanup(func() {
+		_ = kube.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: inner}})
+	})
+	doc := `
+apiVersion: v1
+kind: Namespace
+metadata: {name: ` + inner + `}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: ` + inner + `}
+data: {a: "1"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: login, namespace: ` + inner + `}
+stringData: {password: p}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: app}
+---
+apiVersion: v1
+kind: LimitRange
+metadata: {name: defaults}
+spec: {limits: [{type: Container, default: {memory: 64Mi}}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: app}
+spec:
+  serviceAccountName: app
+  automountServiceAccountToken: false
+  containers: [{name: app, image: example.com/app}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: config}
+data: {size: small}
+`
+	// The ordered kinds' writes are slowed, as on a busy server: an object
+	// sent beside them instead of after them would land first.
+	watching, err := client.NewWithWatch(kube.Config, client.Options{Scheme: kube.Client.Scheme()})
+	require.NoError(t, err)
+	slow := interceptor.NewClient(watching, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			switch obj.GetObjectKind().GroupVersionKind().Kind {
+			case "Namespace", "ServiceAccount", "LimitRange":
+				time.Sleep(300 * time.Millisecond)
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	refs, err := apply.Objects(ctx, slow, reg, apply.Fence{Generation: 1}, ns, objects(t, doc))
+	require.NoError(t, err)
+	names := make([]string, len(refs))
+	for i, ref := range refs {
+		names[i] = ref.Kind + " " + ref.Namespace + "/" + ref.Name
+	}
+	assert.Equal(t, []string{"Namespace /" + inner, "ConfigMap " + inner + "/settings", "Secret " + inner + "/login",
+		"ServiceAccount " + ns + "/app", "LimitRange " + ns + "/defaults", "Pod " + ns + "/app", "ConfigMap " + ns + "/config"}, names,
+		"the refs in the template's order")
+	var pod corev1.Pod
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, &pod))
+	assert.Equal(t, "64Mi", pod.Spec.Containers[0].Resources.Limits.Memory().String(), "the limit range was there when the pod was admitted")
+	require.Len(t, pod.OwnerReferences, 1)
+	assert.Equal(t, reg.UID, pod.OwnerReferences[0].UID)
+	var secret corev1.Secret
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: inner, Name: "login"}, &secret))
+	assert.Equal(t, "p", string(secret.Data["password"]))
+
+	// Two objects of one wave fail, and one of them comes first.
+	bad := `
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: fine}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: First_Bad}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: Second_Bad}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ` + ns + `-never}
+`
+	refs, err = apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 1}, ns, objects(t, bad))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ConfigMap "+ns+"/First_Bad")
+	assert.Equal(t, []apply.Ref{{APIVersion: "v1", Kind: "ConfigMap", Name: "fine", Namespace: ns}}, refs)
+	err = kube.Client.Get(ctx, client.ObjectKey{Name: ns + "-never"}, &corev1.Namespace{})
+	assert.True(t, apierrors.IsNotFound(err), "nothing after a failed wave is applied: %v", err)
+}
