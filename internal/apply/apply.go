@@ -68,22 +68,18 @@ func RefOf(obj client.Object) Ref {
 // ServiceAccount, a LimitRange...) go at once. A provision's time is mostly
 // round trips to the API server, and on a busy one each takes a while.
 // Each object's own read and write stay in order, so each is fenced as
-// before. The first failure in the template's order is the one returned,
-// with the refs of the objects that were applied.
+// before. A failed wave ends the apply; the failure returned is the first
+// in the template's order, with the refs of the objects before it (others
+// of its wave may be applied too, as a retry applies them anyway).
 func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, defaultNamespace string, objs []*unstructured.Unstructured) ([]Ref, error) {
-	for _, obj := range objs {
-		namespaced, err := c.IsObjectNamespaced(obj)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
-		}
-		if !namespaced {
-			obj.SetNamespace("")
-		} else if obj.GetNamespace() == "" {
-			obj.SetNamespace(defaultNamespace)
-		}
-	}
 	errs := make([]error, len(objs))
 	for _, wave := range waves(objs) {
+		// A wave's kinds are looked up as it comes: a custom resource's
+		// kind is known once the wave of its definition is applied.
+		if err := place(c, objs, wave, defaultNamespace); err != nil {
+			errs[wave[0]] = err
+			break
+		}
 		var g errgroup.Group
 		g.SetLimit(applyConcurrency)
 		for _, i := range wave {
@@ -111,6 +107,24 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 		refs = append(refs, RefOf(obj))
 	}
 	return refs, nil
+}
+
+// place sets the namespace of each object of wave: none for a
+// cluster-scoped one, defaultNamespace for a namespaced one without.
+func place(c client.Client, objs []*unstructured.Unstructured, wave []int, defaultNamespace string) error {
+	for _, i := range wave {
+		obj := objs[i]
+		namespaced, err := c.IsObjectNamespaced(obj)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		if !namespaced {
+			obj.SetNamespace("")
+		} else if obj.GetNamespace() == "" {
+			obj.SetNamespace(defaultNamespace)
+		}
+	}
+	return nil
 }
 
 // applyConcurrency bounds the objects of one wave applied at once.

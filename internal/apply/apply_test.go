@@ -294,7 +294,8 @@ func TestANewerWriteBetweenReadAndWriteWins(t *testing.T) {
 // pod's service account and limit range before the pod, which the API
 // server's admission refuses without its service account and defaults
 // from the limit range. Each object is there, owned as before; a failure
-// is the first in the template's order, with the refs of what was applied.
+// is the first in the template's order, with the refs of what comes
+// before it, and nothing after its wave is applied.
 func TestApplyKeepsWhatAdmissionReadsInOrder(t *testing.T) {
 	kube := testenv.Kubernetes(t)
 	ctx := context.Background()
