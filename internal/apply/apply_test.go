@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -397,4 +398,57 @@ metadata: {name: ` + ns + `-never}
 	assert.Equal(t, []apply.Ref{{APIVersion: "v1", Kind: "ConfigMap", Name: "fine", Namespace: ns}}, refs)
 	err = kube.Client.Get(ctx, client.ObjectKey{Name: ns + "-never"}, &corev1.Namespace{})
 	assert.True(t, apierrors.IsNotFound(err), "nothing after a failed wave is applied: %v", err)
+}
+
+// TestACustomResourceAfterItsDefinition: a template that renders a CRD and
+// then an object of it applies the definition first, though the object's
+// kind cannot be looked up before; the step's retry applies the object
+// once the definition is established.
+func TestACustomResourceAfterItsDefinition(t *testing.T) {
+	kube := testenv.Kubernetes(t)
+	ctx := context.Background()
+	ns := kube.Namespace(t)
+	reg := owner(t, kube.Client, ns, "registry")
+	group := ns + ".example.com"
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	crd.Name = "gadgets." + group
+	t.Cleanup(func() { _ = kube.Client.Delete(context.Background(), crd) })
+	doc := `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.` + group + `}
+spec:
+  group: ` + group + `
+  names: {kind: Gadget, plural: gadgets}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: ` + group + `/v1
+kind: Gadget
+metadata: {name: g}
+spec: {size: 3}
+`
+	_, err := apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 1}, ns, objects(t, doc))
+	if err != nil {
+		assert.Contains(t, err.Error(), "Gadget g", "only the custom resource can fail, its kind not known yet")
+	}
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd), "the definition is applied either way")
+	require.Eventually(t, func() bool {
+		objs, err := plan.Objects(doc)
+		if err != nil {
+			return false
+		}
+		_, err = apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 1}, ns, objs)
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "a retry applies the custom resource")
+	gadget := &unstructured.Unstructured{}
+	gadget.SetAPIVersion(group + "/v1")
+	gadget.SetKind("Gadget")
+	require.NoError(t, kube.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, gadget))
+	size, _, _ := unstructured.NestedInt64(gadget.Object, "spec", "size")
+	assert.Equal(t, int64(3), size)
 }
