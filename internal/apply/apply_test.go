@@ -2,6 +2,7 @@ package apply_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,21 +344,46 @@ kind: ConfigMap
 metadata: {name: config}
 data: {size: small}
 `
-	// The ordered kinds' writes are slowed, as on a busy server: an object
-	// sent beside them instead of after them would land first.
+	// Every write is watched as it starts: an ordered object's must come
+	// after the write of everything before it in the template, and
+	// everything after it must wait for its write to end.
+	objs := objects(t, doc)
+	key := func(o client.Object) string { return o.GetObjectKind().GroupVersionKind().Kind + "/" + o.GetName() }
+	ordered := map[string]bool{"Namespace": true, "ServiceAccount": true, "LimitRange": true}
+	mustFollow := map[string][]string{}
+	for i, later := range objs {
+		for _, earlier := range objs[:i] {
+			if ordered[later.GetKind()] || ordered[earlier.GetKind()] {
+				mustFollow[key(later)] = append(mustFollow[key(later)], key(earlier))
+			}
+		}
+	}
+	var mu sync.Mutex
+	written := map[string]bool{}
+	var tooEarly []string
 	watching, err := client.NewWithWatch(kube.Config, client.Options{Scheme: kube.Client.Scheme()})
 	require.NoError(t, err)
-	slow := interceptor.NewClient(watching, interceptor.Funcs{
+	watched := interceptor.NewClient(watching, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			switch obj.GetObjectKind().GroupVersionKind().Kind {
-			case "Namespace", "ServiceAccount", "LimitRange":
-				time.Sleep(300 * time.Millisecond)
+			mu.Lock()
+			for _, earlier := range mustFollow[key(obj)] {
+				if !written[earlier] {
+					tooEarly = append(tooEarly, key(obj)+" before "+earlier)
+				}
 			}
-			return c.Patch(ctx, obj, patch, opts...)
+			mu.Unlock()
+			err := c.Patch(ctx, obj, patch, opts...)
+			mu.Lock()
+			written[key(obj)] = true
+			mu.Unlock()
+			return err
 		},
 	})
-	refs, err := apply.Objects(ctx, slow, reg, apply.Fence{Generation: 1}, ns, objects(t, doc))
+	refs, err := apply.Objects(ctx, watched, reg, apply.Fence{Generation: 1}, ns, objs)
 	require.NoError(t, err)
+	mu.Lock()
+	assert.Empty(t, tooEarly, "written before what they must follow")
+	mu.Unlock()
 	names := make([]string, len(refs))
 	for i, ref := range refs {
 		names[i] = ref.Kind + " " + ref.Namespace + "/" + ref.Name
