@@ -3,7 +3,6 @@ package starter_test
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,10 +38,9 @@ func stagesOf(b *testing.B, s *testenv.System, namespace string, names []string,
 			b.Logf("no stages for %s: %v", name, err)
 			continue
 		}
-		st := stages{toAnswer: answered[name].Sub(asked[name]), toSeen: seen[name].Sub(h.Events[len(h.Events)-1].GetEventTime().AsTime())}
-		started := h.Events[0].GetEventTime().AsTime()
-		st.toStart = started.Sub(asked[name])
-		st.inRun = h.Events[len(h.Events)-1].GetEventTime().AsTime().Sub(started)
+		started, closed := h.Events[0].GetEventTime().AsTime(), h.Events[len(h.Events)-1].GetEventTime().AsTime()
+		st := stages{toAnswer: answered[name].Sub(asked[name]), toStart: started.Sub(asked[name]),
+			inRun: closed.Sub(started), toSeen: seen[name].Sub(closed)}
 		var scheduled time.Time
 		for _, ev := range h.Events {
 			switch ev.GetEventType() {
@@ -78,10 +76,8 @@ func summarize(all []stages) string {
 		tasks += st.tasks
 		timers += st.timerFired
 	}
-	var w strings.Builder
-	fmt.Fprintf(&w, "request %s, asked to the run's start %s, the run %s (queued %s), to seen %s (p50/max); %.1f workflow tasks and %.1f polls a run",
+	return fmt.Sprintf("request %s, asked to the run's start %s, the run %s (queued %s), to seen %s (p50/max); %.1f workflow tasks and %.1f polls a run",
 		stat(func(s stages) time.Duration { return s.toAnswer }), stat(func(s stages) time.Duration { return s.toStart }),
 		stat(func(s stages) time.Duration { return s.inRun }), stat(func(s stages) time.Duration { return s.queued }),
 		stat(func(s stages) time.Duration { return s.toSeen }), float64(tasks)/float64(len(all)), float64(timers)/float64(len(all)))
-	return w.String()
 }
