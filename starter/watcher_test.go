@@ -34,18 +34,25 @@ func TestWatcherLeavesRegistriesOut(t *testing.T) {
 	require.NoError(t, kube.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "qm-instance-db", Namespace: ns,
 		Labels: map[string]string{registry.Label: "instance"}}, Type: registry.SecretType}))
 
-	cached := func() []string {
+	cached := func() ([]string, error) {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
 		if err := mgr.GetCache().List(ctx, list, ctrlclient.InNamespace(ns)); err != nil {
-			return []string{err.Error()}
+			return nil, err
 		}
 		var names []string
 		for _, s := range list.Items {
 			names = append(names, s.Name)
 		}
-		return names
+		return names, nil
 	}
-	require.Eventually(t, func() bool { return len(cached()) > 0 }, 30*time.Second, 100*time.Millisecond, "the watcher caches the namespace's Secrets")
-	assert.Equal(t, []string{"db-credentials"}, cached(), "the user's Secret, not the registry's")
+	// Until the manager has started its cache, a list fails ("the cache
+	// is not started"): that is not the cache's content.
+	require.Eventually(t, func() bool {
+		names, err := cached()
+		return err == nil && len(names) > 0
+	}, 30*time.Second, 100*time.Millisecond, "the watcher caches the namespace's Secrets")
+	names, err := cached()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"db-credentials"}, names, "the user's Secret, not the registry's")
 }
