@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -72,4 +73,29 @@ func TestLinksNeedRun(t *testing.T) {
 	_, err := childproc.Links(t.TempDir(), "/usr/bin", t.TempDir(), nil, "etcd")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "childproc.Run must be called first")
+}
+
+func TestTailKeepsTheOutputsEnd(t *testing.T) {
+	long := strings.Repeat("x", childproc.TailSize) + "the last line"
+	for _, tc := range []struct {
+		name   string
+		writes []string
+		want   string
+	}{
+		{"nothing printed", nil, ""},
+		{"blank output", []string{"\n", "  \n"}, ""},
+		{"short output, whole", []string{"listening\n", "address already in use\n"}, "\n--- the end of etcd's output:\nlistening\naddress already in use"},
+		{"long output, its end", []string{long}, "\n--- the end of etcd's output:\n" + long[len(long)-childproc.TailSize:]},
+		{"many writes, the end of the last ones", []string{long[:100], long[100:]}, "\n--- the end of etcd's output:\n" + long[len(long)-childproc.TailSize:]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tail childproc.Tail
+			for _, w := range tc.writes {
+				n, err := tail.Write([]byte(w))
+				require.NoError(t, err)
+				require.Equal(t, len(w), n)
+			}
+			assert.Equal(t, tc.want, tail.Quote("etcd"))
+		})
+	}
 }

@@ -130,11 +130,15 @@ func Start(opts Options) (*ControlPlane, error) {
 	if err := os.MkdirAll(clusterDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", clusterDir, err)
 	}
-	etcd := &envtest.Etcd{Out: opts.Out, Err: opts.Out, DataDir: filepath.Join(dataDir, "etcd")}
+	// What etcd and kube-apiserver printed last goes into the error of a
+	// start that fails, wherever their output goes otherwise.
+	etcdTail, apiTail := &childproc.Tail{}, &childproc.Tail{}
+	etcdOut, apiOut := teeTo(opts.Out, etcdTail), teeTo(opts.Out, apiTail)
+	etcd := &envtest.Etcd{Out: etcdOut, Err: etcdOut, DataDir: filepath.Join(dataDir, "etcd")}
 	if opts.NoFsync {
 		etcd.Configure().Set("unsafe-no-fsync", "true")
 	}
-	apiServer := &envtest.APIServer{Out: opts.Out, Err: opts.Out}
+	apiServer := &envtest.APIServer{Out: apiOut, Err: apiOut}
 	if opts.Port != 0 {
 		apiServer.SecureServing.Address = "127.0.0.1"
 		apiServer.SecureServing.Port = strconv.Itoa(opts.Port)
@@ -205,7 +209,7 @@ func Start(opts Options) (*ControlPlane, error) {
 	cfg, err := env.Start()
 	if err != nil {
 		_ = cp.Stop()
-		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", opts.BinDir, err)
+		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w%s%s", opts.BinDir, err, etcdTail.Quote("etcd"), apiTail.Quote("kube-apiserver"))
 	}
 	cp.Config, cp.Kubeconfig, cp.EtcdURL = withToken(cfg, adminToken), env.KubeConfig, etcd.URL.String()
 	if err := InstallAdmissionPolicies(cp.Config); err != nil {
@@ -219,6 +223,14 @@ func Start(opts Options) (*ControlPlane, error) {
 		}
 	}
 	return cp, nil
+}
+
+// teeTo is w and tail, or tail alone when w is nil.
+func teeTo(w io.Writer, tail *childproc.Tail) io.Writer {
+	if w == nil {
+		return tail
+	}
+	return io.MultiWriter(w, tail)
 }
 
 // Stop stops the cluster. Its state stays if Options.DataDir was set.

@@ -70,6 +70,8 @@ type Options struct {
 type Server struct {
 	*testsuite.DevServer
 	pid int
+	// tempDir is the run directory Start made, removed by Stop.
+	tempDir string
 }
 
 // Start starts the dev server and returns once it accepts clients. If it
@@ -78,6 +80,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
+	tail := &childproc.Tail{}
+	opts.Out = io.MultiWriter(opts.Out, tail)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -122,12 +126,13 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		// at a few dozen workflows a second on this kind of disk.
 		extra = append(extra, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
 	}
-	runDir := opts.RunDir
+	runDir, tempDir := opts.RunDir, ""
 	if runDir == "" {
 		var err error
 		if runDir, err = os.MkdirTemp("", "qm-temporal-"); err != nil {
 			return nil, err
 		}
+		tempDir = runDir
 	}
 	if _, err := Cleanup(runDir, opts.Path); err != nil {
 		return nil, err
@@ -177,10 +182,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		return nil, fmt.Errorf("starting the Temporal dev server %s: %w", opts.Path, err)
+		removeTemp(tempDir)
+		return nil, fmt.Errorf("starting the Temporal dev server %s: %w%s", opts.Path, err, tail.Quote("the server"))
 	}
 	pid, _ := childproc.Running(pidFile)
-	return &Server{DevServer: srv, pid: pid}, nil
+	return &Server{DevServer: srv, pid: pid, tempDir: tempDir}, nil
 }
 
 // failOnExit cancels a start once the server's process is gone: a server
@@ -200,7 +206,7 @@ func failOnExit(ctx context.Context, started <-chan struct{}, pidFile string, ca
 		}
 		// No pid yet: the process has not written its pid file.
 		if pid, running := childproc.Running(pidFile); pid != 0 && !running {
-			cancel(fmt.Errorf("the server (pid %d) exited as it started; its output says why", pid))
+			cancel(fmt.Errorf("the server (pid %d) exited as it started", pid))
 			return
 		}
 	}
@@ -237,6 +243,7 @@ func (s *Server) State() string {
 // Stop interrupts the server and waits until it has exited. A server that
 // is gone already is reaped; its exit status is no error.
 func (s *Server) Stop() error {
+	defer removeTemp(s.tempDir)
 	err := s.DevServer.Stop()
 	var exit *exec.ExitError
 	switch {
@@ -246,6 +253,14 @@ func (s *Server) Stop() error {
 		// The interrupt failed, so the SDK did not wait.
 		reap(s.pid)
 		return nil
+	}
+}
+
+// removeTemp removes a run directory Start made, once its server is gone
+// (the tests start hundreds of servers a run).
+func removeTemp(dir string) {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
 	}
 }
 

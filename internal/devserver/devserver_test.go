@@ -85,8 +85,37 @@ func TestAStartOnATakenPortFailsAtOnce(t *testing.T) {
 	_, err = devserver.Start(context.Background(), opts)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "exited as it started")
+	assert.Contains(t, err.Error(), "address already in use", "the error quotes the server's own output, which says why")
 	assert.Less(t, time.Since(began), 20*time.Second, "the start fails once the process is gone, not after the SDK's minute")
 	pid, _ := childproc.Running(filepath.Join(opts.RunDir, "pids", "temporal.pid"))
 	require.NotZero(t, pid, "the server was started")
 	assert.NotContains(t, children(t), strconv.Itoa(pid), "the server that exited is reaped")
+}
+
+// TestStopRemovesTheRunDirectoryItMade: a server started without a run
+// directory gets a temporary one, gone once the server stops (the tests
+// start hundreds a run), as it is after a start that fails.
+func TestStopRemovesTheRunDirectoryItMade(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	opts := options(t)
+	opts.RunDir = ""
+	srv, err := devserver.Start(context.Background(), opts)
+	require.NoError(t, err)
+	made, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Len(t, made, 1, "the run directory")
+	srv.Client().Close()
+	require.NoError(t, srv.Stop())
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the run directory is removed with the server")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = devserver.Start(ctx, opts)
+	require.Error(t, err)
+	left, err = os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "a failed start removes it too")
 }
