@@ -116,7 +116,10 @@ func (r *rollout) provisionAll(prefix string, n int) error {
 	body := fmt.Sprintf(`{"service_id": %q, "plan_id": %q, "organization_guid": "o", "space_guid": "s"}`, r.s.ServiceID, r.planID)
 	return paced(n, func(i int) error {
 		name := fmt.Sprintf("%s-%03d", prefix, i)
-		if err := putRetrying(r.f, "/v2/service_instances/"+name+"?accepts_incomplete=true", body, i, http.StatusAccepted); err != nil {
+		// A retry after an answer lost with a replaced API finds the
+		// instance being provisioned (202) or, provisions being quick,
+		// provisioned already (200): both are OSB's success.
+		if err := putRetrying(r.f, "/v2/service_instances/"+name+"?accepts_incomplete=true", body, i, http.StatusAccepted, http.StatusOK); err != nil {
 			return err
 		}
 		r.mu.Lock()
