@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 
+	"golang.org/x/sync/errgroup"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +16,9 @@ import (
 
 	"github.com/quartermaster/qm/internal/plan"
 )
+
+// sourceReads bounds the reads of one status's sources at once.
+const sourceReads = 8
 
 // ReasonPlanOutput is the reason of the Warning Events that tell a plan's
 // author of output Quartermaster ignored but that is likely a mistake.
@@ -34,29 +39,61 @@ func (a *Operations) values(ctx context.Context, t *target, subject *plan.Subjec
 	}
 	warnings := list.Warnings(t.binding != nil)
 	a.warn(ctx, t, warnings)
-	objects := map[string]map[string]any{}
-	for _, key := range slices.Sorted(maps.Keys(list.Sources)) {
-		src := list.Sources[key]
-		obj := &unstructured.Unstructured{}
-		obj.SetAPIVersion(src.APIVersion)
-		obj.SetKind(src.Kind)
-		ns := src.Namespace
-		if ns == "" {
-			ns = t.Namespace
-		}
-		// As the plan's applier: a tenant's plan reads no more than its
-		// ServiceAccount may.
-		err := t.applier.Get(ctx, client.ObjectKey{Namespace: ns, Name: src.Name}, obj)
-		switch {
-		case err == nil:
-			objects[key] = obj.Object
-		case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
-			// Absent sources are absent variables: templates test with `with`.
-		default:
-			return nil, nil, fmt.Errorf("reading source %q (%s %s): %w", key, src.Kind, src.Name, err)
-		}
+	objects, err := readSources(ctx, t, list.Sources)
+	if err != nil {
+		return nil, nil, err
 	}
 	return values.AddSources(objects), warnings, nil
+}
+
+// readSources reads the objects the sources name, as the plan's applier:
+// each as the API server returns it, keyed by its source's name; an
+// absent one is left out.
+func readSources(ctx context.Context, t *target, sources map[string]plan.Source) (map[string]map[string]any, error) {
+	// The sources are read at once: one round trip to the API server,
+	// not one per source, which under load is most of a poll's time.
+	keys := slices.Sorted(maps.Keys(sources))
+	read, errs := make([]map[string]any, len(keys)), make([]error, len(keys))
+	var g errgroup.Group
+	g.SetLimit(sourceReads)
+	for i, key := range keys {
+		g.Go(func() error {
+			src := sources[key]
+			obj := &unstructured.Unstructured{}
+			obj.SetAPIVersion(src.APIVersion)
+			obj.SetKind(src.Kind)
+			ns := src.Namespace
+			if ns == "" {
+				ns = t.Namespace
+			}
+			// As the plan's applier: a tenant's plan reads no more than its
+			// ServiceAccount may.
+			err := t.applier.Get(ctx, client.ObjectKey{Namespace: ns, Name: src.Name}, obj)
+			switch {
+			case err == nil:
+				read[i] = obj.Object
+			case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+				// Absent sources are absent variables: templates test with `with`.
+			default:
+				errs[i] = fmt.Errorf("reading source %q (%s %s): %w", key, src.Kind, src.Name, err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // each read's error is in errs
+	// The first failure in the sources' order, whichever came first.
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	objects := map[string]map[string]any{}
+	for i, key := range keys {
+		if read[i] != nil {
+			objects[key] = read[i]
+		}
+	}
+	return objects, nil
 }
 
 // warn records each warning as a Warning Event on the target, once per run
