@@ -8,7 +8,6 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -160,30 +159,8 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	if err := t.ensureNamespace(ctx, op); err != nil {
 		return nil, err
 	}
-	subject, secret, err := a.subject(ctx, t)
+	secret, objs, err := a.render(ctx, t, op, action)
 	if err != nil {
-		return nil, err
-	}
-	values, _, err := a.values(ctx, t, subject, op.Removes() || op == lifecycle.OpBind)
-	if err != nil {
-		return nil, err
-	}
-	objs, err := subject.Objects(action, values)
-	if err != nil {
-		return nil, classify(err)
-	}
-	if a.tenant(t) {
-		// Before anything is written, so that a refused render leaves
-		// nothing half-applied.
-		if err := tenancy.CheckScope(tg.Namespace, objs, func(o *unstructured.Unstructured) (bool, error) {
-			return t.applier.IsObjectNamespaced(o)
-		}); err != nil {
-			return nil, scopeError(err)
-		}
-	}
-	// Generated values are stored before anything that uses them exists, so
-	// a retry renders the same password into the same objects.
-	if err := (registry.Store{Client: t.kube}).Save(ctx, secret, subject.Registry); err != nil {
 		return nil, err
 	}
 	owner := apply.Owner{Name: secret.Name, Namespace: secret.Namespace, UID: secret.UID}
@@ -199,6 +176,7 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	// carries it (without it, after a worker restart, nothing is recorded
 	// and a mass update renders the instance again, which is harmless).
 	t.renderedPlan = t.plan.Generation
+	t.registrySecret = secret
 	a.remember(ctx, t)
 	switch op {
 	case lifecycle.OpUnbind:

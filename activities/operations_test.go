@@ -183,6 +183,11 @@ func TestActivityErrors(t *testing.T) {
 		})
 	}
 
+	// A render that fails writes nothing, the registry included: a fresh
+	// target's registry is created with what its render stored.
+	err := h.sys.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "qm-instance-broken-1"}, &corev1.Secret{})
+	assert.True(t, apierrors.IsNotFound(err), "no registry for a template that does not parse: %v", err)
+
 	t.Run("an update begun after its instance's deletion", func(t *testing.T) {
 		inst := h.sys.Instance("deleted-1", h.plan("deleting", passwordPlan), "")
 		inst.Finalizers = []string{osbv1alpha1.InstanceFinalizer}

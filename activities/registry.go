@@ -88,11 +88,23 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 	if err != nil {
 		return nil, nil, err
 	}
-	stored, secret, err := store.Create(ctx, key, reg, owner)
+	stored, secret, err := a.createRegistry(ctx, t, reg)
 	if apierrors.IsAlreadyExists(err) && t.fresh() {
 		t.applied = true // an earlier attempt created it: read it
 		return a.registry(ctx, t)
 	}
+	return stored, secret, err
+}
+
+// createRegistry creates the target's registry Secret holding reg (an
+// AlreadyExists error is returned as it is), and checks that the target is
+// still the resource this run loaded (stillThere).
+func (a *Operations) createRegistry(ctx context.Context, t *target, reg *registry.Registry) (*registry.Registry, *corev1.Secret, error) {
+	owner, err := a.registryOwner(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	stored, secret, err := (registry.Store{Client: t.kube}).Create(ctx, t.registryKey(), reg, owner)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -108,6 +120,16 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 // new one registry would create, with no Secret; setInRegistry creates it
 // if the observation stores anything in it.
 func (a *Operations) readRegistry(ctx context.Context, t *target) (*registry.Registry, *corev1.Secret, error) {
+	if secret := t.registrySecret; secret != nil {
+		// As this run's apply just wrote it: the observation that follows
+		// needs no read of its own. Once only: a later poll, or a retry
+		// after a write that met someone else's, reads it again.
+		t.registrySecret = nil
+		a.remember(ctx, t)
+		if reg, err := registry.Decode(t.registryKey().Kind, secret.Data); err == nil {
+			return reg, secret, nil
+		}
+	}
 	owner, err := a.registryOwner(t)
 	if err != nil {
 		return nil, nil, err

@@ -2,6 +2,7 @@ package activities_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/quartermaster/qm/activities"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
@@ -153,4 +155,76 @@ func TestAnObservationWritesNoRegistry(t *testing.T) {
 	creds, ok := h.sys.RegistryValue("qm-binding-app-1", "credentials").(map[string]any)
 	require.True(t, ok, "the binding's registry holds its credentials")
 	assert.Equal(t, h.sys.RegistryValue("qm-instance-db-1", "password"), creds["password"], "the credentials the status template rendered from the instance's registry")
+}
+
+// registryRequests counts the requests a client makes for the registry
+// Secret name, by verb.
+func registryRequests(t *testing.T, h *harness, name string) (ctrlclient.Client, map[string]int) {
+	t.Helper()
+	direct, err := ctrlclient.NewWithWatch(h.sys.Kube.Config, ctrlclient.Options{Scheme: h.ops.Client.Scheme()})
+	require.NoError(t, err)
+	counts := map[string]int{}
+	var mu sync.Mutex
+	count := func(verb string, key ctrlclient.ObjectKey) {
+		if key.Name == name {
+			mu.Lock()
+			counts[verb]++
+			mu.Unlock()
+		}
+	}
+	return interceptor.NewClient(direct, interceptor.Funcs{
+		Get: func(ctx context.Context, c ctrlclient.WithWatch, key ctrlclient.ObjectKey, obj ctrlclient.Object, opts ...ctrlclient.GetOption) error {
+			count("get", key)
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Create: func(ctx context.Context, c ctrlclient.WithWatch, obj ctrlclient.Object, opts ...ctrlclient.CreateOption) error {
+			count("create", ctrlclient.ObjectKeyFromObject(obj))
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c ctrlclient.WithWatch, obj ctrlclient.Object, opts ...ctrlclient.UpdateOption) error {
+			count("update", ctrlclient.ObjectKeyFromObject(obj))
+			return c.Update(ctx, obj, opts...)
+		},
+	}), counts
+}
+
+// TestARegistryIsWrittenOnceAndReadByTheNextStep: a provision's first
+// apply creates the registry with the password its render generated (one
+// write, not a create and then an update), and the observation that
+// follows in the same run uses it as written, without reading it; a later
+// poll reads it again. A retry whose registry an earlier attempt created
+// renders the same password from it.
+func TestARegistryIsWrittenOnceAndReadByTheNextStep(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	inst := h.sys.Instance("once-1", h.plan("pw", passwordPlan), "")
+	target := lifecycle.InstanceTarget(inst)
+	counted, counts := registryRequests(t, h, "qm-instance-once-1")
+	ops := h.worker()
+	ops.Client = counted
+
+	_, err := h.runOn(ops, "ApplyTemplates", target, lifecycle.OpProvision)
+	require.NoError(t, err)
+	password := h.sys.RegistryValue("qm-instance-once-1", "password")
+	assert.Len(t, password, 12)
+	assert.Equal(t, map[string]int{"create": 1}, counts, "the registry is created with the render's values, and nothing more")
+
+	h.sys.Create("{apiVersion: v1, kind: ConfigMap, metadata: {name: once-1-gate, namespace: " + h.sys.Namespace + "}}")
+	for _, reads := range []int{0, 1} {
+		_, err = h.runOn(ops, "Observe", target, lifecycle.OpProvision)
+		require.NoError(t, err)
+		assert.Equal(t, reads, counts["get"], "the observation after the apply reads no registry; the next one does")
+	}
+
+	// Another worker's attempt, after this one's was lost: the registry
+	// exists, and its password is rendered again.
+	retry := h.worker()
+	retry.Client = counted
+	_, err = h.runOn(retry, "ApplyTemplates", target, lifecycle.OpProvision)
+	require.NoError(t, err)
+	var cm corev1.ConfigMap
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "once-1-db"}, &cm))
+	assert.Equal(t, password, cm.Data["password"], "the retry renders the stored password")
+	assert.Equal(t, 2, counts["create"], "the retry tried to create the registry, found it, and read it")
+	assert.Zero(t, counts["update"], "nothing changed in it")
 }

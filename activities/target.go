@@ -36,6 +36,9 @@ type target struct {
 	// renderedPlan is the generation of the plan this run rendered (0:
 	// not known to this worker).
 	renderedPlan int64
+	// registrySecret is the registry Secret as this run's apply left it,
+	// for the observation that follows (readRegistry), which takes it.
+	registrySecret *corev1.Secret
 	// kube reaches the cluster the instance is scheduled on: what its
 	// templates apply, its registry and its bindings' credentials live
 	// there. remote says it is not the cluster Quartermaster runs in.
@@ -294,6 +297,9 @@ func (t *target) copyObjects() *target {
 	}
 	if t.binding != nil {
 		c.binding = t.binding.DeepCopy()
+	}
+	if t.registrySecret != nil {
+		c.registrySecret = t.registrySecret.DeepCopy()
 	}
 	return c
 }
