@@ -22,6 +22,7 @@ import (
 
 	"github.com/quartermaster/qm/api"
 	"github.com/quartermaster/qm/crds"
+	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/testenv"
 )
 
@@ -48,6 +49,14 @@ func TestAdminAPIMetricsAndLogs(t *testing.T) {
 	assert.JSONEq(t, fmt.Sprintf(`{"instances": [{"namespace": %q, "name": "adm-1", "instance_id": "adm-1", "service_id": %q,
 		"plan_id": %q, "state": "in_queue", "operation": "provision", "workflow_id": "sfserviceinstance/%s/adm-1"}]}`,
 		s.Namespace, s.ServiceID, plan, s.Namespace), body)
+	// The request wrote its record once, the create: its state stays
+	// empty, which every reader takes for in_queue, until a run writes it.
+	var inst osbv1alpha1.SFServiceInstance
+	require.NoError(t, s.Kube.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: s.Namespace, Name: "adm-1"}, &inst))
+	assert.Empty(t, inst.Status.State)
+	for _, f := range inst.ManagedFields {
+		assert.NotEqual(t, "status", f.Subresource, "the request wrote no status: %s %s", f.Manager, f.Operation)
+	}
 	status, body = admin("/admin/instances/"+s.Namespace+"/adm-1", testenv.AdminCredentials)
 	assert.Equal(t, http.StatusOK, status, body)
 	assert.Contains(t, body, `"workflow_id":"sfserviceinstance/`+s.Namespace+`/adm-1"`)

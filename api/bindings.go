@@ -80,7 +80,7 @@ func (s *Server) putBinding(w http.ResponseWriter, r *http.Request) *requestErro
 		b.Annotations = map[string]string{OriginatingIdentityAnnotation: identity}
 	}
 	want := b.Spec
-	created, e := s.record(ctx, b, &b.Status.State, fmt.Sprintf("binding %q", bid), "unbound",
+	created, e := s.record(ctx, b, fmt.Sprintf("binding %q", bid), "unbound",
 		func() bool { return sameBinding(b.Spec, want) })
 	if e != nil {
 		return e

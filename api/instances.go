@@ -84,7 +84,7 @@ func (s *Server) putInstance(w http.ResponseWriter, r *http.Request) *requestErr
 		return e
 	}
 	want := inst.Spec
-	created, e := s.record(ctx, inst, &inst.Status.State, fmt.Sprintf("instance %q", id), "deprovisioned",
+	created, e := s.record(ctx, inst, fmt.Sprintf("instance %q", id), "deprovisioned",
 		func() bool { return sameInstance(inst.Spec, want) })
 	release()
 	if e != nil {

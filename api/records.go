@@ -19,13 +19,18 @@ import (
 // record creates obj, the record of an OSB request, or reads the one that
 // an earlier request with the same ID created, into obj. It refuses one
 // that is being removed, or that same says differs from the request.
-func (s *Server) record(ctx context.Context, obj client.Object, state *osbv1alpha1.OperationState, what, removal string, same func() bool) (created bool, e *requestError) {
+//
+// A new record's status stays empty until its run writes it, as one a
+// kubectl user creates does: every reader (the watcher, last_operation,
+// the admin API) takes an empty state for in_queue, so that writing
+// in_queue would be a second write to the API server in each request, and
+// under load each write is a round trip of hundreds of milliseconds.
+func (s *Server) record(ctx context.Context, obj client.Object, what, removal string, same func() bool) (created bool, e *requestError) {
 	// Labelled with its bucket from the start, so that the watcher shard
 	// that owns it sees it at once and no one has to stamp it.
 	sharding.Stamp(obj)
 	err := s.Kube.Create(ctx, obj)
 	if err == nil {
-		s.markQueued(ctx, obj, state)
 		return true, nil
 	}
 	if e := quotaRefusal(what, err); e != nil {
@@ -67,19 +72,6 @@ func (s *Server) remove(ctx context.Context, obj client.Object, what, identity s
 		return 0, failure("reading "+what, err)
 	}
 	return 0, nil
-}
-
-// markQueued writes state in_queue on a resource just created, unless a
-// workflow has moved it on already (the write is conditional on the
-// version created).
-func (s *Server) markQueued(ctx context.Context, obj client.Object, state *osbv1alpha1.OperationState) {
-	base := obj.DeepCopyObject().(client.Object)
-	*state = osbv1alpha1.StateInQueue
-	err := s.Kube.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-		s.Logger.WarnContext(ctx, "could not mark the request in_queue; the watcher picks it up regardless",
-			"name", obj.GetName(), "error", err)
-	}
 }
 
 // sameInstance reports whether a provision request asks for what the
