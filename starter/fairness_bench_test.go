@@ -36,8 +36,10 @@ var fairnessOff = map[string]string{
 type fairnessFigures struct {
 	b     []time.Duration
 	burst time.Duration
-	// stages says where B's time went (summarize).
-	stages string
+	// stages says where B's time went (summarize), requests what B's
+	// runs asked of the API server (runRequests), served what the API
+	// server served per provision (perProvision).
+	stages, requests, served string
 }
 
 // BenchmarkFairness: tenant A provisions N instances (QM_BENCH_N, 1000) of
@@ -78,6 +80,10 @@ func BenchmarkFairness(b *testing.B) {
 				if f.stages != "" {
 					fmt.Fprintf(&report, "              B's stages: %s\n", f.stages)
 				}
+				if f.requests != "" {
+					fmt.Fprintf(&report, "              B's runs' requests: %s\n", f.requests)
+				}
+				fmt.Fprintf(&report, "              the API server's requests: %s\n", f.served)
 				if fair && burst != "floor" {
 					report.WriteString("  " + testenv.BenchVerdict(burst+": B's p99 with fairness", p(0.99).Seconds(), 2, "s", true))
 				}
@@ -99,8 +105,9 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 	tc := testenv.FileTemporalWith(b, off)
 	kube := testenv.Kubernetes(b)
 	nsA, nsB := kube.Namespace(b), kube.Namespace(b)
+	requests := newRunRequests("/b-")
 	s := testenv.Start(b, testenv.Parts{API: true, Worker: true, Watcher: true, Temporal: tc, Watched: []string{nsA, nsB},
-		APILogger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		APILogger: slog.New(slog.NewTextHandler(io.Discard, nil)), WorkerTransport: requests.wrap})
 	plan := tenantPlan(b, s)
 	if burst != "kubectl" {
 		nsA, nsB = s.Namespace, s.Namespace // OSB's instances are in the API's namespace
@@ -125,6 +132,7 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 	defer profiled()
 
 	// A's burst, in the background.
+	served := apiRequests(b, s.Kube)
 	aNames := make([]string, n)
 	for i := range aNames {
 		aNames[i] = fmt.Sprintf("a-%05d", i)
@@ -161,12 +169,14 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 		return osbProvision(s, name, plan, "org-b")
 	})
 	tr.waitAll(b, bNames, 10*time.Minute)
-	f := fairnessFigures{b: tr.latencies(bNames, created), stages: summarize(stagesOf(b, s, nsB, bNames, created, answered, tr.seen()))}
+	st := stagesOf(b, s, nsB, bNames, created, answered, tr.seen())
+	f := fairnessFigures{b: tr.latencies(bNames, created), stages: summarize(st), requests: requests.summary(runTimes(st))}
 	require.NoError(b, <-aDone)
 	if burst != "mass-update" {
 		trA.waitAll(b, aNames, 10*time.Minute)
 	}
 	f.burst = time.Since(began)
+	f.served = perProvision(served, apiRequests(b, s.Kube), n+bN)
 	stopProfile()
 	return f
 }

@@ -65,6 +65,7 @@ func fairnessFloorCase(b *testing.B, n, bN int, every time.Duration) fairnessFig
 	for i := range aNames {
 		aNames[i] = fmt.Sprintf("a-%05d", i)
 	}
+	served := apiRequests(b, kube)
 	began := time.Now()
 	aDone := make(chan error, 1)
 	go func() { aDone <- parallel(n, func(i int) error { return provision(aNames[i], "org-a") }) }()
@@ -74,6 +75,7 @@ func fairnessFloorCase(b *testing.B, n, bN int, every time.Duration) fairnessFig
 	require.NoError(b, <-aDone)
 	tr.waitAll(b, aNames, 10*time.Minute)
 	figures.burst = time.Since(began)
+	figures.served = perProvision(served, apiRequests(b, kube), n+bN)
 	return figures
 }
 

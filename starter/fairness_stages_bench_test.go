@@ -18,6 +18,7 @@ import (
 // the API server, for kubectl) answered it, seen when an informer saw it
 // succeed.
 type stages struct {
+	id         string        // the run's workflow ID
 	toAnswer   time.Duration // the request itself
 	toStart    time.Duration // asked to the run's start: the request and the watcher's hop
 	inRun      time.Duration // the run, start to completion
@@ -39,7 +40,7 @@ func stagesOf(b *testing.B, s *testenv.System, namespace string, names []string,
 			continue
 		}
 		started, closed := h.Events[0].GetEventTime().AsTime(), h.Events[len(h.Events)-1].GetEventTime().AsTime()
-		st := stages{toAnswer: answered[name].Sub(asked[name]), toStart: started.Sub(asked[name]),
+		st := stages{id: id, toAnswer: answered[name].Sub(asked[name]), toStart: started.Sub(asked[name]),
 			inRun: closed.Sub(started), toSeen: seen[name].Sub(closed)}
 		var scheduled time.Time
 		for _, ev := range h.Events {
@@ -80,4 +81,13 @@ func summarize(all []stages) string {
 		stat(func(s stages) time.Duration { return s.toAnswer }), stat(func(s stages) time.Duration { return s.toStart }),
 		stat(func(s stages) time.Duration { return s.inRun }), stat(func(s stages) time.Duration { return s.queued }),
 		stat(func(s stages) time.Duration { return s.toSeen }), float64(tasks)/float64(len(all)), float64(timers)/float64(len(all)))
+}
+
+// runTimes are the runs' times, start to completion, by workflow ID.
+func runTimes(all []stages) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(all))
+	for _, st := range all {
+		out[st.id] = st.inRun
+	}
+	return out
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
+	restclient "k8s.io/client-go/rest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/quartermaster/qm/api"
@@ -105,6 +106,10 @@ type Parts struct {
 	APILimits api.Limits
 	// RenderTimeout is the worker's --render-timeout (0: its default).
 	RenderTimeout time.Duration
+	// WorkerTransport wraps the worker's transport to the API server: a
+	// benchmark sees there what its runs ask of it, and how long each
+	// request takes.
+	WorkerTransport func(http.RoundTripper) http.RoundTripper
 	// Parallel runs the test beside the package's other parallel tests
 	// (Start calls t.Parallel): the System keeps to its namespace and
 	// "default" (the samples') and has a Temporal namespace of its own
@@ -150,6 +155,8 @@ type System struct {
 	minute         time.Duration
 	scheduler      scheduling.Scheduler
 	renderBounds   plan.Bounds
+	// workerKube is the worker's configuration (Parts.WorkerTransport).
+	workerKube *restclient.Config
 	// watched are the only namespaces the components watch (Parts.Parallel).
 	watched []string
 }
@@ -166,6 +173,11 @@ func Start(t testing.TB, parts Parts) *System {
 		s.Kube = BareKubernetes(t)
 	} else {
 		s.Kube = Kubernetes(t)
+	}
+	s.workerKube = s.Kube.Config
+	if parts.WorkerTransport != nil {
+		s.workerKube = restclient.CopyConfig(s.Kube.Config)
+		s.workerKube.Wrap(parts.WorkerTransport)
 	}
 	switch {
 	case parts.Temporal != nil:
@@ -289,7 +301,7 @@ func (s *System) run(o system.Options) *system.System {
 // `qm worker` has.
 func (s *System) StartWorker() {
 	s.t.Helper()
-	o := system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
+	o := system.Options{Kube: s.workerKube, Catalog: s.Catalog(), Temporal: cmp.Or(s.workerTemporal, s.Temporal), Worker: true,
 		HealthCheckMinute: s.minute, Scheduler: s.scheduler, Probes: s.workerProbes, Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout,
 		Renderer: renderers, RenderBounds: s.renderBounds}
 	if s.TemporalCluster != nil {
@@ -322,7 +334,7 @@ func (s *System) serveWorkerMetrics() {
 // second replica of `qm worker` has; it stops when the test ends.
 func (s *System) StartAnotherWorker() {
 	s.t.Helper()
-	s.run(system.Options{Kube: s.Kube.Config, Catalog: s.Catalog(), Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler,
+	s.run(system.Options{Kube: s.workerKube, Catalog: s.Catalog(), Temporal: s.Temporal, Worker: true, HealthCheckMinute: s.minute, Scheduler: s.scheduler,
 		Namespaces: s.watched, WorkerDeadlockTimeout: DeadlockTimeout, Renderer: renderers, RenderBounds: s.renderBounds})
 }
 
