@@ -159,13 +159,17 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	if err := t.ensureNamespace(ctx, op); err != nil {
 		return nil, err
 	}
-	secret, objs, err := a.render(ctx, t, op, action)
+	secret, objs, check, err := a.render(ctx, t, op, action)
 	if err != nil {
 		return nil, err
 	}
 	owner := apply.Owner{Name: secret.Name, Namespace: secret.Namespace, UID: secret.UID}
 	fence := apply.Fence{Generation: t.object().GetGeneration(), PlanGeneration: t.plan.Generation}
-	refs, err := apply.Objects(ctx, t.applier, owner, fence, tg.Namespace, objs)
+	var opts []apply.Option
+	if check != nil {
+		opts = append(opts, apply.After(check))
+	}
+	refs, err := apply.Objects(ctx, t.applier, owner, fence, tg.Namespace, objs, opts...)
 	if err != nil {
 		return nil, classifyApply(ctx, tg, err)
 	}

@@ -93,18 +93,6 @@ func (a *Operations) registry(ctx context.Context, t *target) (*registry.Registr
 		t.applied = true // an earlier attempt created it: read it
 		return a.registry(ctx, t)
 	}
-	return stored, secret, err
-}
-
-// createRegistry creates the target's registry Secret holding reg (an
-// AlreadyExists error is returned as it is), and checks that the target is
-// still the resource this run loaded (stillThere).
-func (a *Operations) createRegistry(ctx context.Context, t *target, reg *registry.Registry) (*registry.Registry, *corev1.Secret, error) {
-	owner, err := a.registryOwner(t)
-	if err != nil {
-		return nil, nil, err
-	}
-	stored, secret, err := (registry.Store{Client: t.kube}).Create(ctx, t.registryKey(), reg, owner)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -112,6 +100,18 @@ func (a *Operations) createRegistry(ctx context.Context, t *target, reg *registr
 		return nil, nil, err
 	}
 	return stored, secret, nil
+}
+
+// createRegistry creates the target's registry Secret holding reg (an
+// AlreadyExists error is returned as it is). Its caller checks that the
+// target is still the resource this run loaded (stillThere) before
+// anything relies on it.
+func (a *Operations) createRegistry(ctx context.Context, t *target, reg *registry.Registry) (*registry.Registry, *corev1.Secret, error) {
+	owner, err := a.registryOwner(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	return (registry.Store{Client: t.kube}).Create(ctx, t.registryKey(), reg, owner)
 }
 
 // readRegistry returns the target's registry as stored, and its Secret,

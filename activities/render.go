@@ -26,11 +26,13 @@ import (
 // under load is most of a provision's time. If an earlier attempt created
 // the registry after all, the templates are rendered again with what that
 // attempt stored.
-func (a *Operations) render(ctx context.Context, t *target, op lifecycle.Operation, action osbv1alpha1.TemplateAction) (*corev1.Secret, []*unstructured.Unstructured, error) {
+//
+// A registry created here is checked against the resource (stillThere) by
+// the returned check, which the apply runs beside its first reads and
+// waits for before its first write (apply.After); otherwise check is nil.
+func (a *Operations) render(ctx context.Context, t *target, op lifecycle.Operation, action osbv1alpha1.TemplateAction) (secret *corev1.Secret, objs []*unstructured.Unstructured, check func() error, err error) {
 	creating := t.fresh()
 	var subject *plan.Subject
-	var secret *corev1.Secret
-	var err error
 	if creating {
 		var reg *registry.Registry
 		if reg, err = a.newRegistry(ctx, t, a.registry); err == nil {
@@ -40,25 +42,25 @@ func (a *Operations) render(ctx context.Context, t *target, op lifecycle.Operati
 		subject, secret, err = a.subject(ctx, t)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	values, _, err := a.values(ctx, t, subject, op.Removes() || op == lifecycle.OpBind)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	objs, err := subject.Objects(action, values)
+	objs, err = subject.Objects(action, values)
 	if err != nil {
-		return nil, nil, classify(err)
+		return nil, nil, nil, classify(err)
 	}
 	if a.tenant(t) {
 		if err := tenancy.CheckScope(t.Namespace, objs, func(o *unstructured.Unstructured) (bool, error) {
 			return t.applier.IsObjectNamespaced(o)
 		}); err != nil {
-			return nil, nil, scopeError(err)
+			return nil, nil, nil, scopeError(err)
 		}
 	}
 	if !creating {
-		return secret, objs, registry.Store{Client: t.kube}.Save(ctx, secret, subject.Registry)
+		return secret, objs, nil, registry.Store{Client: t.kube}.Save(ctx, secret, subject.Registry)
 	}
 	_, secret, err = a.createRegistry(ctx, t, subject.Registry)
 	if apierrors.IsAlreadyExists(err) {
@@ -66,7 +68,7 @@ func (a *Operations) render(ctx context.Context, t *target, op lifecycle.Operati
 		return a.render(ctx, t, op, action)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return secret, objs, nil
+	return secret, objs, func() error { return a.stillThere(ctx, t, secret) }, nil
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -71,7 +72,12 @@ func RefOf(obj client.Object) Ref {
 // before. A failed wave ends the apply; the failure returned is the first
 // in the template's order, with the refs of the objects before it (others
 // of its wave may be applied too, as a retry applies them anyway).
-func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, defaultNamespace string, objs []*unstructured.Unstructured) ([]Ref, error) {
+func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, defaultNamespace string, objs []*unstructured.Unstructured, opts ...Option) ([]Ref, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ready := o.ready()
 	errs := make([]error, len(objs))
 	for _, wave := range waves(objs) {
 		// A wave's kinds are looked up as it comes: a custom resource's
@@ -87,9 +93,9 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 				obj := objs[i]
 				owned := obj.GetNamespace() != "" && obj.GetNamespace() == owner.Namespace
 				if obj.GetAnnotations()[SingletonAnnotation] == "true" {
-					errs[i] = singleton(ctx, c, owner, owned, obj)
+					errs[i] = singleton(ctx, c, owner, owned, obj, ready)
 				} else {
-					errs[i] = applyOne(ctx, c, owner, fence, owned, obj)
+					errs[i] = applyOne(ctx, c, owner, fence, owned, obj, ready)
 				}
 				return nil
 			})
@@ -99,6 +105,9 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 			break // what follows may depend on what failed
 		}
 	}
+	if err := ready(); err != nil && len(objs) == 0 {
+		return nil, err // nothing to write, and the check still said no
+	}
 	refs := make([]Ref, 0, len(objs))
 	for i, obj := range objs {
 		if errs[i] != nil {
@@ -107,6 +116,32 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 		refs = append(refs, RefOf(obj))
 	}
 	return refs, nil
+}
+
+// Option changes how Objects applies.
+type Option func(*options)
+
+type options struct {
+	check func() error
+}
+
+// After makes Objects write nothing until check returns nil, and fail
+// with its error otherwise. Objects runs check beside its first reads, so
+// that a check made before the first write costs no time of its own: a
+// provision's is a read of its instance, and each read is a round trip.
+func After(check func() error) Option {
+	return func(o *options) { o.check = check }
+}
+
+// ready starts the check, if there is one, and returns what each write
+// waits for: the check's result, the same for all.
+func (o options) ready() func() error {
+	if o.check == nil {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() { done <- o.check() }()
+	return sync.OnceValue(func() error { return <-done })
 }
 
 // place sets the namespace of each object of wave: none for a
@@ -168,7 +203,7 @@ func waves(objs []*unstructured.Unstructured) [][]int {
 // concurrent write made its precondition fail.
 const fencedTries = 5
 
-func applyOne(ctx context.Context, c client.Client, owner Owner, fence Fence, owned bool, obj *unstructured.Unstructured) error {
+func applyOne(ctx context.Context, c client.Client, owner Owner, fence Fence, owned bool, obj *unstructured.Unstructured, ready func() error) error {
 	if owned {
 		ref := owner.reference()
 		ref.Controller = ptr.To(true)
@@ -187,6 +222,9 @@ func applyOne(ctx context.Context, c client.Client, owner Owner, fence Fence, ow
 			return err
 		}
 		obj.SetResourceVersion(live)
+		if err := ready(); err != nil {
+			return err
+		}
 		// A copy takes the answer: obj stays what was sent, which the
 		// drift checks record (internal/drift).
 		err = c.Patch(ctx, obj.DeepCopy(), client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
@@ -224,7 +262,7 @@ func readFence(ctx context.Context, c client.Client, owner Owner, fence Fence, o
 
 // singleton creates obj if it does not exist, and otherwise adds the
 // owner's reference to the existing one without touching its content.
-func singleton(ctx context.Context, c client.Client, owner Owner, owned bool, obj *unstructured.Unstructured) error {
+func singleton(ctx context.Context, c client.Client, owner Owner, owned bool, obj *unstructured.Unstructured, ready func() error) error {
 	live := &unstructured.Unstructured{}
 	live.SetGroupVersionKind(obj.GroupVersionKind())
 	err := c.Get(ctx, client.ObjectKeyFromObject(obj), live)
@@ -235,9 +273,12 @@ func singleton(ctx context.Context, c client.Client, owner Owner, owned bool, ob
 		annotations := obj.GetAnnotations()
 		annotations[RenderedAnnotation] = Fence{}.stamp(owner.UID)
 		obj.SetAnnotations(annotations)
+		if err := ready(); err != nil {
+			return err
+		}
 		err = c.Create(ctx, obj, client.FieldOwner(FieldManager))
 		if apierrors.IsAlreadyExists(err) {
-			return singleton(ctx, c, owner, owned, obj)
+			return singleton(ctx, c, owner, owned, obj, ready)
 		}
 		if err != nil {
 			return fmt.Errorf("creating singleton %s %s: %w", obj.GetKind(), key(obj), err)
@@ -250,6 +291,9 @@ func singleton(ctx context.Context, c client.Client, owner Owner, owned bool, ob
 	obj.Object = live.Object
 	if !owned || slices.ContainsFunc(live.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner.UID }) {
 		return nil
+	}
+	if err := ready(); err != nil {
+		return err
 	}
 	// A JSON patch with a test on resourceVersion appends without losing a
 	// concurrent owner's reference; a conflict fails the activity, which retries.
