@@ -36,6 +36,9 @@ var fairnessOff = map[string]string{
 type fairnessFigures struct {
 	b     []time.Duration
 	burst time.Duration
+	// during is how many of B's provisions were asked for before A's
+	// burst ended: the others met an idle system.
+	during int
 	// stages says where B's time went (summarize), requests what B's
 	// runs asked of the API server (runRequests), served what the API
 	// server served per provision (perProvision).
@@ -75,8 +78,8 @@ func BenchmarkFairness(b *testing.B) {
 					f = fairnessCase(b, burst, fair, n, bN, every)
 				}
 				p := func(q float64) time.Duration { return f.b[int(q*float64(len(f.b)-1))].Round(10 * time.Millisecond) }
-				fmt.Fprintf(&report, "  %-11s fairness %-5v B p50 %6s  p99 %6s  max %6s  (A's %s took %s)\n",
-					burst, fair, p(0.5), p(0.99), f.b[len(f.b)-1].Round(10*time.Millisecond), burst, f.burst.Round(time.Second))
+				fmt.Fprintf(&report, "  %-11s fairness %-5v B p50 %6s  p99 %6s  max %6s  (A's %s took %s; %d of B's %d asked for during it)\n",
+					burst, fair, p(0.5), p(0.99), f.b[len(f.b)-1].Round(10*time.Millisecond), burst, f.burst.Round(time.Second), f.during, len(f.b))
 				if f.stages != "" {
 					fmt.Fprintf(&report, "              B's stages: %s\n", f.stages)
 				}
@@ -148,6 +151,7 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 		case "kubectl":
 			aDone <- parallel(n, func(i int) error { return s.Kube.Client.Create(ctx, instance(nsA, aNames[i], plan)) })
 		case "mass-update":
+			// aDone's arrival is the mass update's end.
 			name := s.Namespace + "/burst"
 			run, err := s.Temporal.ExecuteWorkflow(ctx, runs.MassUpdateOptions(name, massPlan, "mass update "+name, "the benchmark"), runs.MassUpdateType,
 				massupdate.Request{Name: name, Selector: massupdate.Selector{PlanIDs: []string{massPlan}}, Concurrency: 100})
@@ -171,11 +175,14 @@ func fairnessCase(b *testing.B, burst string, fair bool, n, bN int, every time.D
 	tr.waitAll(b, bNames, 10*time.Minute)
 	st := stagesOf(b, s, nsB, bNames, created, answered, tr.seen())
 	f := fairnessFigures{b: tr.latencies(bNames, created), stages: summarize(st), requests: requests.summary(runTimes(st))}
-	require.NoError(b, <-aDone)
+	aErr := <-aDone
+	aEnded := time.Now()
+	require.NoError(b, aErr)
 	if burst != "mass-update" {
 		trA.waitAll(b, aNames, 10*time.Minute)
+		aEnded = lastSeen(trA.seen(), aNames)
 	}
-	f.burst = time.Since(began)
+	f.burst, f.during = aEnded.Sub(began), askedBefore(created, aEnded)
 	f.served = perProvision(served, apiRequests(b, s.Kube), n+bN)
 	stopProfile()
 	return f
@@ -243,4 +250,27 @@ func parallel(n int, do func(i int) error) error {
 		}
 	}
 	return nil
+}
+
+// lastSeen is when the last of names was seen succeeded: the end of a
+// burst, however long the benchmark waited after it.
+func lastSeen(seen map[string]time.Time, names []string) time.Time {
+	var last time.Time
+	for _, name := range names {
+		if seen[name].After(last) {
+			last = seen[name]
+		}
+	}
+	return last
+}
+
+// askedBefore counts the provisions asked for before end.
+func askedBefore(asked map[string]time.Time, end time.Time) int {
+	n := 0
+	for _, at := range asked {
+		if at.Before(end) {
+			n++
+		}
+	}
+	return n
 }

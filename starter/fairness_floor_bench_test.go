@@ -74,7 +74,8 @@ func fairnessFloorCase(b *testing.B, n, bN int, every time.Duration) fairnessFig
 	figures := fairnessFigures{b: tr.latencies(bNames, created)}
 	require.NoError(b, <-aDone)
 	tr.waitAll(b, aNames, 10*time.Minute)
-	figures.burst = time.Since(began)
+	aEnded := lastSeen(tr.seen(), aNames)
+	figures.burst, figures.during = aEnded.Sub(began), askedBefore(created, aEnded)
 	figures.served = perProvision(served, apiRequests(b, kube), n+bN)
 	return figures
 }
