@@ -105,8 +105,11 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 			break // what follows may depend on what failed
 		}
 	}
-	if err := ready(); err != nil && len(objs) == 0 {
-		return nil, err // nothing to write, and the check still said no
+	if len(objs) == 0 {
+		// Nothing to write: the check still says whether that is so.
+		if err := ready(); err != nil {
+			return nil, err
+		}
 	}
 	refs := make([]Ref, 0, len(objs))
 	for i, obj := range objs {
