@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -119,87 +118,6 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 		refs = append(refs, RefOf(obj))
 	}
 	return refs, nil
-}
-
-// Option changes how Objects applies.
-type Option func(*options)
-
-type options struct {
-	check func() error
-}
-
-// After makes Objects write nothing until check returns nil, and fail
-// with its error otherwise. Objects runs check beside its first reads, so
-// that a check made before the first write costs no time of its own: a
-// provision's is a read of its instance, and each read is a round trip.
-func After(check func() error) Option {
-	return func(o *options) { o.check = check }
-}
-
-// ready starts the check, if there is one, and returns what each write
-// waits for: the check's result, the same for all.
-func (o options) ready() func() error {
-	if o.check == nil {
-		return func() error { return nil }
-	}
-	done := make(chan error, 1)
-	go func() { done <- o.check() }()
-	return sync.OnceValue(func() error { return <-done })
-}
-
-// place sets the namespace of each object of wave: none for a
-// cluster-scoped one, defaultNamespace for a namespaced one without.
-func place(c client.Client, objs []*unstructured.Unstructured, wave []int, defaultNamespace string) error {
-	for _, i := range wave {
-		obj := objs[i]
-		namespaced, err := c.IsObjectNamespaced(obj)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", obj.GetKind(), obj.GetName(), err)
-		}
-		if !namespaced {
-			obj.SetNamespace("")
-		} else if obj.GetNamespace() == "" {
-			obj.SetNamespace(defaultNamespace)
-		}
-	}
-	return nil
-}
-
-// applyConcurrency bounds the objects of one wave applied at once.
-const applyConcurrency = 8
-
-// ordered are the kinds whose objects the API server's admission of other
-// objects reads: a namespace must exist before what goes in it, a custom
-// resource's definition before it, a pod's service account, limit range,
-// quota, priority class and runtime class before the pod. An object of
-// these kinds is applied alone, after what the template renders before
-// it, and before what it renders after it.
-var ordered = map[string]bool{
-	"Namespace": true, "CustomResourceDefinition": true, "ServiceAccount": true,
-	"LimitRange": true, "ResourceQuota": true, "PriorityClass": true, "RuntimeClass": true,
-}
-
-// waves splits objs (by index) into the groups applied one after the
-// other: each ordered object alone, and the runs of other objects between
-// them together.
-func waves(objs []*unstructured.Unstructured) [][]int {
-	var out [][]int
-	var run []int
-	for i, obj := range objs {
-		if !ordered[obj.GetKind()] {
-			run = append(run, i)
-			continue
-		}
-		if len(run) > 0 {
-			out = append(out, run)
-			run = nil
-		}
-		out = append(out, []int{i})
-	}
-	if len(run) > 0 {
-		out = append(out, run)
-	}
-	return out
 }
 
 // fencedTries bounds how often an apply reads an object again after a
