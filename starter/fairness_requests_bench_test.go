@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"k8s.io/apimachinery/pkg/util/sets"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
 // runRequests records the worker's requests to the API server made by the
@@ -57,31 +59,26 @@ func (r *runRequests) wrap(rt http.RoundTripper) http.RoundTripper {
 			what = "APPLY"
 		}
 		r.mu.Lock()
-		r.byRun[id] = append(r.byRun[id], request{what: what + " " + resourceOf(req.URL.Path), start: start, took: time.Since(start)})
+		r.byRun[id] = append(r.byRun[id], request{what: what + " " + resourceOf(req), start: start, took: time.Since(start)})
 		r.mu.Unlock()
 		return resp, err
 	})
 }
 
-// resourceOf is the resource (and subresource) a request's path names:
+// requestInfo parses a request's path as the API server does.
+var requestInfo = apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+
+// resourceOf is the resource (and subresource) a request names:
 // "secrets", "sfserviceinstances/status", "namespaces".
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) > 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) > 3 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
-		return path
+func resourceOf(req *http.Request) string {
+	info, err := requestInfo.NewRequestInfo(req)
+	if err != nil || !info.IsResourceRequest {
+		return req.URL.Path
 	}
-	if len(parts) > 2 && parts[0] == "namespaces" {
-		parts = parts[2:] // a namespaced resource
+	if info.Subresource != "" {
+		return info.Resource + "/" + info.Subresource
 	}
-	if len(parts) > 2 {
-		return parts[0] + "/" + parts[2]
-	}
-	return parts[0]
+	return info.Resource
 }
 
 // summary says, over the recorded runs, the requests a run made, the time
