@@ -10,6 +10,7 @@
 package temporalcluster
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -73,10 +74,34 @@ var healthNames = map[string]string{
 	"matching": "temporal.api.workflowservice.v1.MatchingService",
 }
 
+// startTries bounds how often Start picks new ports because one it picked
+// was taken before the service given it bound it.
+const startTries = 3
+
+// errPortTaken is the error of a start that failed because a port picked
+// for the cluster was taken in the meantime: freeport's ports are free
+// when picked, and another process on the machine (another test's server
+// picking from the same range) may bind one first.
+var errPortTaken = errors.New("a port picked for it was taken before it bound it")
+
 // Start creates and starts a cluster and returns once its namespace is
 // registered and the frontend serves it. Whatever it started is stopped
-// again if it fails.
-func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+// again if it fails; a start that lost a port to another process is made
+// again on new ports.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	for try := 1; ; try++ {
+		c, err := start(ctx, opts, try == startTries)
+		if err == nil || try == startTries || !errors.Is(err, errPortTaken) {
+			return c, err
+		}
+		cmp.Or(opts.Logger, slog.Default()).Info("starting the Temporal cluster again on new ports", "error", err)
+	}
+}
+
+// start is one attempt of Start's. A failed attempt leaves its logs for
+// the error to point at, except one that lost a port and is not the last:
+// the next attempt's are the ones to read.
+func start(ctx context.Context, opts Options, last bool) (_ *Cluster, err error) {
 	opts.HistoryShards = cmp.Or(opts.HistoryShards, 4)
 	opts.Partitions = cmp.Or(opts.Partitions, 4)
 	opts.Namespace = cmp.Or(opts.Namespace, "default")
@@ -86,8 +111,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("%w (logs in %s)", err, filepath.Join(c.Dir, "logs"))
-			c.stop(false)
+			retried := !last && errors.Is(err, errPortTaken)
+			if !retried {
+				err = fmt.Errorf("%w (logs in %s)", err, filepath.Join(c.Dir, "logs"))
+			}
+			c.stop(retried)
 		}
 	}()
 	// PostgreSQL may run as another user, which must reach its directory.
@@ -240,7 +268,7 @@ func (c *Cluster) waitServing(ctx context.Context, service string) error {
 	health, ok := healthNames[service]
 	if !ok {
 		if !p.running() {
-			return fmt.Errorf("temporal %s exited at start", service)
+			return c.exitedAtStart(service)
 		}
 		return nil
 	}
@@ -252,7 +280,7 @@ func (c *Cluster) waitServing(ctx context.Context, service string) error {
 	hc := healthpb.NewHealthClient(conn)
 	for {
 		if !p.running() {
-			return fmt.Errorf("temporal %s exited at start", service)
+			return c.exitedAtStart(service)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: health})
@@ -322,4 +350,14 @@ func (c *Cluster) registerNamespace(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// exitedAtStart is the error of a service that exited as it started:
+// errPortTaken when its log says a port it was given was in use.
+func (c *Cluster) exitedAtStart(service string) error {
+	log, err := os.ReadFile(filepath.Join(c.Dir, "logs", service+".log"))
+	if err == nil && bytes.Contains(bytes.ToLower(log), []byte("address already in use")) {
+		return fmt.Errorf("temporal %s exited at start: %w", service, errPortTaken)
+	}
+	return fmt.Errorf("temporal %s exited at start", service)
 }
