@@ -271,12 +271,15 @@ func TestANewerWriteBetweenReadAndWriteWins(t *testing.T) {
 
 	direct, err := client.NewWithWatch(kube.Config, client.Options{})
 	require.NoError(t, err)
+	// Built here: the interceptor runs on the apply's goroutines, where
+	// nothing may stop the test.
+	newer := configMap(t, "gen-3")
 	overtaken := false
 	racing := interceptor.NewClient(direct, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			if !overtaken {
 				overtaken = true // the newer worker writes in between
-				if _, err := apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 3}, ns, configMap(t, "gen-3")); err != nil {
+				if _, err := apply.Objects(ctx, kube.Client, reg, apply.Fence{Generation: 3}, ns, newer); err != nil {
 					return err
 				}
 			}
