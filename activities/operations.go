@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -169,6 +170,13 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	if check != nil {
 		opts = append(opts, apply.After(check))
 	}
+	if op != lifecycle.OpUnbind {
+		// What the status does not list was never applied: created without
+		// a read. (An unbind's template edits what the bind made.)
+		opts = append(opts, apply.Existing(t.resources()))
+	}
+	var answers []*unstructured.Unstructured
+	opts = append(opts, apply.Answers(&answers))
 	refs, err := apply.Objects(ctx, t.applier, owner, fence, tg.Namespace, objs, opts...)
 	if err != nil {
 		return nil, classifyApply(ctx, tg, err)
@@ -181,6 +189,7 @@ func (a *Operations) ApplyTemplates(ctx context.Context, tg lifecycle.Target, op
 	// and a mass update renders the instance again, which is harmless).
 	t.renderedPlan = t.plan.Generation
 	t.registrySecret = secret
+	t.written = written(refs, answers)
 	a.remember(ctx, t)
 	switch op {
 	case lifecycle.OpUnbind:

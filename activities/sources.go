@@ -11,8 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quartermaster/qm/internal/apply"
 	"github.com/quartermaster/qm/internal/plan"
 )
 
@@ -42,6 +44,11 @@ func (a *Operations) values(ctx context.Context, t *target, subject *plan.Subjec
 	if err != nil {
 		return nil, nil, err
 	}
+	if t.written != nil {
+		// Taken once: a later poll reads what the controllers made of it.
+		t.written = nil
+		a.remember(ctx, t)
+	}
 	return values.AddSources(objects), warnings, nil
 }
 
@@ -64,6 +71,10 @@ func readSources(ctx context.Context, t *target, sources map[string]plan.Source)
 			ns := src.Namespace
 			if ns == "" {
 				ns = t.Namespace
+			}
+			if w := t.writtenAs(src.APIVersion, src.Kind, ns, src.Name); w != nil {
+				read[i] = w
+				return nil
 			}
 			// As the plan's applier: a tenant's plan reads no more than its
 			// ServiceAccount may.
@@ -111,4 +122,29 @@ func (a *Operations) warn(ctx context.Context, t *target, warnings []string) {
 		}
 		a.Events.Event(t.object(), corev1.EventTypeWarning, ReasonPlanOutput, w)
 	}
+}
+
+// written keys the answers of an apply's writes by the refs of what it
+// applied (both in the template's order).
+func written(refs []apply.Ref, answers []*unstructured.Unstructured) map[apply.Ref]map[string]any {
+	w := make(map[apply.Ref]map[string]any, len(refs))
+	for i, ref := range refs {
+		if i < len(answers) && answers[i] != nil {
+			w[ref] = answers[i].Object
+		}
+	}
+	return w
+}
+
+// writtenAs is a copy of the object of that kind and name the run's apply
+// just wrote, or nil. A cluster-scoped object's ref has no namespace,
+// while a source without one is looked for in the target's.
+func (t *target) writtenAs(apiVersion, kind, namespace, name string) map[string]any {
+	for _, ns := range []string{namespace, ""} {
+		if obj, ok := t.written[apply.Ref{APIVersion: apiVersion, Kind: kind, Name: name, Namespace: ns}]; ok {
+			// A copy: templates may change what they are given (sprig's set).
+			return runtime.DeepCopyJSON(obj)
+		}
+	}
+	return nil
 }

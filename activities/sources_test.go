@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,4 +110,88 @@ func TestObserveReadsItsSourcesAtOnce(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `reading source "b"`)
 	assert.NotContains(t, err.Error(), `reading source "c"`)
+}
+
+// appliedSources applies two ConfigMaps and reads them, and a third that
+// the plan does not apply, as its sources.
+const appliedSources = `
+  - action: provision
+    type: gotemplate
+    content: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: {{ .instance.metadata.name }}-a}
+      data: {v: "1"}
+      ---
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: {{ .instance.metadata.name }}-b}
+      data: {v: "2"}
+` + threeSources
+
+// TestTheObservationAfterAnApplyReadsOnlyWhatItDidNotWrite: the
+// observation that follows an apply in the same run takes the objects the
+// apply just wrote as the API server answered the writes, and reads only
+// the sources it did not write; the next poll reads them all, and sees
+// what changed since.
+func TestTheObservationAfterAnApplyReadsOnlyWhatItDidNotWrite(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	inst := h.sys.Instance("written-1", h.plan("applied", appliedSources), "")
+	h.sys.Create("{apiVersion: v1, kind: ConfigMap, metadata: {name: written-1-c, namespace: " + h.sys.Namespace + "}, data: {v: \"3\"}}")
+	direct, err := ctrlclient.NewWithWatch(h.sys.Kube.Config, ctrlclient.Options{Scheme: h.ops.Client.Scheme()})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	reads := map[string]int{}
+	counted := interceptor.NewClient(direct, interceptor.Funcs{
+		Get: func(ctx context.Context, c ctrlclient.WithWatch, key ctrlclient.ObjectKey, obj ctrlclient.Object, opts ...ctrlclient.GetOption) error {
+			mu.Lock()
+			reads[key.Name]++
+			mu.Unlock()
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	ops := h.worker()
+	ops.Client = counted
+	target := lifecycle.InstanceTarget(inst)
+	observe := func() activities.Outcome {
+		val, err := h.runOn(ops, "Observe", target, lifecycle.OpProvision)
+		require.NoError(t, err)
+		var o activities.Outcome
+		require.NoError(t, val.Get(&o))
+		return o
+	}
+
+	_, err = h.runOn(ops, "ApplyTemplates", target, lifecycle.OpProvision)
+	require.NoError(t, err)
+	mu.Lock()
+	reads = map[string]int{}
+	mu.Unlock()
+	o := observe()
+	assert.Equal(t, "1 2 3", o.Description, "the written objects as the apply left them, and the one read")
+	assert.Equal(t, map[string]int{"written-1-c": 1}, sourceReads(&mu, reads), "only the source the apply did not write is read")
+
+	var cm corev1.ConfigMap
+	require.NoError(t, h.sys.Kube.Client.Get(ctx, ctrlclient.ObjectKey{Namespace: h.sys.Namespace, Name: "written-1-a"}, &cm))
+	cm.Data["v"] = "changed"
+	require.NoError(t, h.sys.Kube.Client.Update(ctx, &cm))
+	mu.Lock()
+	reads = map[string]int{}
+	mu.Unlock()
+	o = observe()
+	assert.Equal(t, "changed 2 3", o.Description, "a later poll reads what changed since")
+	assert.Equal(t, map[string]int{"written-1-a": 1, "written-1-b": 1, "written-1-c": 1}, sourceReads(&mu, reads))
+}
+
+// sourceReads are the reads of the written-1 sources counted in reads.
+func sourceReads(mu *sync.Mutex, reads map[string]int) map[string]int {
+	mu.Lock()
+	defer mu.Unlock()
+	out := map[string]int{}
+	for name, n := range reads {
+		if strings.HasPrefix(name, "written-1-") {
+			out[name] = n
+		}
+	}
+	return out
 }

@@ -17,6 +17,7 @@ import (
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	resourcev1alpha1 "github.com/quartermaster/qm/crds/resource/v1alpha1"
+	"github.com/quartermaster/qm/internal/apply"
 	"github.com/quartermaster/qm/internal/clusters"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/massupdate"
@@ -39,6 +40,11 @@ type target struct {
 	// registrySecret is the registry Secret as this run's apply left it,
 	// for the observation that follows (readRegistry), which takes it.
 	registrySecret *corev1.Secret
+	// written is what this run's apply just wrote, as the API server
+	// answered each write, for the observation that follows: the sources
+	// among it need no read of their own (readSources). Once only, as
+	// registrySecret; shared between copies and never changed.
+	written map[apply.Ref]map[string]any
 	// kube reaches the cluster the instance is scheduled on: what its
 	// templates apply, its registry and its bindings' credentials live
 	// there. remote says it is not the cluster Quartermaster runs in.
@@ -301,6 +307,7 @@ func (t *target) copyObjects() *target {
 	if t.registrySecret != nil {
 		c.registrySecret = t.registrySecret.DeepCopy()
 	}
+	c.written = t.written
 	return c
 }
 

@@ -1,12 +1,29 @@
 package apply
 
-import "sync"
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
 
 // Option changes how Objects applies.
 type Option func(*options)
 
 type options struct {
 	check func() error
+	// createFirst and existing are Existing's.
+	createFirst bool
+	existing    []Ref
+	// answers is Answers'.
+	answers *[]*unstructured.Unstructured
+}
+
+// Answers makes Objects keep what the API server answered each write: the
+// object as written, in *into, in objs' order (nil for one not written).
+// A step that reads what was just applied can take it from there instead
+// of reading it again.
+func Answers(into *[]*unstructured.Unstructured) Option {
+	return func(o *options) { o.answers = into }
 }
 
 // After makes Objects write nothing until check returns nil, and fail

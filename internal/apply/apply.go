@@ -77,7 +77,7 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 		opt(&o)
 	}
 	ready := o.ready()
-	errs := make([]error, len(objs))
+	errs, answers := make([]error, len(objs)), make([]*unstructured.Unstructured, len(objs))
 	for _, wave := range waves(objs) {
 		// A wave's kinds are looked up as it comes: a custom resource's
 		// kind is known once the wave of its definition is applied.
@@ -92,9 +92,11 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 				obj := objs[i]
 				owned := obj.GetNamespace() != "" && obj.GetNamespace() == owner.Namespace
 				if obj.GetAnnotations()[SingletonAnnotation] == "true" {
-					errs[i] = singleton(ctx, c, owner, owned, obj, ready)
+					if errs[i] = singleton(ctx, c, owner, owned, obj, ready); errs[i] == nil {
+						answers[i] = obj
+					}
 				} else {
-					errs[i] = applyOne(ctx, c, owner, fence, owned, obj, ready)
+					answers[i], errs[i] = applyOne(ctx, c, owner, fence, owned, obj, ready, o.absent(obj))
 				}
 				return nil
 			})
@@ -110,6 +112,9 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 			return nil, err
 		}
 	}
+	if o.answers != nil {
+		*o.answers = answers
+	}
 	refs := make([]Ref, 0, len(objs))
 	for i, obj := range objs {
 		if errs[i] != nil {
@@ -124,7 +129,10 @@ func Objects(ctx context.Context, c client.Client, owner Owner, fence Fence, def
 // concurrent write made its precondition fail.
 const fencedTries = 5
 
-func applyOne(ctx context.Context, c client.Client, owner Owner, fence Fence, owned bool, obj *unstructured.Unstructured, ready func() error) error {
+// applyOne applies obj, fenced, and returns the API server's answer. One
+// that is absent (Existing) is created without a read; if it exists after
+// all, it is read and applied as any other.
+func applyOne(ctx context.Context, c client.Client, owner Owner, fence Fence, owned bool, obj *unstructured.Unstructured, ready func() error, absent bool) (*unstructured.Unstructured, error) {
 	if owned {
 		ref := owner.reference()
 		ref.Controller = ptr.To(true)
@@ -137,48 +145,68 @@ func applyOne(ctx context.Context, c client.Client, owner Owner, fence Fence, ow
 	}
 	annotations[RenderedAnnotation] = fence.stamp(owner.UID)
 	obj.SetAnnotations(annotations)
+	if absent {
+		if err := ready(); err != nil {
+			return nil, err
+		}
+		if answer, err := create(ctx, c, obj); err != nil || answer != nil {
+			return answer, err
+		}
+	}
 	for try := 1; ; try++ {
 		live, err := readFence(ctx, c, owner, fence, obj)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		obj.SetResourceVersion(live)
 		if err := ready(); err != nil {
-			return err
+			return nil, err
 		}
+		version := ""
+		if live != nil {
+			version, err = adopt(ctx, c, live)
+			if apierrors.IsConflict(err) && try < fencedTries {
+				continue // written since the read: read its stamp again
+			}
+			if err != nil {
+				return nil, fmt.Errorf("taking over the fields of %s %s from its create: %w", obj.GetKind(), key(obj), err)
+			}
+		}
+		obj.SetResourceVersion(version)
 		// A copy takes the answer: obj stays what was sent, which the
 		// drift checks record (internal/drift).
-		err = c.Patch(ctx, obj.DeepCopy(), client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
-		if apierrors.IsConflict(err) && live != "" && try < fencedTries {
+		answer := obj.DeepCopy()
+		err = c.Patch(ctx, answer, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+		if apierrors.IsConflict(err) && live != nil && try < fencedTries {
 			continue // written since the read: read its stamp again
 		}
 		if err != nil {
-			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), key(obj), err)
+			return nil, fmt.Errorf("applying %s %s: %w", obj.GetKind(), key(obj), err)
 		}
-		return nil
+		return answer, nil
 	}
 }
 
-// readFence reads obj's live stamp and returns its resourceVersion, to send
-// as the write's precondition ("" if it does not exist), or Superseded.
-func readFence(ctx context.Context, c client.Client, owner Owner, fence Fence, obj *unstructured.Unstructured) (string, error) {
+// readFence reads obj's live metadata, whose resourceVersion the write
+// sends as its precondition (nil if it does not exist), or returns
+// Superseded or NotOurs.
+func readFence(ctx context.Context, c client.Client, owner Owner, fence Fence, obj *unstructured.Unstructured) (*metav1.PartialObjectMetadata, error) {
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(obj.GroupVersionKind())
 	err := c.Get(ctx, client.ObjectKeyFromObject(obj), live)
 	if apierrors.IsNotFound(err) {
-		return "", nil
+		return nil, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading %s %s before applying it: %w", obj.GetKind(), key(obj), err)
+		return nil, fmt.Errorf("reading %s %s before applying it: %w", obj.GetKind(), key(obj), err)
 	}
 	if !Ours(live, owner) {
-		return "", &NotOurs{Object: obj.GetKind() + " " + key(obj)}
+		return nil, &NotOurs{Object: obj.GetKind() + " " + key(obj)}
 	}
 	if stamp := live.GetAnnotations()[RenderedAnnotation]; fence.overtakenBy(stamp, owner.UID) {
 		applied := stampFence(stamp)
-		return "", &Superseded{Object: obj.GetKind() + " " + key(obj), Applied: applied, Rendered: fence}
+		return nil, &Superseded{Object: obj.GetKind() + " " + key(obj), Applied: applied, Rendered: fence}
 	}
-	return live.GetResourceVersion(), nil
+	return live, nil
 }
 
 // singleton creates obj if it does not exist, and otherwise adds the

@@ -25,7 +25,8 @@ const RenderedAnnotation = "quartermaster.io/rendered"
 // server enforces: a newer write between the read and the write makes the
 // write fail with a conflict, and the apply reads again. An object that
 // did not exist at the read is created without a precondition; that is
-// the one window left (ARCHITECTURE.md, "Fencing stale applies").
+// the one window left (ARCHITECTURE.md, "Fencing stale applies"), which
+// an object created without a read (Existing) does not have.
 //
 // Generations order lexicographically: the resource's, then the plan's (a
 // mass update renders the same instance generation from a newer plan).
