@@ -26,6 +26,7 @@ import (
 	"github.com/quartermaster/qm/crds"
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 	"github.com/quartermaster/qm/internal/drift"
+	"github.com/quartermaster/qm/internal/fairness"
 	"github.com/quartermaster/qm/internal/informers"
 	"github.com/quartermaster/qm/internal/lifecycle"
 	"github.com/quartermaster/qm/internal/registry"
@@ -179,14 +180,8 @@ func NewWatcher(cfg *rest.Config, tc client.Client, opts WatcherOptions) (ctrl.M
 	}
 	// An instance's or binding's tenant may be an OSB organization, which
 	// only the object says.
-	instanceTenant, err := objectTenant(context.Background(), mgr, &osbv1alpha1.SFServiceInstance{}, opts.Catalog)
-	if err != nil {
-		return nil, err
-	}
-	bindingTenant, err := objectTenant(context.Background(), mgr, &osbv1alpha1.SFServiceBinding{}, opts.Catalog)
-	if err != nil {
-		return nil, err
-	}
+	instanceTenant := fairness.OfRequest(mgr.GetCache(), func() ctrlclient.Object { return &osbv1alpha1.SFServiceInstance{} }, opts.Catalog.Trusted)
+	bindingTenant := fairness.OfRequest(mgr.GetCache(), func() ctrlclient.Object { return &osbv1alpha1.SFServiceBinding{} }, opts.Catalog.Trusted)
 	instanceOpts, bindingOpts := copts(), copts()
 	instanceOpts.NewQueue, bindingOpts.NewQueue = newQueue(instanceTenant), newQueue(bindingTenant)
 	if err := ctrl.NewControllerManagedBy(mgr).For(&osbv1alpha1.SFServiceInstance{}).Named("sfserviceinstance").

@@ -1,8 +1,11 @@
 package fairness
 
 import (
+	"context"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	osbv1alpha1 "github.com/quartermaster/qm/crds/osb/v1alpha1"
 )
@@ -25,6 +28,22 @@ func Of(obj client.Object, trusted bool) string {
 		org = Organization(contextOf(o.Spec.Context), "")
 	}
 	return Tenant(obj.GetNamespace(), org)
+}
+
+// OfRequest is a reconcile queue's tenant of a request for an object of
+// newObject's kind: Of the object as cache holds it (an in-memory lookup,
+// which the workqueue makes under its lock once per item queued), or the
+// request's namespace for one that is not there (deleted). A cache, not
+// an informer's store: a watcher of some namespaces has an informer per
+// namespace, and no one store to look in.
+func OfRequest(cache client.Reader, newObject func() client.Object, trusted func(namespace string) bool) func(reconcile.Request) string {
+	return func(req reconcile.Request) string {
+		obj := newObject()
+		if err := cache.Get(context.Background(), req.NamespacedName, obj); err == nil {
+			return Of(obj, trusted(obj.GetNamespace()))
+		}
+		return Tenant(req.Namespace, "")
+	}
 }
 
 func contextOf(c *apiextensionsv1.JSON) []byte {
