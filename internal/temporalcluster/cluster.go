@@ -145,6 +145,9 @@ func start(ctx context.Context, opts Options, last bool) (_ *Cluster, err error)
 		return nil, err
 	}
 	if c.pg, err = startPostgres(ctx, filepath.Join(opts.BinDir, "postgres", "bin"), filepath.Join(c.Dir, "postgres"), free[0], pgLog); err != nil {
+		if c.lostPort("postgres") {
+			return nil, fmt.Errorf("%w: %w", err, errPortTaken)
+		}
 		return nil, err
 	}
 	if err := setupSchemas(ctx, filepath.Join(opts.BinDir, "temporal-sql-tool"), c.pg.port); err != nil {
@@ -355,9 +358,16 @@ func (c *Cluster) registerNamespace(ctx context.Context) error {
 // exitedAtStart is the error of a service that exited as it started:
 // errPortTaken when its log says a port it was given was in use.
 func (c *Cluster) exitedAtStart(service string) error {
-	log, err := os.ReadFile(filepath.Join(c.Dir, "logs", service+".log"))
-	if err == nil && bytes.Contains(bytes.ToLower(log), []byte("address already in use")) {
+	if c.lostPort(service) {
 		return fmt.Errorf("temporal %s exited at start: %w", service, errPortTaken)
 	}
 	return fmt.Errorf("temporal %s exited at start", service)
+}
+
+// lostPort says whether the log of a process the cluster started (a
+// Temporal service, or postgres) says a port it was given was in use, in
+// the words of Go's net package and PostgreSQL's alike.
+func (c *Cluster) lostPort(name string) bool {
+	log, err := os.ReadFile(filepath.Join(c.Dir, "logs", name+".log"))
+	return err == nil && bytes.Contains(bytes.ToLower(log), []byte("address already in use"))
 }
