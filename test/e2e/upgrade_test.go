@@ -26,7 +26,6 @@ import (
 	primazav1alpha1 "github.com/quartermaster/qm/crds/primaza/v1alpha1"
 	"github.com/quartermaster/qm/internal/healthcheck"
 	"github.com/quartermaster/qm/internal/lifecycle"
-	"github.com/quartermaster/qm/internal/massupdate"
 	"github.com/quartermaster/qm/internal/testenv"
 	"github.com/quartermaster/qm/worker"
 	"github.com/quartermaster/qm/workflows/runs"
@@ -247,47 +246,6 @@ func checkBuilds(t *testing.T, s *testenv.System, deployment, build string) {
 			}
 		}
 	}, 3*upgradeCheckMinute, 200*time.Millisecond, "the health-check shards run on build %q", build)
-}
-
-// startMassUpdate changes the plan planID (a new generation) and starts
-// the mass update name of its instances, upgradeMassRate a second; it
-// returns the plan's new generation.
-func startMassUpdate(t *testing.T, s *testenv.System, planID, name string) int64 {
-	t.Helper()
-	ctx := context.Background()
-	var plans osbv1alpha1.SFPlanList
-	require.NoError(t, s.Kube.Client.List(ctx, &plans, ctrlclient.InNamespace(s.Namespace)))
-	i := slices.IndexFunc(plans.Items, func(p osbv1alpha1.SFPlan) bool { return p.Spec.ID == planID })
-	require.GreaterOrEqual(t, i, 0, "plan %s", planID)
-	plan := &plans.Items[i]
-	plan.Spec.Description = "changed before " + name
-	require.NoError(t, s.Kube.Client.Update(ctx, plan))
-	_, err := s.Temporal.ExecuteWorkflow(ctx, runs.MassUpdateOptions(name, planID, "mass update "+name, "the upgrade test"), runs.MassUpdateType,
-		massupdate.Request{Name: name, Selector: massupdate.Selector{PlanIDs: []string{planID}}, Rate: upgradeMassRate})
-	require.NoError(t, err, "starting mass update %s", name)
-	return plan.Generation
-}
-
-// checkMassUpdate waits until the mass update name ends, and checks that
-// it updated every instance it selected, none failed, and each instance of
-// the plan planID is at generation gen or a later one.
-func checkMassUpdate(t *testing.T, s *testenv.System, planID, name string, gen int64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var progress massupdate.Progress
-	require.NoError(t, s.Temporal.GetWorkflow(ctx, runs.MassUpdateID(name), "").Get(ctx, &progress), "mass update %s", name)
-	t.Logf("mass update %s: %d selected, %d updated, %d failed, %d current already", name, progress.Total, progress.Succeeded, progress.Failed, progress.Skipped)
-	assert.Zero(t, progress.Failed, "%s: %v", name, progress.Failures)
-	assert.Positive(t, progress.Succeeded)
-	assert.Equal(t, progress.Total, progress.Succeeded+progress.Skipped, name)
-	var list osbv1alpha1.SFServiceInstanceList
-	require.NoError(t, s.Kube.Client.List(ctx, &list, ctrlclient.InNamespace(s.Namespace)))
-	for _, inst := range list.Items {
-		if inst.Spec.PlanID == planID {
-			assert.GreaterOrEqual(t, inst.Status.AppliedPlanGeneration, gen, "%s is at the plan's generation %d", inst.Name, gen)
-		}
-	}
 }
 
 // bindAll binds n bindings named prefix-bind-i of the instance inst
