@@ -20,7 +20,7 @@ import (
 )
 
 // startMassUpdate changes the plan planID (a new generation) and starts
-// the mass update name of its instances, upgradeMassRate a second; it
+// the mass update name of its instances, upgradeMassConcurrency at a time; it
 // returns the plan's new generation.
 func startMassUpdate(t *testing.T, s *testenv.System, planID, name string) int64 {
 	t.Helper()
@@ -33,7 +33,7 @@ func startMassUpdate(t *testing.T, s *testenv.System, planID, name string) int64
 	plan.Spec.Description = "changed before " + name
 	require.NoError(t, s.Kube.Client.Update(ctx, plan))
 	_, err := s.Temporal.ExecuteWorkflow(ctx, runs.MassUpdateOptions(name, planID, "mass update "+name, "the upgrade test"), runs.MassUpdateType,
-		massupdate.Request{Name: name, Selector: massupdate.Selector{PlanIDs: []string{planID}}, Rate: upgradeMassRate})
+		massupdate.Request{Name: name, Selector: massupdate.Selector{PlanIDs: []string{planID}}, Concurrency: upgradeMassConcurrency})
 	require.NoError(t, err, "starting mass update %s", name)
 	return plan.Generation
 }

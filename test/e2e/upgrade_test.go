@@ -41,13 +41,16 @@ const defaultUpgradeFrom = "fc4a9f8"
 // checked every upgradeCheckMinute (a check minute of that length, and
 // "minutes: 1"); in each replacement, upgradeBinds OSB binds beside the
 // provisions, and a mass update of the instances there are to a new
-// generation of their plan, upgradeMassRate updates started a second, so
-// that it runs through the replacements.
+// generation of their plan, at most upgradeMassConcurrency updates in
+// flight, so that it runs through the replacements. (Not paced by a rate:
+// a rate's next start waits for a timer, and the run's background-priority
+// workflow tasks come late under the replacements' load, which held a rate
+// of 10 a second to under 2 here.)
 const (
-	upgradeServices    = 50
-	upgradeCheckMinute = 10 * time.Second
-	upgradeBinds       = 50
-	upgradeMassRate    = 10
+	upgradeServices        = 50
+	upgradeCheckMinute     = 10 * time.Second
+	upgradeBinds           = 50
+	upgradeMassConcurrency = 4
 )
 
 // TestUpgradeUnderLoad runs an earlier release (defaultUpgradeFrom) as processes (two of
