@@ -49,7 +49,8 @@ func checkMassUpdate(t *testing.T, s *testenv.System, planID, name string, gen i
 	if err := s.Temporal.GetWorkflow(ctx, runs.MassUpdateID(name), "").Get(ctx, &progress); err != nil {
 		require.NoError(t, err, "mass update %s: %s", name, massUpdateStuck(s, planID, name, gen))
 	}
-	t.Logf("mass update %s: %d selected, %d updated, %d failed, %d current already", name, progress.Total, progress.Succeeded, progress.Failed, progress.Skipped)
+	t.Logf("mass update %s: %d selected, %d updated, %d failed, %d current already; %.1f updates a second", name, progress.Total, progress.Succeeded,
+		progress.Failed, progress.Skipped, progress.Rate)
 	assert.Zero(t, progress.Failed, "%s: %v", name, progress.Failures)
 	assert.Positive(t, progress.Succeeded)
 	assert.Equal(t, progress.Total, progress.Succeeded+progress.Skipped, name)
