@@ -77,9 +77,10 @@ func massUpdateStuck(s *testenv.System, planID, name string, gen int64) string {
 		var p massupdate.Progress
 		if err := v.Get(&p); err != nil {
 			out = append(out, "progress: "+err.Error())
+		} else {
+			out = append(out, fmt.Sprintf("progress: %s %q, %d of %d done (%d failed, %d skipped), %d in flight, %d remaining",
+				p.State, p.Reason, p.Succeeded+p.Failed, p.Total, p.Failed, p.Skipped, p.InFlight, p.Remaining))
 		}
-		out = append(out, fmt.Sprintf("progress: %s %q, %d of %d done (%d failed, %d skipped), %d in flight, %d remaining",
-			p.State, p.Reason, p.Succeeded+p.Failed, p.Total, p.Failed, p.Skipped, p.InFlight, p.Remaining))
 	}
 	if d, err := s.Temporal.DescribeWorkflowExecution(ctx, runs.MassUpdateID(name), ""); err != nil {
 		out = append(out, "describe: "+err.Error())
@@ -109,7 +110,7 @@ func massUpdateStuck(s *testenv.System, planID, name string, gen int64) string {
 
 // runHolding says what the latest run under inst's workflow ID is: its
 // type, status, start, pending workflow task and versioning, which say
-// why a mass update finds the instance busy.
+// whether the instance is busy with another operation.
 func runHolding(ctx context.Context, s *testenv.System, inst osbv1alpha1.SFServiceInstance) string {
 	id := runs.WorkflowID(lifecycle.Target{Kind: lifecycle.KindInstance, Namespace: inst.Namespace, Name: inst.Name})
 	d, err := s.Temporal.DescribeWorkflowExecution(ctx, id, "")
@@ -117,7 +118,7 @@ func runHolding(ctx context.Context, s *testenv.System, inst osbv1alpha1.SFServi
 		return err.Error()
 	}
 	info := d.GetWorkflowExecutionInfo()
-	return fmt.Sprintf("%s %s since %s (pending workflow task %s, attempt %d; versioning %v; pending activities %d)",
+	return fmt.Sprintf("%s %s, started %s (pending workflow task %s, attempt %d; versioning %v; pending activities %d)",
 		info.GetType().GetName(), info.GetStatus(), info.GetStartTime().AsTime().Format(time.TimeOnly),
 		d.GetPendingWorkflowTask().GetState(), d.GetPendingWorkflowTask().GetAttempt(), info.GetVersioningInfo(), len(d.GetPendingActivities()))
 }
