@@ -35,7 +35,10 @@ func Of(obj client.Object, trusted bool) string {
 // which the workqueue makes under its lock once per item queued), or the
 // request's namespace for one that is not there (deleted). A cache, not
 // an informer's store: a watcher of some namespaces has an informer per
-// namespace, and no one store to look in.
+// namespace, and no one store to look in. Before the informer's first
+// list is in, the cache's Get waits for it; only the informer's event
+// handler adds items then, and the controller's workers start after that
+// list anyway.
 func OfRequest(cache client.Reader, newObject func() client.Object, trusted func(namespace string) bool) func(reconcile.Request) string {
 	return func(req reconcile.Request) string {
 		obj := newObject()
